@@ -1,0 +1,1 @@
+"""The `kit` command line: one module per command, added to the root group explicitly in main.py."""

@@ -1,0 +1,47 @@
+"""`kit render`: preset -> Dockerfile, compose.yaml, .env.example in a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.pipeline import prepare
+from kit.write import write_files
+
+STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
+
+
+@click.command()
+@preset_arguments
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Directory to write into.")
+@click.option("--force", is_flag=True, help="Overwrite files you edited since the kit wrote them; render a preset that does not fit.")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's (a hardened or local image).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
+           base_image: str | None, as_json: bool) -> None:
+    """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...]."""
+    ref, overrides, _ = split_args(args, preset_option)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run)
+    for warning in prepared.report.warnings:
+        status(click.style(f"warning: {warning}", fg="yellow"))
+    if as_json:
+        print_json({
+            "preset": prepared.name,
+            "out": str(out_dir),
+            "dry_run": dry_run,
+            "image": prepared.image_ref,
+            "files": {r.path: r.status for r in results},
+        })
+        return
+    for r in results:
+        label = click.style(f"{r.status:>9}", fg=STATUS_COLOURS.get(r.status)) if not dry_run else f"{'would ' + r.status:>15}"
+        click.echo(f"{label}  {out_dir / r.path}")
+    if not dry_run:
+        status(f"next: cd {out_dir} && docker compose up -d --wait")
+
+

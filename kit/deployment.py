@@ -1,0 +1,298 @@
+"""Preset -> deployment plan: every value the templates lay out, decided here in Python.
+
+Public entry point: ``plan_deployment(name, preset, base_image=None)``. Rules that pick a base image,
+size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from kit.datafiles import gpu_catalog, vllm_table
+from kit.errors import PresetError
+from kit.preset import Preset, check_pinned_ref
+
+CONTAINER_PORT = 8000
+APP_USER = "vllm"
+APP_UID = 10001  # above the distro's 1000 (Ubuntu images ship a user there), numeric for runAsNonRoot
+APP_HOME = f"/home/{APP_USER}"
+VENV = "/opt/venv"
+MODELS_DIR = "/models"
+HF_HOME = f"{APP_HOME}/.cache/huggingface"
+VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
+# Flags the kit sets itself from other preset sections; engine.* may not set them.
+KIT_OWNED_FLAGS = ("model", "served_model_name", "host", "port", "revision", "api_key")
+
+
+@dataclass(frozen=True)
+class ShmDecision:
+    shm_size: str | None  # compose shm_size, e.g. "2048m"; None with ipc host
+    ipc: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The one typed context the templates receive."""
+
+    preset_name: str
+    preset: Preset
+    strategy: str
+    vllm_version: str
+    platform: str  # linux/amd64 | linux/arm64
+    base_image: str  # FROM reference, with digest when pinned
+    base_image_default: str  # what the table picks, for the comment when overridden
+    base_overridden: bool
+    python_version: str
+    cuda: str | None
+    min_driver: str | None
+    requirements: list[str]
+    pip_index_url: str | None
+    image_repository: str
+    entrypoint: list[str]
+    served_model_name: str
+    model_arg: str  # what --model receives inside the container
+    model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
+    serve_args: list[str]
+    shm: ShmDecision
+    gpu_devices: dict[str, Any] | None  # compose device request, None on CPU/Jetson
+    jetson_runtime: bool
+    healthcheck_start_period: int
+    healthcheck_reason: str
+    environment: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpus_total(self) -> int:
+        hw = self.preset.hardware
+        return 0 if hw.gpu is None else hw.count * hw.nodes
+
+
+def mib(value: int) -> str:
+    return f"{value}m"
+
+
+def shm_size_for(preset: Preset) -> ShmDecision:
+    """Size /dev/shm from what will use it.
+
+    Docker's default is 64 MiB, which NCCL with tensor parallel and Ray's object store overflow.
+    The rule: the CPU backend gets 4 GiB (vLLM's CPU guide runs with --shm-size=4g); one GPU rank gets
+    2 GiB (the engine's shared-memory message queues and tokenizer workers); each extra rank on the node
+    adds 1 GiB (NCCL's shared-memory transport and vLLM's broadcast queues); Ray adds 10 GiB for its
+    object store, which lives in /dev/shm (vLLM's run_cluster.sh uses 10.24g).
+    """
+    rt, eng = preset.runtime, preset.engine
+    if rt.ipc == "host":
+        return ShmDecision(None, "host", "ipc: host set in the preset: the host's /dev/shm is shared")
+    if rt.shm_size is not None:
+        return ShmDecision(rt.shm_size, rt.ipc, "shm_size set in the preset")
+    if preset.hardware.gpu is None:
+        size, reason = 4096, "CPU backend: 4 GiB, as vLLM's CPU image is run"
+    else:
+        ranks_here = min(eng.tp * eng.pp, preset.hardware.count)
+        size = 2048 + 1024 * (ranks_here - 1)
+        reason = (
+            f"{ranks_here} GPU rank(s) on this node: 2 GiB for the first, +1 GiB per extra rank "
+            "(NCCL shared-memory transport, vLLM broadcast queues)"
+        )
+    if eng.distributed_executor_backend == "ray":
+        size += 10240
+        reason += "; +10 GiB for Ray's object store, which lives in /dev/shm"
+    return ShmDecision(mib(size), rt.ipc, reason)
+
+
+def weights_gib_estimate(preset: Preset) -> float | None:
+    """Rough on-disk weight size, for timing the healthcheck (the planner does the exact arithmetic)."""
+    try:
+        from kit.modelinfo import load_model_spec  # the planner's catalog; optional here
+    except ImportError:  # pragma: no cover - planner not installed
+        return None
+    try:
+        spec = load_model_spec(preset.model.id)
+    except Exception:  # noqa: BLE001 - unknown model: fall back to the default window
+        return None
+    weight_bytes = getattr(spec, "weights_bytes", None)
+    return weight_bytes / 2**30 if weight_bytes else None
+
+
+def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
+    """Seconds to allow before a failing /health counts: load + compile + CUDA graphs, with margin."""
+    if preset.runtime.healthcheck_start_period is not None:
+        return preset.runtime.healthcheck_start_period, "set in the preset"
+    if preset.hardware.gpu is None:
+        return 600, "CPU backend: loading and warm-up take minutes on a few cores"
+    seconds, parts = 300, ["300 s base (engine start, profiling)"]
+    weights = weights_gib_estimate(preset)
+    if weights:
+        extra = int(weights * 10)
+        seconds += extra
+        parts.append(f"+{extra} s for ~{weights:.0f} GiB of weights from disk at ~100 MiB/s")
+    if not preset.engine.enforce_eager:
+        seconds += 300
+        parts.append("+300 s for torch.compile and CUDA graph capture on a cold cache")
+    if preset.image.strategy == "jetson":
+        seconds *= 2
+        parts.append("x2 on Jetson")
+    return seconds, ", ".join(parts)
+
+
+def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
+    """(base image, python version, CUDA, minimum driver) from the version table."""
+    table = vllm_table()
+    img, hw = preset.image, preset.hardware
+    release = table["versions"][img.vllm_version]
+    if img.strategy == "cpu":
+        return table["cpu"]["base_image"], table["cpu"]["python"], None, None
+    if img.strategy == "jetson":
+        l4t = table["jetson"]["l4t"][hw.l4t]
+        return l4t["base_image"], l4t["python"], l4t["cuda"], None
+    cuda = img.cuda or release["cuda"]
+    cuda_row = table["cuda"][cuda]
+    if img.strategy == "official":
+        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
+        return ref, release["python"], cuda, cuda_row["min_driver"]
+    return cuda_row["base_image"], cuda_row["python"], cuda, cuda_row["min_driver"]
+
+
+def requirements_for(preset: Preset) -> list[str]:
+    """The pinned top-level packages the image installs from wheels."""
+    table = vllm_table()
+    img, eng = preset.image, preset.engine
+    release = table["versions"][img.vllm_version]
+    reqs: list[str] = []
+    if img.strategy == "cpu":
+        reqs += [release["cpu"]["pip"], f"torch=={release['cpu']['torch']}"]
+    elif img.strategy in ("slim", "jetson"):
+        reqs += [release["pip"], f"torch=={release['torch']}"]
+    if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
+        reqs.append(table["ray"]["pip"])
+    reqs += img.extra_pip
+    return reqs
+
+
+def served_name_for(preset: Preset) -> str:
+    if preset.model.served_model_name:
+        return preset.model.served_model_name
+    if preset.model.is_local:
+        return PurePosixPath(preset.model.id.rstrip("/")).name
+    return preset.model.id
+
+
+def serve_args_for(preset: Preset, served_name: str, model_arg: str) -> list[str]:
+    from kit.flags import engine_to_argv
+
+    args = ["--model", model_arg, "--served-model-name", served_name]
+    if preset.model.revision:
+        args += ["--revision", preset.model.revision]
+    args += ["--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
+    args += engine_to_argv(preset.engine.flags(), preset.image.vllm_version)
+    return args
+
+
+def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
+    hw = preset.hardware
+    if hw.gpu is None or preset.image.strategy == "jetson":
+        return None
+    if hw.gpu_runtime == "cdi":
+        ids = [f"nvidia.com/gpu={i}" for i in (hw.device_ids or range(hw.count))]
+        return {"driver": "cdi", "device_ids": [str(i) for i in ids], "capabilities": ["gpu"]}
+    if hw.device_ids:
+        return {"driver": "nvidia", "device_ids": list(hw.device_ids), "capabilities": ["gpu"]}
+    return {"driver": "nvidia", "count": hw.count, "capabilities": ["gpu"]}
+
+
+def environment_for(preset: Preset) -> dict[str, str]:
+    env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE}
+    rt = preset.runtime
+    if preset.image.strategy == "cpu":
+        # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
+    if preset.model.is_local:
+        env["HF_HUB_OFFLINE"] = "1"
+    env.update(rt.env)
+    return dict(sorted(env.items()))
+
+
+def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
+    img, hw = preset.image, preset.hardware
+    table_base, python_version, cuda, min_driver = base_image_for(preset)
+    chosen = base_image or img.base
+    if chosen is not None:
+        try:
+            check_pinned_ref(chosen)
+        except ValueError as exc:
+            raise PresetError(f"--base-image: {exc}") from None
+    base = chosen or table_base
+    if img.base_digest and "@" not in base:
+        base = f"{base}@{img.base_digest}"
+
+    served = served_name_for(preset)
+    if preset.model.is_local:
+        container_path = f"{MODELS_DIR}/{PurePosixPath(preset.model.id.rstrip('/')).name}"
+        model_mount: tuple[str, str] | None = (preset.model.id, container_path)
+        model_arg = container_path
+    else:
+        model_mount, model_arg = None, preset.model.id
+
+    if img.strategy == "official":
+        entrypoint = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    else:
+        # The `vllm` console script is not usable in every build (the CPU wheel lacks the metadata it reads).
+        entrypoint = [f"{VENV}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+
+    start_period, start_reason = healthcheck_start_period_for(preset)
+    repository = img.repository or f"vllm-kit/{name}"
+    gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
+    notes: list[str] = []
+    if min_driver:
+        notes.append(f"needs an NVIDIA driver >= {min_driver} on the host (CUDA {cuda} build)")
+    if img.strategy == "jetson":
+        notes.append(f"Jetson L4T {hw.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA runtime")
+    labels = {
+        "org.opencontainers.image.title": f"vllm-kit {name}",
+        "org.opencontainers.image.description": f"vLLM {img.vllm_version} ({img.strategy}) for preset {name}",
+        "org.opencontainers.image.version": img.vllm_version,
+        "org.opencontainers.image.source": "vllm-kit",
+        "org.opencontainers.image.base.name": base,
+        "io.vllm-kit.preset": name,
+        "io.vllm-kit.vllm-version": img.vllm_version,
+        "io.vllm-kit.strategy": img.strategy,
+    }
+    if cuda:
+        labels["io.vllm-kit.cuda"] = cuda
+    if gpu:
+        labels["io.vllm-kit.gpu"] = hw.gpu or ""
+
+    return Deployment(
+        preset_name=name,
+        preset=preset,
+        strategy=img.strategy,
+        vllm_version=img.vllm_version,
+        platform=f"linux/{hw.arch}",
+        base_image=base,
+        base_image_default=table_base,
+        base_overridden=chosen is not None,
+        python_version=python_version,
+        cuda=cuda,
+        min_driver=min_driver,
+        requirements=requirements_for(preset),
+        pip_index_url=img.pip_index_url,
+        image_repository=repository,
+        entrypoint=entrypoint,
+        served_model_name=served,
+        model_arg=model_arg,
+        model_mount=model_mount,
+        serve_args=serve_args_for(preset, served, model_arg),
+        shm=shm_size_for(preset),
+        gpu_devices=gpu_devices_for(preset),
+        jetson_runtime=img.strategy == "jetson",
+        healthcheck_start_period=start_period,
+        healthcheck_reason=start_reason,
+        environment=environment_for(preset),
+        labels=labels,
+        notes=notes,
+    )

@@ -1,0 +1,59 @@
+"""One error family for everything the user can fix.
+
+A ``KitError`` is printed as one line naming the file and field, plus a hint;
+anything else is a bug and gets a traceback (with ``-v``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the user's input: where, what, and how to fix it."""
+
+    where: str  # "presets/a100x8.yaml: engine.tensor_parallel_size" or just a field path
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        return text + (f" (hint: {self.hint})" if self.hint else "")
+
+
+class KitError(Exception):
+    """An error the user can act on. ``problems`` lists every problem found at once."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[Problem] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.problems = list(problems or [])
+
+    def lines(self) -> list[str]:
+        if self.problems:
+            return [str(p) for p in self.problems]
+        return [self.message]
+
+
+class PresetError(KitError):
+    """The preset (file, override or model) is invalid."""
+
+
+class DockerUnavailable(KitError):
+    """No Docker engine answers."""
+
+
+class BuildError(KitError):
+    """An image build failed."""
+
+
+class SmokeError(KitError):
+    """A smoke run could not be carried out (not: a check failed)."""
+
+
+class PlanError(KitError):
+    """The memory planner cannot plan these inputs (missing model field, impossible parallelism)."""

@@ -1,0 +1,45 @@
+"""The one-way flow in one place: load -> check -> plan deployment -> render (no writes here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.checks import CheckReport, check_preset
+from kit.deployment import Deployment, plan_deployment
+from kit.errors import PresetError
+from kit.preset import Preset, load_preset
+from kit.render import render
+
+
+@dataclass(frozen=True)
+class Prepared:
+    name: str
+    path: Path
+    preset: Preset
+    report: CheckReport
+    deployment: Deployment
+    files: dict[str, str]
+
+    @property
+    def image_ref(self) -> str:
+        for line in self.files["compose.yaml"].splitlines():
+            if line.strip().startswith("image:"):
+                return line.split(":", 1)[1].strip().strip('"')
+        raise AssertionError("rendered compose.yaml has no image")
+
+
+def load_and_check(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset, CheckReport]:
+    name, path, preset = load_preset(ref, overrides)
+    report = check_preset(name, path, preset)
+    if report.errors:
+        raise PresetError(f"{path}: preset has problems", problems=report.errors)
+    return name, path, preset, report
+
+
+def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
+            force: bool = False) -> Prepared:
+    name, path, preset, report = load_and_check(ref, overrides)
+    deployment = plan_deployment(name, preset, base_image=base_image)
+    files = render(deployment, plan_lines=getattr(report, "plan_lines", []))
+    return Prepared(name, path, preset, report, deployment, files)

@@ -1,0 +1,364 @@
+"""Presets: YAML file -> overrides -> validated, typed model.
+
+Public entry point: ``load_preset(ref, overrides)``. Every problem found is reported at once, each
+naming the file and the dotted field, and nothing downstream ever sees an unvalidated preset.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
+from kit.errors import PresetError, Problem
+
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
+VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
+SIZE_RE = r"^\d+[bkmg]?$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Hardware(Strict):
+    """What the stack runs on. ``gpu`` is a name from the GPU catalog (kit/data/gpus.yaml); none means CPU."""
+
+    gpu: str | None = Field(None, description="GPU catalog name or alias (e.g. rtx4090, a100-80gb); omit for CPU")
+    count: int = Field(1, ge=1, description="GPUs per node used by this stack")
+    device_ids: list[str] | None = Field(
+        None, description="Exact GPU ids or UUIDs to map (default: the first `count` GPUs)"
+    )
+    arch: Literal["amd64", "arm64"] = "amd64"
+    nodes: int = Field(1, ge=1, description="Hosts in the deployment (Ray across hosts when > 1)")
+    gpu_runtime: Literal["nvidia", "cdi"] = Field(
+        "nvidia", description="How compose maps GPUs: the NVIDIA runtime's device requests, or CDI device names"
+    )
+    l4t: str | None = Field(None, description="Jetson only: the board's L4T release, e.g. r36.4")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        found = gpu_by_name(value)
+        if found is None:
+            close = difflib.get_close_matches(value.lower(), gpu_names(), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else "run `kit gpus` to list the catalog"
+            raise ValueError(f"unknown GPU {value!r} ({hint})")
+        return found[0]
+
+    @model_validator(mode="after")
+    def _device_ids_match_count(self) -> Hardware:
+        if self.device_ids is not None and len(self.device_ids) != self.count:
+            raise ValueError(f"device_ids lists {len(self.device_ids)} GPUs but count is {self.count}")
+        if self.gpu is None and self.device_ids:
+            raise ValueError("device_ids needs a gpu")
+        return self
+
+
+class Model(Strict):
+    id: str = Field(..., min_length=1, description="Hugging Face id (org/name) or a local directory (./path, /path)")
+    served_model_name: str | None = Field(
+        None, description="Name clients use in requests (default: the id, or a local directory's name)"
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to pin")
+    generate: Literal["tiny-llama"] | None = Field(
+        None, description="Make a random-weight test model at the local path when it is missing (tests, CPU demo)"
+    )
+
+    @property
+    def is_local(self) -> bool:
+        return self.id.startswith(("/", "./", "../", "~"))
+
+    @model_validator(mode="after")
+    def _generate_needs_path(self) -> Model:
+        if self.generate and not self.is_local:
+            raise ValueError("generate needs a local path as id (e.g. ./models/tiny-llama)")
+        return self
+
+
+class Engine(BaseModel):
+    """``vllm serve`` flags, one key per flag, named as vLLM names them (snake_case).
+
+    The flags the kit reasons about are typed here; any other key is checked against the flag
+    snapshot of the pinned vLLM version (kit/data/flags/).
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    enforce_eager: bool | None = None
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    distributed_executor_backend: Literal["ray", "mp", "uni", "external_launcher"] | None = None
+    block_size: int | None = Field(None, ge=1)
+    trust_remote_code: bool | None = None
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel_size or 1
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_parallel_size or 1
+
+    def flags(self) -> dict[str, Any]:
+        """Every flag the user set, typed and extra, without the unset ones."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Image(Strict):
+    vllm_version: str = Field(..., pattern=VERSION_RE, description="Pinned vLLM release, X.Y.Z (never latest)")
+    strategy: Literal["slim", "official", "cpu", "jetson"] = Field(
+        ...,
+        description="slim: CUDA base + pinned wheels; official: the official vLLM image, pinned, plus what it "
+        "lacks; cpu: vLLM's CPU build; jetson: an L4T base for Jetson boards",
+    )
+    cuda: str | None = Field(None, description="CUDA build to use (default: the release's); e.g. 12.9 for older drivers")
+    base: str | None = Field(None, description="Base image override (a site's hardened image); pinned tag, never latest")
+    base_digest: str | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$", description="Digest pin for the base")
+    extra_pip: list[str] = Field(default_factory=list, description="Extra Python packages, each pinned name==version")
+    pip_index_url: str | None = Field(None, description="Package index for the image's wheels (Jetson wheel index)")
+    repository: str | None = Field(None, description="Image repository to tag (default: vllm-kit/<preset>)")
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        known = vllm_table()["versions"]
+        if value not in known:
+            raise ValueError(f"vLLM {value} is not in the kit's version table (known: {', '.join(known)})")
+        return value
+
+    @field_validator("base")
+    @classmethod
+    def _pinned_base(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_pinned_ref(value)
+        return value
+
+    @field_validator("extra_pip")
+    @classmethod
+    def _pinned_pip(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[A-Za-z0-9_.+!\-]+", item):
+                raise ValueError(f"{item!r} is not pinned; write name==version")
+        return value
+
+
+class Runtime(Strict):
+    port: int = Field(8000, ge=1, le=65535, description="Host port the API is published on")
+    bind_address: str = Field("127.0.0.1", description="Host address to publish on; 0.0.0.0 exposes it to the network")
+    shm_size: str | None = Field(None, pattern=SIZE_RE, description="/dev/shm size (default: computed from the plan)")
+    ipc: Literal["host", "private", "shareable"] | None = Field(None, description="IPC mode (default: private + shm_size)")
+    restart: Literal["no", "always", "on-failure", "unless-stopped"] = "unless-stopped"
+    hf_cache_volume: str = Field("hf-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    compile_cache_volume: str = Field("vllm-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    healthcheck_start_period: int | None = Field(
+        None, ge=10, description="Seconds the healthcheck allows for model loading (default: computed)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
+    cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
+
+    @field_validator("bind_address")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        ipaddress.ip_address(value)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if SECRET_NAME.search(name):
+                raise ValueError(f"{name} looks like a secret; put it in the .env file (see .env.example), not the preset")
+            if any(ord(c) < 32 for c in text):
+                raise ValueError(f"the value of {name} contains a newline or control character")
+        return value
+
+
+class Preset(Strict):
+    description: str = Field("", description="One line shown by `kit presets`")
+    hardware: Hardware
+    model: Model
+    engine: Engine = Field(default_factory=Engine)
+    image: Image
+    runtime: Runtime = Field(default_factory=Runtime)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Preset:
+        hw, img = self.hardware, self.image
+        if img.strategy == "cpu" and hw.gpu is not None:
+            raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
+        if img.strategy != "cpu" and hw.gpu is None:
+            raise ValueError(f"image.strategy {img.strategy} needs hardware.gpu (or use strategy cpu)")
+        if img.strategy == "jetson" and hw.arch != "arm64":
+            raise ValueError("image.strategy jetson builds for arm64; set hardware.arch: arm64")
+        if img.strategy == "jetson" and not hw.l4t:
+            raise ValueError("image.strategy jetson needs hardware.l4t (the board's L4T release, e.g. r36.4)")
+        if hw.l4t and hw.l4t not in vllm_table()["jetson"]["l4t"]:
+            raise ValueError(f"hardware.l4t {hw.l4t} is unknown (known: {', '.join(vllm_table()['jetson']['l4t'])})")
+        if img.strategy == "cpu" and "cpu" not in vllm_table()["versions"][img.vllm_version]:
+            raise ValueError(f"vLLM {img.vllm_version} has no CPU build in the version table")
+        if img.cuda is not None and img.strategy in ("cpu", "jetson"):
+            raise ValueError(f"image.cuda does not apply to strategy {img.strategy}")
+        if img.cuda is not None and img.cuda not in vllm_table()["cuda"]:
+            raise ValueError(f"image.cuda {img.cuda} is unknown (known: {', '.join(vllm_table()['cuda'])})")
+        if img.strategy == "official" and img.cuda is not None:
+            release = vllm_table()["versions"][img.vllm_version]
+            if img.cuda != release["cuda"] and img.cuda not in release.get("official_variants", {}):
+                raise ValueError(f"vLLM {img.vllm_version} has no official image for CUDA {img.cuda}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def check_pinned_ref(ref: str) -> None:
+    """Refuse image references that can change under the user: no tag, or ``latest``."""
+    if "@sha256:" in ref:
+        return
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last:
+        raise ValueError(f"{ref!r} has no tag; pin a version tag (and ideally a digest), never latest")
+    if last.rsplit(":", 1)[1] == "latest":
+        raise ValueError(f"{ref!r} uses latest, which changes under you; pin a version tag")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def find_preset(ref: str) -> Path:
+    """A preset name from presets/, or a path to a preset file of the user's own."""
+    looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        path = Path(ref).expanduser()
+        if not path.is_file():
+            raise PresetError(f"{ref}: no such preset file")
+        return path
+    path = PRESETS_DIR / f"{ref}.yaml"
+    if path.is_file():
+        return path
+    names = preset_names()
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(names)}"
+    raise PresetError(f"unknown preset {ref!r}", hint=hint)
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise PresetError(f"override {text!r}: expected SECTION.FIELD=VALUE, e.g. engine.max_model_len=16384")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set each dotted path; the result is validated exactly like the file."""
+    for text in overrides:
+        path, value = parse_override(text)
+        node: Any = data
+        for part in path[:-1]:
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                child = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise PresetError(f"override {text!r}: {part} is not a section")
+            node = child
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return data
+
+
+def read_preset_file(path: Path) -> dict[str, Any]:
+    where = display_path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise PresetError(f"{where}:{at}: {problem}", hint="fix the YAML syntax") from None
+    except OSError as exc:
+        raise PresetError(f"{where}: cannot read ({exc.strerror})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PresetError(f"{where}: a preset is a mapping of sections (hardware, model, engine, image, runtime)")
+    return data
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The valid field names at ``loc`` (for did-you-mean on unknown keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))
+
+
+def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc)
+        hint = None
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(loc[-1]), _field_names(Preset, loc), n=1, cutoff=0.6)
+            message = "unknown field"
+            hint = f"did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?" if close else None
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
+                message += f" (got {err['input']!r})"
+        problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
+    return problems
+
+
+def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
+    """Load, override and validate a preset. Returns (name, path, preset)."""
+    path = find_preset(ref)
+    where = display_path(path)
+    data = read_preset_file(path)
+    data.pop("$schema", None)
+    data = apply_overrides(data, list(overrides or []))
+    try:
+        preset = Preset.model_validate(data)
+    except ValidationError as exc:
+        raise PresetError(f"{where}: invalid preset", problems=problems_from_validation(exc, where)) from None
+    return path.stem, path, preset

@@ -1,0 +1,133 @@
+"""Preset loading and validation: every error names the file and field, and nothing else leaks through."""
+
+from pathlib import Path
+
+import pytest
+
+from kit.errors import PresetError
+from kit.preset import load_preset, parse_override, preset_names
+
+GOOD = """\
+hardware: {gpu: rtx4090, count: 1}
+model: {id: Qwen/Qwen3-8B-AWQ}
+engine: {max_model_len: 8192}
+image: {vllm_version: "0.33.0", strategy: slim}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "mine.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def problems(exc: PresetError) -> list[str]:
+    return exc.lines()
+
+
+def test_seed_presets_are_the_five_from_the_issue():
+    assert set(preset_names()) == {"rtx4090-awq", "rtx3090x2-fp16", "a100x8", "orin", "cpu"}
+
+
+def test_user_preset_file_loads(tmp_path):
+    name, _, preset = load_preset(write(tmp_path, GOOD))
+    assert name == "mine"
+    assert preset.hardware.gpu == "rtx4090"
+    assert preset.engine.max_model_len == 8192
+
+
+def test_unknown_preset_suggests_close_names():
+    with pytest.raises(PresetError) as info:
+        load_preset("a100x9")
+    assert "a100x8" in info.value.hint
+
+
+def test_unknown_key_names_file_and_field_with_suggestion(tmp_path):
+    path = write(tmp_path, GOOD.replace("count: 1", "cuont: 1"))
+    with pytest.raises(PresetError) as info:
+        load_preset(path)
+    (line,) = problems(info.value)
+    assert "mine.yaml: hardware.cuont: unknown field" in line
+    assert "hardware.count" in line
+
+
+def test_wrong_type_and_out_of_range_are_all_listed_at_once(tmp_path):
+    text = GOOD.replace("max_model_len: 8192", "max_model_len: lots, gpu_memory_utilization: 1.5, tensor_parallel_size: 0")
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, text))
+    lines = "\n".join(problems(info.value))
+    assert "engine.max_model_len" in lines
+    assert "engine.gpu_memory_utilization" in lines and "less than or equal to 1" in lines
+    assert "engine.tensor_parallel_size" in lines and "greater than or equal to 1" in lines
+
+
+def test_utilization_zero_is_refused(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, GOOD), ["engine.gpu_memory_utilization=0"])
+    assert "greater than 0" in "\n".join(problems(info.value))
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, "hardware: {gpu: rtx4090\nmodel: [\n"))
+    assert "mine.yaml:" in info.value.message and "line" in info.value.message
+
+
+def test_override_applies_and_is_validated_like_the_file(tmp_path):
+    _, _, preset = load_preset(write(tmp_path, GOOD), ["engine.max_model_len=16384", "runtime.port=9000"])
+    assert preset.engine.max_model_len == 16384
+    assert preset.runtime.port == 9000
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, GOOD), ["hardware.gpuu=rtx4090"])
+    assert "hardware.gpuu: unknown field" in problems(info.value)[0]
+
+
+def test_override_syntax_errors():
+    with pytest.raises(PresetError):
+        parse_override("engine.max_model_len")
+    with pytest.raises(PresetError):
+        parse_override("=3")
+    assert parse_override("engine.enforce_eager=true") == (["engine", "enforce_eager"], True)
+    assert parse_override("hardware.device_ids=[0, 1]") == (["hardware", "device_ids"], [0, 1])
+
+
+def test_unknown_gpu_suggests(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, GOOD.replace("rtx4090", "rtx4909")))
+    assert "unknown GPU" in problems(info.value)[0]
+
+
+def test_latest_and_untagged_bases_are_refused(tmp_path):
+    for ref in ("nvidia/cuda:latest", "nvidia/cuda"):
+        with pytest.raises(PresetError) as info:
+            load_preset(write(tmp_path, GOOD), [f"image.base={ref}"])
+        assert "image.base" in problems(info.value)[0]
+
+
+def test_unknown_vllm_version_is_refused(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, GOOD.replace("0.33.0", "0.99.0")))
+    assert "image.vllm_version" in problems(info.value)[0]
+
+
+def test_secrets_are_refused_in_runtime_env(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, GOOD), ["runtime.env.HF_TOKEN=hf_abc"])
+    line = problems(info.value)[0]
+    assert "secret" in line and "hf_abc" not in line
+
+
+def test_cross_field_rules(tmp_path):
+    with pytest.raises(PresetError):
+        load_preset(write(tmp_path, GOOD), ["image.strategy=cpu"])
+    with pytest.raises(PresetError):
+        load_preset(write(tmp_path, GOOD), ["hardware.device_ids=[0, 1]"])
+
+
+def test_empty_and_non_mapping_files(tmp_path):
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, "- a\n- b\n"))
+    assert "mapping" in info.value.message
+    with pytest.raises(PresetError) as info:
+        load_preset(write(tmp_path, ""))
+    assert "required field is missing" in "\n".join(problems(info.value))

