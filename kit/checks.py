@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.deployment import KIT_OWNED_FLAGS
 from kit.errors import Problem
 from kit.preset import Preset, display_path
 
@@ -19,25 +18,24 @@ class CheckReport:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     plan: object | None = None  # the memory plan, when the planner ran
+    plan_lines: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
 
-def check_flags(where: str, preset: Preset) -> list[Problem]:
-    from kit.flags import check_engine
+def check_flags(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
+    from kit.flags import FlagError, check_engine
 
-    problems = []
-    for key in preset.engine.flags():
-        if key in KIT_OWNED_FLAGS:
-            problems.append(Problem(f"{where}: engine.{key}", "is set by the kit",
-                                    "use model.id, model.served_model_name, model.revision or runtime.port; "
-                                    "put an API key in .env as VLLM_API_KEY"))
-    owned = set(KIT_OWNED_FLAGS)
-    for p in check_engine({k: v for k, v in preset.engine.flags().items() if k not in owned}, preset.image.vllm_version):
-        problems.append(Problem(f"{where}: {p.field}", p.message, p.hint))
-    return problems
+    errors, warnings = [], []
+    try:
+        found = check_engine(preset.engine.flags(), preset.image.vllm_version)
+    except FlagError as exc:
+        return [Problem(f"{where}: image.vllm_version", exc.message, exc.hint)], []
+    for p in found:
+        (warnings if p.severity == "warning" else errors).append(Problem(f"{where}: {p.field}", p.message, p.hint))
+    return errors, warnings
 
 
 def check_parallelism(where: str, preset: Preset) -> list[Problem]:
@@ -65,9 +63,29 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
     return problems
 
 
-def check_preset(name: str, path: Path, preset: Preset) -> CheckReport:
+def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -> None:
+    from kit.preset_plan import plan_preset, summary_lines
+
+    result, warnings = plan_preset(where, preset)
+    report.warnings += warnings
+    if result is None:
+        return
+    report.plan = result
+    report.plan_lines = summary_lines(result)
+    if not result.fits:
+        fixes = "; ".join(s["message"] for s in result.suggestions[:3]) or None
+        problem = Problem(f"{where}: engine", f"does not fit in memory: vLLM would fail with: {result.error}", fixes)
+        (report.warnings if force else report.errors).append(problem)
+
+
+def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False) -> CheckReport:
+    """``force`` turns a memory misfit into a warning (the flags and parallelism must still be right)."""
     where = display_path(path)
     report = CheckReport()
-    report.errors += check_flags(where, preset)
+    flag_errors, flag_warnings = check_flags(where, preset)
+    report.errors += flag_errors
+    report.warnings += flag_warnings
     report.errors += check_parallelism(where, preset)
+    if not report.errors:
+        check_memory(where, preset, report, force)
     return report

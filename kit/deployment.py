@@ -22,8 +22,6 @@ VENV = "/opt/venv"
 MODELS_DIR = "/models"
 HF_HOME = f"{APP_HOME}/.cache/huggingface"
 VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
-# Flags the kit sets itself from other preset sections; engine.* may not set them.
-KIT_OWNED_FLAGS = ("model", "served_model_name", "host", "port", "revision", "api_key")
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,11 @@ class Prepared:
         raise AssertionError("rendered compose.yaml has no image")
 
 
-def load_and_check(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset, CheckReport]:
+def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False) -> tuple[
+    str, Path, Preset, CheckReport
+]:
     name, path, preset = load_preset(ref, overrides)
-    report = check_preset(name, path, preset)
+    report = check_preset(name, path, preset, force=force)
     if report.errors:
         raise PresetError(f"{path}: preset has problems", problems=report.errors)
     return name, path, preset, report
@@ -39,7 +41,7 @@ def load_and_check(ref: str, overrides: list[str] | None = None) -> tuple[str, P
 
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
             force: bool = False) -> Prepared:
-    name, path, preset, report = load_and_check(ref, overrides)
+    name, path, preset, report = load_and_check(ref, overrides, force=force)
     deployment = plan_deployment(name, preset, base_image=base_image)
-    files = render(deployment, plan_lines=getattr(report, "plan_lines", []))
+    files = render(deployment, plan_lines=report.plan_lines)
     return Prepared(name, path, preset, report, deployment, files)

@@ -1,0 +1,138 @@
+"""`kit plan`: predict vLLM's start-up memory (weights, activations, KV cache) before deploying."""
+
+from __future__ import annotations
+
+import click
+
+from kit.cli.common import print_json
+from kit.modelinfo import load_model_spec
+from kit import plan as planner
+from kit.plan import DEFAULT_VLLM_VERSION, Plan, PlanInputs, find_gpu
+
+KV_DTYPES = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+DTYPES = ["auto", "bfloat16", "float16", "float32", "half"]
+
+
+def plan_inputs_from_options(
+    *,
+    model: str,
+    gpu: str | None = None,
+    gpu_memory_gib: float | None = None,
+    device: str = "cuda",
+    tp: int = 1,
+    pp: int = 1,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float | None = None,
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    enforce_eager: bool = False,
+    vllm_version: str = DEFAULT_VLLM_VERSION,
+    block_size: int | None = None,
+    cpu_kvcache_space_gib: float | None = None,
+    allow_hub: bool = False,
+) -> PlanInputs:
+    """Build PlanInputs from CLI-shaped values (a preset can call this with its own fields)."""
+    spec = load_model_spec(model, allow_hub=allow_hub)
+    gpu_name = None
+    if gpu:
+        info = find_gpu(gpu)  # unknown names are a user error here, with the list of known ones
+        gpu_name = info.key
+        if gpu_memory_gib is None:
+            gpu_memory_gib = info.memory_gib
+    return PlanInputs(
+        model=spec,
+        device=device,  # type: ignore[arg-type]
+        gpu_memory_gib=gpu_memory_gib,
+        gpu_name=gpu_name,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        dtype=dtype,  # type: ignore[arg-type]
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,  # type: ignore[arg-type]
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enforce_eager=enforce_eager,
+        vllm_version=vllm_version,
+        block_size=block_size,
+        cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+    )
+
+
+def format_plan(result: Plan) -> str:
+    """The small human table."""
+    i = result.inputs
+    where = i["gpu_name"] or ("cpu" if i["device"] == "cpu" else "GPU")
+    memory = f"{i['gpu_memory_gib']:.2f} GiB" if i["gpu_memory_gib"] else "-"
+    lines = [
+        f"{i['model']} on {where} ({memory}), TP={i['tensor_parallel_size']} PP={i['pipeline_parallel_size']}, "
+        f"vLLM {i['vllm_version']}",
+        f"dtype {i['dtype']}, quantization {i['quantization'] or 'none'}, KV cache {i['kv_cache_dtype']}, "
+        f"utilization {i['gpu_memory_utilization']}, max_model_len {i['max_model_len']}, "
+        f"max_num_seqs {i['max_num_seqs']}, max_num_batched_tokens {i['max_num_batched_tokens']}",
+        "",
+        f"  {'weights':<20}{result.weights_gib:>10.2f} GiB",
+        f"  {'peak activation':<20}{result.activation_gib:>10.2f} GiB",
+        f"  {'non-torch':<20}{result.non_torch_gib:>10.2f} GiB",
+        f"  {'CUDA graphs':<20}{result.cuda_graph_gib:>10.2f} GiB",
+        f"  {'KV cache':<20}{result.kv_cache_gib:>10.2f} GiB",
+        f"  {'KV cache tokens':<20}{result.kv_cache_tokens:>10,}",
+        f"  {'max concurrency':<20}{result.max_concurrency:>10.2f} x  (at {i['max_model_len']:,} tokens)",
+        f"  {'fits':<20}{'yes' if result.fits else 'no':>10}",
+    ]
+    if result.approximate.get("value"):
+        lines.append(f"  approximate: {result.approximate['reason']}")
+    return "\n".join(lines)
+
+
+@click.command("plan")
+@click.option("--model", required=True, metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
+@click.option("--gpu", metavar="NAME", help="GPU from the catalog (see `kit gpus`).")
+@click.option("--gpu-memory-gib", type=float, metavar="X", help="Total GPU memory as CUDA reports it (host RAM with --device cpu).")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
+@click.option("--tp", "--tensor-parallel-size", "tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", "--pipeline-parallel-size", "pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@click.option("--quantization", metavar="Q", help="awq, awq_marlin, gptq, gptq_marlin, fp8, ... (default: the checkpoint's)")
+@click.option("--kv-cache-dtype", type=click.Choice(KV_DTYPES), default="auto", show_default=True)
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), help="Default: vLLM's for the version.")
+@click.option("--max-model-len", type=click.IntRange(min=1))
+@click.option("--max-num-seqs", type=click.IntRange(min=1))
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
+@click.option("--enforce-eager", is_flag=True)
+@click.option("--vllm-version", default=DEFAULT_VLLM_VERSION, show_default=True)
+@click.option("--block-size", type=click.IntRange(min=1))
+@click.option("--cpu-kvcache-space-gib", type=click.FloatRange(0, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan_command(model: str, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
+                 dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
+                 max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                 enforce_eager: bool, vllm_version: str, block_size: int | None,
+                 cpu_kvcache_space_gib: float | None, as_json: bool) -> None:
+    """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not."""
+    if device == "cuda" and not gpu and gpu_memory_gib is None:
+        raise click.UsageError("give --gpu NAME or --gpu-memory-gib X")
+    inputs = plan_inputs_from_options(
+        model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, device=device, tp=tp, pp=pp, dtype=dtype,
+        quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        enforce_eager=enforce_eager, vllm_version=vllm_version, block_size=block_size,
+        cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+    )
+    result = planner.plan(inputs)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        click.echo(format_plan(result))
+    if not result.fits:
+        click.secho(f"vLLM would refuse to start: {result.error}", fg="red", err=True)
+        for suggestion in result.suggestions:
+            click.echo(f"  try: {suggestion['message']}", err=True)
+        raise SystemExit(1)
+
+
+plan = plan_command  # the root group adds `kit.cli.plan.plan`

@@ -1,0 +1,88 @@
+"""Preset -> memory plan: the planner's inputs from a preset's hardware, model and engine sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kit.errors import KitError, Problem
+from kit.plan import Plan, PlanInputs, plan
+from kit.preset import Preset
+
+
+def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
+    """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
+    from kit.modelinfo import load_model_spec, spec_from_config
+
+    model = preset.model
+    if model.is_local:
+        candidates = [Path(model.id).expanduser()]
+        if base_dir is not None and not Path(model.id).is_absolute():
+            candidates.insert(0, base_dir / model.id)
+        for path in candidates:
+            if (path / "config.json").is_file():
+                return load_model_spec(str(path))
+        if model.generate == "tiny-llama":
+            from kit.tinymodel import shape_config
+
+            return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
+        return None
+    return load_model_spec(model.id)
+
+
+def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs | None:
+    spec = model_spec_for(preset, base_dir)
+    if spec is None:
+        return None
+    eng, hw = preset.engine, preset.hardware
+    common = dict(
+        model=spec,
+        tensor_parallel_size=eng.tp,
+        pipeline_parallel_size=eng.pp,
+        dtype=eng.dtype or "auto",
+        quantization=eng.quantization,
+        kv_cache_dtype=eng.kv_cache_dtype or "auto",
+        max_model_len=eng.max_model_len,
+        max_num_seqs=eng.max_num_seqs,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
+        enforce_eager=bool(eng.enforce_eager),
+        vllm_version=preset.image.vllm_version,
+        block_size=eng.block_size,
+    )
+    if hw.gpu is None:
+        return PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
+    from kit.datafiles import gpu_catalog
+
+    return PlanInputs(device="cuda", gpu_name=hw.gpu, gpu_memory_gib=gpu_catalog()[hw.gpu]["memory_gib"],
+                      gpu_memory_utilization=eng.gpu_memory_utilization, **common)
+
+
+def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tuple[Plan | None, list[Problem]]:
+    """The plan, or None with a warning when the model's shape is unknown offline."""
+    try:
+        inputs = plan_inputs_for(preset, base_dir)
+    except KitError as exc:
+        return None, [Problem(f"{where}: model.id", f"no memory plan: {exc.message}", exc.hint)]
+    if inputs is None:
+        return None, [Problem(f"{where}: model.id", "no memory plan: the local model directory does not exist yet")]
+    try:
+        return plan(inputs), []
+    except KitError as exc:
+        raise KitError(f"{where}: {exc.message}", hint=exc.hint) from None
+
+
+def summary_lines(result: Plan) -> list[str]:
+    """A short summary for the rendered compose.yaml."""
+    i = result.inputs
+    lines = [
+        f"weights {result.weights_gib:.2f} GiB/rank, KV cache {result.kv_cache_gib:.2f} GiB = "
+        f"{result.kv_cache_tokens:,} tokens, max concurrency {result.max_concurrency:.1f}x at "
+        f"{i['max_model_len']} tokens",
+    ]
+    if i.get("device") != "cpu":
+        lines.append(
+            f"per rank: activation {result.activation_gib:.2f} GiB, non-torch {result.non_torch_gib:.2f} GiB, "
+            f"CUDA graphs {result.cuda_graph_gib:.2f} GiB, utilization {i['gpu_memory_utilization']}"
+        )
+    if result.approximate.get("value"):
+        lines.append(f"approximate: {result.approximate.get('reason')}")
+    return lines

@@ -1,0 +1,87 @@
+"""The CLI's contract: exit codes, one line per problem, no traceback, nothing written on failure."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from kit.cli.main import cli
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(cli, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def test_render_writes_the_stack(run, tmp_path):
+    result = run("render", "preset=cpu", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    for name in ("Dockerfile", "compose.yaml", ".env.example", "requirements.txt", ".dockerignore"):
+        assert (tmp_path / name).is_file()
+    again = run("render", "--preset", "cpu", "--out", str(tmp_path), "--json")
+    assert set(json.loads(again.stdout)["files"].values()) == {"identical"}
+
+
+def test_render_override_and_dry_run(run, tmp_path):
+    result = run("render", "preset=a100x8", "engine.max_model_len=16384", "--out", str(tmp_path), "--dry-run")
+    assert result.exit_code == 0
+    assert not any(tmp_path.iterdir())
+
+
+def test_render_keeps_user_edits_unless_forced(run, tmp_path):
+    run("render", "preset=cpu", "--out", str(tmp_path))
+    (tmp_path / "compose.yaml").write_text("# mine\n")
+    result = run("render", "preset=cpu", "engine.max_num_seqs=4", "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert "compose.yaml" in result.stderr and "--force" in result.stderr
+    assert (tmp_path / "compose.yaml").read_text() == "# mine\n"
+    assert run("render", "preset=cpu", "--out", str(tmp_path), "--force").exit_code == 0
+    assert (tmp_path / "compose.yaml").read_text().startswith("# Rendered by vllm-kit")
+
+
+def test_unknown_preset_exit_1_with_suggestion(run, tmp_path):
+    result = run("render", "preset=a100x9", "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert "a100x8" in result.stderr and "Traceback" not in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_override_names_file_and_field(run, tmp_path):
+    result = run("render", "preset=cpu", "engine.gpu_memory_utilization=2", "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert "presets/cpu.yaml: engine.gpu_memory_utilization" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_usage_errors_exit_2(run):
+    assert run("render").exit_code == 2
+    assert run("render", "preset=cpu", "bogus").exit_code == 2
+    assert run("render", "preset=cpu", "port=9000").exit_code == 2
+    assert run("render", "preset=cpu", "--preset", "a100x8").exit_code == 2
+
+
+def test_validate(run):
+    assert run("validate", "preset=rtx4090-awq").exit_code == 0
+    result = run("validate", "preset=rtx4090-awq", "engine.max_model_len=0", "engine.tensor_parallel_size=0")
+    assert result.exit_code == 1
+    assert result.stderr.count("presets/rtx4090-awq.yaml:") == 2
+    result = run("validate", "preset=cpu", "engine.dtype=float8", "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["ok"] is False
+
+
+def test_presets_list_and_show(run):
+    result = run("presets")
+    assert result.exit_code == 0
+    assert len(result.stdout.strip().splitlines()) == 5
+    shown = run("presets", "show", "a100x8", "engine.max_num_seqs=64")
+    assert "max_num_seqs: 64" in shown.stdout
+
+
+def test_gpus_lists_catalog(run):
+    result = run("gpus")
+    assert "rtx4090" in result.stdout and "a100-80gb" in result.stdout

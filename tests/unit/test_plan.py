@@ -1,0 +1,298 @@
+"""The memory planner: calibration against real vLLM logs, KV arithmetic, defaults, errors."""
+
+import json
+import struct
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kit import plan as planner
+from kit.errors import PlanError
+from kit.modelinfo import ModelSpec, load_model_spec, spec_from_config
+from kit.plan import PlanInputs, kv_bytes_per_token_per_layer, plan
+
+QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
+LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
+
+TINY_LLAMA = {  # the shape of kit/tinymodel.py's model, as transformers writes its config.json
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 2,
+    "vocab_size": 512, "max_position_embeddings": 2048, "tie_word_embeddings": False, "torch_dtype": "float32",
+}
+
+
+def inputs(model: str | ModelSpec, **kw) -> PlanInputs:
+    spec = load_model_spec(model) if isinstance(model, str) else model
+    gpu = kw.pop("gpu", None)
+    if gpu:
+        info = planner.find_gpu(gpu)
+        kw.setdefault("gpu_memory_gib", info.memory_gib)
+        kw["gpu_name"] = info.key
+    return PlanInputs(model=spec, **kw)
+
+
+def tiny_spec(**overrides) -> ModelSpec:
+    return spec_from_config({**TINY_LLAMA, **overrides}, name="tiny-llama", source="test")
+
+
+# --------------------------------------------------------------------------- calibration (KNOWLEDGE.md)
+@pytest.mark.parametrize(
+    "model, kw, weights, kv_gib, tokens",
+    [
+        (QWEN7B, dict(gpu="h100-80gb", gpu_memory_utilization=0.95, max_model_len=8192, vllm_version="0.19.0"),
+         14.25, 58.53, 1_096_000),
+        (LLAMA8B, dict(gpu="h100-80gb", tensor_parallel_size=2, gpu_memory_utilization=0.95, max_model_len=8192,
+                       vllm_version="0.19.0"), 7.51, 63.76, 1_044_688),
+        (LLAMA8B, dict(gpu="a100-40gb", gpu_memory_utilization=0.90, enforce_eager=True, vllm_version="0.15.1",
+                       entrypoint="llm"), 14.99, 19.28, 157_936),
+    ],
+    ids=["h100-qwen2.5-7b", "h100-llama-8b-tp2", "a100-40gb-llama-8b-eager"],
+)
+def test_knowledge_calibration_points(model, kw, weights, kv_gib, tokens):
+    result = plan(inputs(model, **kw))
+    assert result.fits
+    assert result.weights_gib == pytest.approx(weights, rel=0.03)
+    assert result.kv_cache_gib == pytest.approx(kv_gib, rel=0.05)
+    assert result.kv_cache_tokens == pytest.approx(tokens, rel=0.05)
+
+
+def test_calibration_file_cases_all_plan(repo):
+    cases = yaml.safe_load((repo / "kit" / "data" / "calibration.yaml").read_text())["cases"]
+    assert len(cases) >= 3
+    for case in cases:
+        assert case["source"] and case["actual"]
+        raw = dict(case["inputs"])
+        kw = {k: v for k, v in raw.items() if k != "model"}
+        kw["vllm_version"] = str(kw.get("vllm_version", planner.DEFAULT_VLLM_VERSION))
+        plan(inputs(raw["model"], **kw))  # every recorded case is plannable
+
+
+# --------------------------------------------------------------------------- KV arithmetic
+def test_kv_bytes_per_token_exact_for_known_shapes():
+    llama, qwen = load_model_spec(LLAMA8B), load_model_spec(QWEN7B)
+    # 2 (K and V) * kv_heads * head_dim * 2 bytes, per layer
+    assert kv_bytes_per_token_per_layer(llama, 1, 2) * llama.num_layers == 131_072
+    assert kv_bytes_per_token_per_layer(qwen, 1, 2) * qwen.num_layers == 57_344
+    small = load_model_spec("Qwen/Qwen2.5-0.5B-Instruct")
+    assert kv_bytes_per_token_per_layer(small, 1, 2) * small.num_layers == 12_288  # 12 KiB
+
+
+def test_tp_splits_kv_heads_then_replicates():
+    llama = load_model_spec(LLAMA8B)  # 8 KV heads
+    per = [kv_bytes_per_token_per_layer(llama, tp, 2) for tp in (1, 2, 4, 8, 16, 32)]
+    assert per == [4096, 2048, 1024, 512, 512, 512]  # one head per rank at least: replicated past 8
+
+
+def test_tp_tokens_double_when_kv_heads_split():
+    one = plan(inputs(LLAMA8B, gpu_memory_gib=80, gpu_memory_utilization=0.9, max_model_len=8192, vllm_version="0.19.0"))
+    two = plan(inputs(LLAMA8B, gpu_memory_gib=80, gpu_memory_utilization=0.9, max_model_len=8192, vllm_version="0.19.0",
+                      tensor_parallel_size=2))
+    # per rank: half the KV bytes per token, and more free memory (half the weights, more non-torch)
+    assert two.kv_cache_tokens > 2 * one.kv_cache_tokens
+    assert two.weights_gib == pytest.approx(one.weights_gib / 2, rel=0.01)
+
+
+def test_mla_kv_is_latent_not_split_by_tp():
+    ds = load_model_spec("deepseek-ai/DeepSeek-V2-Lite-Chat")
+    assert ds.is_mla
+    assert kv_bytes_per_token_per_layer(ds, 1, 2) == (512 + 64) * 2  # no factor 2 for K and V
+    assert kv_bytes_per_token_per_layer(ds, 2, 2) == kv_bytes_per_token_per_layer(ds, 1, 2)
+    result = plan(inputs(ds, gpu="h100-80gb", max_model_len=8192, vllm_version="0.19.0"))
+    assert result.fits
+    per_token = (512 + 64) * 2 * 27
+    assert result.kv_cache_tokens == int(result.kv_cache_gib * planner.GIB // (16 * per_token)) * 16
+
+
+def test_fp8_kv_cache_halves_bytes_per_token():
+    kw = dict(gpu="h100-80gb", gpu_memory_utilization=0.95, max_model_len=8192, vllm_version="0.19.0")
+    auto = plan(inputs(QWEN7B, **kw))
+    fp8 = plan(inputs(QWEN7B, kv_cache_dtype="fp8", **kw))
+    assert fp8.kv_cache_gib == pytest.approx(auto.kv_cache_gib)
+    assert abs(fp8.kv_cache_tokens - 2 * auto.kv_cache_tokens) <= 16
+
+
+def test_blocks_are_whole_and_concurrency_counts_blocks_per_request():
+    result = plan(inputs(QWEN7B, gpu="rtx4090", max_model_len=10000, vllm_version="0.19.0"))
+    blocks_per_request = -(-10000 // 16)
+    num_blocks = int(round(result.max_concurrency * blocks_per_request))
+    assert result.kv_cache_tokens == int(num_blocks / blocks_per_request * 10000)
+
+
+# --------------------------------------------------------------------------- weights
+def test_awq_weights_are_about_a_quarter_plus_unquantised_embeddings():
+    dense = plan(inputs("Qwen/Qwen3-8B", gpu="h100-80gb", vllm_version="0.19.0"))
+    awq = plan(inputs("Qwen/Qwen3-8B-AWQ", gpu="h100-80gb", vllm_version="0.19.0"))
+    spec = load_model_spec("Qwen/Qwen3-8B")
+    embeddings = 2 * spec.vocab_size * spec.hidden_size * 2 / planner.GIB  # embed + lm_head, fp16
+    linear16 = dense.weights_gib - embeddings
+    assert awq.weights_gib == pytest.approx(embeddings + linear16 * (0.5 + 2.5 / 128) / 2, rel=0.02)
+    assert awq.inputs["quantization"] == "awq" and awq.inputs["dtype"] == "float16"
+
+
+def test_exact_weights_bytes_from_local_safetensors(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [10, 10], "data_offsets": [0, 400]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 400)
+    assert load_model_spec(str(tmp_path)).weights_bytes == 400
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1234}}))
+    assert load_model_spec(str(tmp_path / "config.json")).weights_bytes == 1234
+
+
+# --------------------------------------------------------------------------- version defaults
+def test_cuda_graph_memory_charged_only_from_0_21():
+    kw = dict(gpu="h100-80gb", gpu_memory_utilization=0.9, max_model_len=8192)
+    old = plan(inputs(QWEN7B, vllm_version="0.19.0", **kw))
+    new = plan(inputs(QWEN7B, vllm_version="0.33.0", **kw))
+    eager = plan(inputs(QWEN7B, vllm_version="0.33.0", enforce_eager=True, **kw))
+    assert old.cuda_graph_gib == 0 and eager.cuda_graph_gib == 0
+    assert 0.2 < new.cuda_graph_gib < 2
+    assert new.kv_cache_gib == pytest.approx(old.kv_cache_gib - new.cuda_graph_gib, abs=0.01)
+    assert eager.kv_cache_gib == pytest.approx(old.kv_cache_gib, abs=0.01)
+
+
+def test_version_default_utilization_and_batch_sizes():
+    old = plan(inputs(QWEN7B, gpu="h100-80gb", vllm_version="0.19.0")).inputs
+    new = plan(inputs(QWEN7B, gpu="h100-80gb", vllm_version="0.33.0")).inputs
+    assert old["gpu_memory_utilization"] == 0.9 and new["gpu_memory_utilization"] == 0.92
+    assert (old["max_num_batched_tokens"], old["max_num_seqs"]) == (8192, 1024)  # >= 70 GiB, not A100
+    a100 = plan(inputs(QWEN7B, gpu="a100-80gb", vllm_version="0.19.0")).inputs
+    assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)
+    assert old["max_model_len"] == 32768 and old["block_size"] == 16
+
+
+# --------------------------------------------------------------------------- CPU backend
+def test_cpu_kv_cache_tokens_for_the_tiny_llama():
+    tiny = tiny_spec()
+    # float32 checkpoint -> bf16 on CPU: 2 layers * 2 (K, V) * 1 KV head * 64 * 2 bytes = 512 B per token
+    old = plan(PlanInputs(model=tiny, device="cpu", vllm_version="0.12.0"))  # 4 GiB default
+    assert old.inputs["dtype"] == "bfloat16" and old.inputs["block_size"] == 128
+    assert old.kv_cache_tokens == 4 * planner.GIB // 512 == 8_388_608
+    one = plan(PlanInputs(model=tiny, device="cpu", cpu_kvcache_space_gib=1, vllm_version="0.19.0"))
+    assert one.kv_cache_tokens == 2_097_152
+    assert one.max_concurrency == pytest.approx(2_097_152 / 2048)
+
+
+def test_cpu_tokens_round_down_to_whole_blocks():
+    small = load_model_spec("Qwen/Qwen2.5-0.5B-Instruct")  # 12 KiB per token
+    result = plan(PlanInputs(model=small, device="cpu", cpu_kvcache_space_gib=2, max_model_len=2048,
+                             vllm_version="0.13.0"))
+    assert result.kv_cache_tokens == 174_720  # 2 GiB / 12 KiB = 174,762.7 -> 1,365 blocks of 128
+
+
+def test_cpu_auto_size_needs_host_memory():
+    with pytest.raises(PlanError, match="host memory"):
+        plan(PlanInputs(model=tiny_spec(), device="cpu", vllm_version="0.19.0"))
+
+
+# --------------------------------------------------------------------------- does not fit
+def test_does_not_fit_gives_vllms_message_and_a_max_model_len_that_fits():
+    base = inputs(LLAMA8B, gpu="rtx4090", vllm_version="0.19.0")
+    result = plan(base)
+    assert not result.fits
+    assert result.error.startswith("To serve at least one request with the model's max seq len (131072)")
+    assert "estimated maximum model length is" in result.error
+    by_kind = {s["kind"]: s for s in result.suggestions}
+    length = by_kind["max_model_len"]["change"]["max_model_len"]
+    assert length % 16 == 0 and str(length) in result.error
+    assert plan(base.model_copy(update={"max_model_len": length})).fits
+    assert not plan(base.model_copy(update={"max_model_len": length + 16})).fits
+    for suggestion in result.suggestions:
+        if suggestion["change"]:
+            assert plan(base.model_copy(update=suggestion["change"])).fits, suggestion
+
+
+def test_weights_larger_than_the_gpu_say_no_memory():
+    result = plan(inputs("meta-llama/Llama-3.1-70B-Instruct", gpu="rtx4090", vllm_version="0.19.0"))
+    assert not result.fits
+    assert result.error.startswith("No available memory for the cache blocks")
+    assert any(s["kind"] == "quantized_checkpoint" for s in result.suggestions)
+
+
+# --------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "model, kw, match",
+    [
+        (QWEN7B, dict(tensor_parallel_size=8), "attention heads \\(28\\) must be divisible"),
+        ("Qwen/Qwen2.5-14B-Instruct", dict(tensor_parallel_size=5), "KV heads"),
+        (LLAMA8B, dict(pipeline_parallel_size=33), "larger than the number of layers"),
+        (LLAMA8B, dict(max_model_len=200_000), "greater than the derived max_model_len"),
+        ("Qwen/Qwen3-8B-AWQ", dict(quantization="gptq"), "does not match"),
+        (LLAMA8B, dict(quantization="awq"), "needs a checkpoint quantised"),
+    ],
+)
+def test_impossible_inputs_are_plan_errors(model, kw, match):
+    with pytest.raises(PlanError, match=match):
+        plan(inputs(model, gpu="h100-80gb", **kw))
+
+
+def test_vocab_must_split_evenly():
+    spec = tiny_spec(num_attention_heads=6, num_key_value_heads=6, hidden_size=384, head_dim=64,
+                     intermediate_size=768, vocab_size=100)  # padded to 128, not divisible by 3
+    with pytest.raises(PlanError, match="vocabulary"):
+        planner.check_parallelism(spec, 3, 1)
+
+
+def test_missing_config_field_is_named(tmp_path):
+    config = {k: v for k, v in TINY_LLAMA.items() if k != "num_hidden_layers"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PlanError, match="num_hidden_layers"):
+        load_model_spec(str(tmp_path))
+
+
+def test_unknown_model_offline_says_how_to_pass_a_local_config():
+    with pytest.raises(PlanError) as info:
+        load_model_spec("nobody/no-such-model")
+    assert "--model /path/to" in info.value.hint
+
+
+def test_every_catalog_model_loads_and_plans():
+    from kit.modelinfo import catalog_ids
+
+    ids = catalog_ids()
+    for needed in ("Qwen/Qwen3-8B-AWQ", "Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen3-32B-AWQ", "Qwen/Qwen2.5-1.5B-Instruct-AWQ"):
+        assert needed in ids
+    for model_id in ids:
+        result = plan(inputs(model_id, gpu="h200", max_model_len=4096, tensor_parallel_size=1))
+        assert result.weights_gib > 0
+
+
+def test_gpu_catalog_shape():
+    catalog = planner.gpu_catalog()
+    for key in ("v100-16gb", "t4", "l4", "a100-80gb", "h100-80gb", "rtx4090", "jetson-agx-orin-64gb"):
+        assert key in catalog
+    assert planner.find_gpu("H100").key == "h100-80gb"
+    assert planner.find_gpu("orin").unified_memory
+    with pytest.raises(PlanError, match="unknown GPU"):
+        planner.find_gpu("voodoo2")
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_plan_exit_codes_and_json():
+    from kit.cli.plan import plan_command
+
+    runner = CliRunner()
+    ok = runner.invoke(plan_command, ["--model", "Qwen/Qwen3-8B-AWQ", "--gpu", "rtx4090", "--max-model-len", "8192",
+                                      "--json"])
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.stdout)
+    assert set(data) == {"weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib",
+                         "kv_cache_tokens", "max_concurrency", "fits", "error", "suggestions", "inputs", "approximate"}
+    bad = runner.invoke(plan_command, ["--model", LLAMA8B, "--gpu", "rtx4090"])
+    assert bad.exit_code == 1
+    assert "To serve at least one request" in bad.stderr and "--max-model-len" in bad.stderr
+    table = runner.invoke(plan_command, ["--model", QWEN7B, "--gpu-memory-gib", "79.19"])
+    assert table.exit_code == 0 and "KV cache tokens" in table.stdout
+
+
+def test_quantisation_needs_a_capable_gpu():
+    with pytest.raises(PlanError, match="Minimum capability: 75. Current capability: 70"):
+        plan(inputs("Qwen/Qwen3-8B-AWQ", gpu="v100-16gb"))
+    assert plan(inputs("Qwen/Qwen3-8B-AWQ", gpu="t4", max_model_len=4096)).fits
+
+
+def test_sliding_window_models_are_marked_approximate():
+    windowed = tiny_spec(sliding_window=1024)
+    result = plan(PlanInputs(model=windowed, gpu_memory_gib=16, max_model_len=2048))
+    assert result.approximate["value"] and "sliding-window" in result.approximate["reason"]
+    assert not plan(PlanInputs(model=tiny_spec(), gpu_memory_gib=16, max_model_len=2048)).approximate["value"]
