@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kit.docker_engine import docker_client
 from kit.errors import BuildError, KitError
+from kit.wheelhouse import LOCK_NAME
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", ".dockerignore")
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -81,17 +82,40 @@ def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Pat
     for name in CONTEXT_FILES:
         shutil.copy2(rendered_dir / name, context_dir / name)
     if wheelhouse is not None:
-        wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
-        if not wheels:
-            raise KitError(f"--wheelhouse {wheelhouse}: no wheels there", hint="fill it with `kit wheelhouse preset=NAME DIR`")
+        wheels = wheels_for_lock(wheelhouse)
         target = context_dir / "wheels"
         target.mkdir()
-        for wheel in wheels:
+        for source in [*wheels, wheelhouse / LOCK_NAME]:
             try:
-                os.link(wheel, target / wheel.name)
+                os.link(source, target / source.name)
             except OSError:
-                shutil.copy2(wheel, target / wheel.name)
+                shutil.copy2(source, target / source.name)
     return context_dir
+
+
+def wheels_for_lock(wheelhouse: Path) -> list[Path]:
+    """The wheels the wheelhouse's lock names (a shared wheelhouse may hold other versions too)."""
+    lock = wheelhouse / LOCK_NAME
+    hint = "fill it with `kit wheelhouse preset=NAME DIR` for the same preset"
+    if not lock.is_file():
+        raise KitError(f"--wheelhouse {wheelhouse}: no {LOCK_NAME} there", hint=hint)
+    wanted = {}
+    for line in lock.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            wanted[re.sub(r"[-_.]+", "-", name).lower()] = version
+    found = {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if wanted.get(key) == version:
+            found[key] = wheel
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise KitError(f"--wheelhouse {wheelhouse}: no wheel for {', '.join(missing[:5])}"
+                       + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""), hint=hint)
+    return [found[k] for k in sorted(found)]
 
 
 def _failing_step(lines: list[str]) -> str:

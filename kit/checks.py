@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.compat import check_compat
 from kit.errors import Problem
 from kit.preset import Preset, display_path
 
@@ -86,6 +87,9 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False) 
     report.errors += flag_errors
     report.warnings += flag_warnings
     report.errors += check_parallelism(where, preset)
+    compat_errors, compat_warnings = check_compat(where, preset)
+    report.errors += compat_errors
+    report.warnings += compat_warnings
     if not report.errors:
         check_memory(where, preset, report, force)
     return report

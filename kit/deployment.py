@@ -47,9 +47,14 @@ class Deployment:
     cuda: str | None
     min_driver: str | None
     requirements: list[str]
+    exclude_packages: list[str]  # resolved dependencies the image leaves out (see kit/data/vllm.yaml)
+    runtime_packages: list[str]  # distro packages the runtime stage needs
+    runtime_packages_reason: str
+    image_env: dict[str, str]  # ENV baked into the image (never secrets)
     pip_index_url: str | None
     image_repository: str
     entrypoint: list[str]
+    fetch_command: list[str]  # model-fetch service: python -c FETCH_SCRIPT MODEL REVISION
     served_model_name: str
     model_arg: str  # what --model receives inside the container
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
@@ -171,6 +176,28 @@ def requirements_for(preset: Preset) -> list[str]:
     return reqs
 
 
+# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
+# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
+GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
+
+
+def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
+    strategy = preset.image.strategy
+    if strategy == "cpu":
+        return list(vllm_table()["cpu"]["runtime_packages"]), "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image."
+    if strategy in ("slim", "jetson"):
+        return list(GPU_JIT_PACKAGES), "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)."
+    return [], ""
+
+
+def exclude_packages_for(preset: Preset) -> list[str]:
+    return list(vllm_table()["cpu"]["exclude"]) if preset.image.strategy == "cpu" else []
+
+
+def image_env_for(preset: Preset) -> dict[str, str]:
+    return dict(vllm_table()["cpu"].get("env", {})) if preset.image.strategy == "cpu" else {}
+
+
 def served_name_for(preset: Preset) -> str:
     if preset.model.served_model_name:
         return preset.model.served_model_name
@@ -203,16 +230,25 @@ def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
 
 
 def environment_for(preset: Preset) -> dict[str, str]:
-    env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE}
+    # The model-fetch service fills the cache first, so the server never reaches the hub.
+    env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE, "HF_HUB_OFFLINE": "1"}
     rt = preset.runtime
     if preset.image.strategy == "cpu":
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
         env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
-    if preset.model.is_local:
-        env["HF_HUB_OFFLINE"] = "1"
     env.update(rt.env)
     return dict(sorted(env.items()))
+
+
+# The one-shot `model-fetch` service: puts a hub model into the HF cache volume before the server starts
+# (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that a mounted local model is there.
+FETCH_SCRIPT = (
+    "import pathlib, sys; ref = sys.argv[1]; rev = sys.argv[2] or None; "
+    "ok = (pathlib.Path(ref) / 'config.json').is_file() if ref.startswith('/') "
+    "else bool(__import__('huggingface_hub').snapshot_download(ref, revision=rev)); "
+    "print(('model ready: ' if ok else 'model missing: ') + ref); sys.exit(0 if ok else 1)"
+)
 
 
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
@@ -278,9 +314,14 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         cuda=cuda,
         min_driver=min_driver,
         requirements=requirements_for(preset),
+        exclude_packages=exclude_packages_for(preset),
+        runtime_packages=runtime_packages_for(preset)[0],
+        runtime_packages_reason=runtime_packages_for(preset)[1],
+        image_env=image_env_for(preset),
         pip_index_url=img.pip_index_url,
         image_repository=repository,
         entrypoint=entrypoint,
+        fetch_command=[entrypoint[0], "-c", FETCH_SCRIPT, model_arg, preset.model.revision or ""],
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,

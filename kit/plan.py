@@ -407,44 +407,48 @@ def padded_vocab(vocab: int) -> int:
     return -(-vocab // 64) * 64
 
 
-def check_parallelism(model: ModelSpec, tp: int, pp: int, group_size: int | None = None) -> None:
-    """The divisibility rules vLLM enforces at start, as PlanErrors naming the field."""
-    where = "engine.tensor_parallel_size"
+def parallelism_problems(model: ModelSpec, tp: int, pp: int, group_size: int | None = None) -> list[tuple[str, str, str]]:
+    """Every divisibility rule vLLM enforces at start that ``tp`` x ``pp`` breaks, as (field, message, fix)."""
+    tp_field, pp_field = "engine.tensor_parallel_size", "engine.pipeline_parallel_size"
+    found: list[tuple[str, str, str]] = []
     if model.num_attention_heads % tp:
-        raise PlanError(
-            f"Total number of attention heads ({model.num_attention_heads}) must be divisible by "
-            f"tensor parallel size ({tp}).",
-            hint=f"{where}: use a divisor of {model.num_attention_heads}",
-        )
+        found.append((tp_field,
+                      f"Total number of attention heads ({model.num_attention_heads}) must be divisible by "
+                      f"tensor parallel size ({tp}).",
+                      f"use a divisor of {model.num_attention_heads}"))
     if not model.is_mla:
         kv = model.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            raise PlanError(
-                f"{model.num_kv_heads} KV heads cannot be split or replicated evenly over tensor parallel size {tp}",
-                hint=f"{where}: use a divisor or a multiple of {kv}",
-            )
+            found.append((tp_field,
+                          f"{model.num_kv_heads} KV heads cannot be split or replicated evenly over tensor parallel "
+                          f"size {tp}",
+                          f"use a divisor or a multiple of {kv}"))
     if padded_vocab(model.vocab_size) % tp:
-        raise PlanError(
-            f"vocabulary ({model.vocab_size}, padded to {padded_vocab(model.vocab_size)}) is not divisible by "
-            f"tensor parallel size ({tp})",
-            hint=f"{where}: use a power of two",
-        )
+        found.append((tp_field,
+                      f"vocabulary ({model.vocab_size}, padded to {padded_vocab(model.vocab_size)}) is not divisible "
+                      f"by tensor parallel size ({tp})",
+                      "use a power of two"))
     for label, size in (("intermediate_size", model.intermediate_size if not model.is_moe or model.first_k_dense_replace else 0),
                         ("moe_intermediate_size", model.moe_intermediate_size or 0)):
         if size and size % tp:
-            raise PlanError(f"{label} ({size}) is not divisible by tensor parallel size ({tp})",
-                            hint=f"{where}: use a divisor of {size}")
-        if size and group_size and group_size > 0 and (size // tp) % group_size:
-            raise PlanError(
-                f"{label} per rank ({size} / {tp} = {size // tp}) is not a multiple of the quantisation group size "
-                f"({group_size}): the quantised weights cannot be split this way",
-                hint=f"{where}: use a smaller tensor parallel size",
-            )
+            found.append((tp_field, f"{label} ({size}) is not divisible by tensor parallel size ({tp})",
+                          f"use a divisor of {size}"))
+        elif size and group_size and group_size > 0 and (size // tp) % group_size:
+            found.append((tp_field,
+                          f"{label} per rank ({size} / {tp} = {size // tp}) is not a multiple of the quantisation "
+                          f"group size ({group_size}): the quantised weights cannot be split this way",
+                          "use a smaller tensor parallel size"))
     if pp > model.num_layers:
-        raise PlanError(
-            f"pipeline parallel size ({pp}) is larger than the number of layers ({model.num_layers})",
-            hint=f"engine.pipeline_parallel_size: at most {model.num_layers}",
-        )
+        found.append((pp_field,
+                      f"pipeline parallel size ({pp}) is larger than the number of layers ({model.num_layers})",
+                      f"at most {model.num_layers}"))
+    return found
+
+
+def check_parallelism(model: ModelSpec, tp: int, pp: int, group_size: int | None = None) -> None:
+    """The divisibility rules vLLM enforces at start, as a PlanError naming the field (the first one broken)."""
+    for field, message, fix in parallelism_problems(model, tp, pp, group_size):
+        raise PlanError(message, hint=f"{field}: {fix}")
 
 
 # --------------------------------------------------------------------------- weights

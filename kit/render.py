@@ -17,12 +17,6 @@ DOCKERIGNORE = """\
 !wheels/
 """
 
-# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
-# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time. The CPU image
-# does not need it.
-GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
-
-
 @dataclass(frozen=True)
 class RenderContext:
     """The one object the templates receive."""
@@ -30,8 +24,6 @@ class RenderContext:
     d: Deployment
     image_ref: str
     plan_lines: list[str] = field(default_factory=list)
-    runtime_packages: list[str] = field(default_factory=list)
-    runtime_packages_reason: str = ""
     cap_add: list[str] = field(default_factory=list)
     cap_add_reason: str = ""
     user: str = dep.APP_USER
@@ -73,28 +65,19 @@ def image_ref_for(d: Deployment, dockerfile: str, requirements: str) -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None) -> dict[str, str]:
-    if d.strategy == "official":
-        template, packages, reason = "official.Dockerfile.j2", [], ""
-    elif d.strategy == "cpu":
-        template, packages, reason = "venv.Dockerfile.j2", [], ""
-    else:
-        template = "venv.Dockerfile.j2"
-        packages = GPU_JIT_PACKAGES
-        reason = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)."
+    template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
     cap_add, cap_reason = [], ""
     if d.strategy == "cpu":
         cap_add = ["SYS_NICE"]
         cap_reason = "the CPU backend binds threads and memory to NUMA nodes (mbind/set_mempolicy need SYS_NICE)"
 
     requirements = requirements_text(d)
-    draft = RenderContext(d=d, image_ref="", runtime_packages=packages, runtime_packages_reason=reason)
+    draft = RenderContext(d=d, image_ref="")
     dockerfile = render_template(template, c=draft)
     ctx = RenderContext(
         d=d,
         image_ref=image_ref_for(d, dockerfile, requirements),
         plan_lines=list(plan_lines or []),
-        runtime_packages=packages,
-        runtime_packages_reason=reason,
         cap_add=cap_add,
         cap_add_reason=cap_reason,
     )

@@ -34,27 +34,20 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _add_commands() -> None:
-    from kit.cli import presets, render, validate
+    from kit.cli import build, doctor, fetch, plan, presets, render, smoke, up, validate, wheelhouse
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
+    cli.add_command(doctor.doctor)
     cli.add_command(presets.presets)
     cli.add_command(presets.gpus)
-    for module_name, command_name in (
-        ("kit.cli.plan", "plan"),
-        ("kit.cli.build", "build"),
-        ("kit.cli.wheelhouse", "wheelhouse"),
-        ("kit.cli.smoke", "smoke"),
-        ("kit.cli.fetch", "fetch"),
-        ("kit.cli.flags", "flags"),
-    ):
-        try:
-            module = __import__(module_name, fromlist=[command_name])
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        cli.add_command(getattr(module, command_name))
+    cli.add_command(plan.plan)
+    cli.add_command(wheelhouse.wheelhouse)
+    cli.add_command(build.build)
+    cli.add_command(smoke.smoke)
+    cli.add_command(fetch.fetch)
+    cli.add_command(up.up)
+    cli.add_command(up.down)
 
 
 _add_commands()

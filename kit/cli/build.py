@@ -1,0 +1,45 @@
+"""`kit build`: render (or reuse a render) and build the image with the Docker SDK."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.pipeline import prepare
+from kit.workflow import build as build_stack
+from kit.workflow import render_into
+
+
+@click.command()
+@preset_arguments
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Directory of the render (written or reused); the build log and command go in DIR/.kit/.")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Install only from this wheelhouse (no network).")
+@click.option("--tag", "tags", multiple=True, metavar="REF", help="Extra tag (repeatable).")
+@click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@click.option("--json", "as_json", is_flag=True)
+def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
+          wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, force: bool, as_json: bool) -> None:
+    """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF]."""
+    ref, overrides, _ = split_args(args, preset_option)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    render_into(prepared, out_dir, force=force)
+    result = build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
+                         progress=status)
+    data = {"image_id": result.image_id, "tags": result.tags, "size_bytes": result.size_bytes,
+            "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
+            "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"image   {result.image_id}")
+    click.echo(f"tags    {', '.join(result.tags)}")
+    click.echo(f"size    {result.size_bytes / 2**30:.2f} GiB")
+    click.echo(f"time    {result.seconds:.0f} s ({result.cached_steps}/{result.total_steps} steps cached)")
+    for key, value in sorted(result.labels.items()):
+        click.echo(f"label   {key}={value}")
+    click.echo(f"log     {result.log_path} (command: {result.script_path})")

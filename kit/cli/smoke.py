@@ -1,0 +1,45 @@
+"""`kit smoke`: start the stack with a small model, check it answers, remove everything it started."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.smoke import format_table
+from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
+
+
+@click.command()
+@preset_arguments
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Render here (default: a temporary directory).")
+@click.option("--port", type=int, help="Host port on 127.0.0.1 (default: the preset's).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Build offline from this wheelhouse if the image is missing.")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
+@click.option("--timeout", type=float, help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
+@click.option("--keep", is_flag=True, help="Leave the stack running.")
+@click.option("--json", "as_json", is_flag=True)
+def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
+          wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, as_json: bool) -> None:
+    """Prove a preset's stack answers: kit smoke preset=NAME [model=ID|PATH] [--keep]."""
+    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
+    overrides += model_overrides(extras.get("model")) + port_overrides(port)
+    out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))
+    result = run_smoke(require_preset(ref), overrides, out, wheelhouse=wheelhouse, base_image=base_image, keep=keep,
+                       timeout=timeout, progress=status)
+    if as_json:
+        print_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
+                    "total_seconds": round(result.total_seconds, 1),
+                    "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks]})
+    else:
+        click.echo(format_table(result.checks))
+        click.echo(f"ready in {result.ready_seconds:.0f} s, smoke took {result.total_seconds:.0f} s")
+    if not result.ok:
+        failing = next(c for c in result.checks if not c.ok)
+        click.secho(f"failed: {failing.name}: {failing.detail}", fg="red", err=True)
+        click.echo("--- last log lines ---\n" + result.logs_tail, err=True)
+    if keep:
+        status(f"kept running: compose project {result.project} in {result.out_dir}")
+    raise SystemExit(0 if result.ok else 1)

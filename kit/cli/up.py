@@ -1,0 +1,43 @@
+"""`kit up` / `kit down`: the main job behind `make run` / `make down`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, require_preset, split_args, status
+from kit.workflow import down as stack_down
+from kit.workflow import model_overrides, port_overrides
+from kit.workflow import up as stack_up
+
+
+@click.command()
+@preset_arguments
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Directory to render into.")
+@click.option("--port", type=int, help="Host port on 127.0.0.1 (default: the preset's).")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse (filled if empty).")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
+@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
+       base_image: str | None, force: bool) -> None:
+    """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
+    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
+    overrides += model_overrides(extras.get("model")) + port_overrides(port)
+    prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse, base_image=base_image,
+                               force=force, progress=status)
+    rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
+    click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on http://{rt.bind_address}:{rt.port}")
+    click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/models")
+    click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/completions -H 'Content-Type: application/json' "
+               f"-d '{{\"model\": \"{name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'")
+    click.echo(f"stop it with `make down` (or `kit down --out {out_dir}`)")
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="The directory given to `kit up`.")
+@click.option("--volumes", is_flag=True, help="Also remove the cache volumes (models downloaded, compile cache).")
+def down(out_dir: Path, volumes: bool) -> None:
+    """Stop a stack started by `kit up` and remove its containers."""
+    stack_down(out_dir, volumes=volumes)
+    click.echo(f"stopped {out_dir}")

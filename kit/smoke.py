@@ -1,0 +1,207 @@
+"""Smoke test a running stack: testinfra checks inside the container, HTTP checks on 127.0.0.1.
+
+Public entry point: ``run_checks(stack, prepared, env_values) -> list[Check]``. Starting and stopping the
+stack is the caller's (kit/workflow.py), so tests can run the same checks on a stack they hold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from kit.docker_engine import docker_client
+from kit.pipeline import Prepared
+from kit.stack import Stack
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+KV_LOG = re.compile(r"(CPU|GPU) KV cache size: ([\d,]+) tokens")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def http(method: str, url: str, *, body: dict | None = None, key: str | None = None,
+         timeout: float = 120) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", errors="replace")
+
+
+def testinfra_host(container_id: str):  # noqa: ANN201 - testinfra Host
+    import testinfra
+
+    return testinfra.get_host(f"docker://{container_id}")
+
+
+def server_pids(host) -> list[int]:  # noqa: ANN001
+    """PIDs whose command line runs the API server, without the container's init (PID 1)."""
+    # "[v]llm" keeps grep's own command line from matching.
+    out = host.run(f"grep -l -a '[{SERVER_MODULE[0]}]{SERVER_MODULE[1:]}' /proc/[0-9]*/cmdline").stdout
+    pids = sorted(int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", out))
+    return [p for p in pids if p != 1 and host.file(f"/proc/{p}/status").exists]
+
+
+def uid_of(host, pid: int) -> int:  # noqa: ANN001
+    status = host.file(f"/proc/{pid}/status").content_string
+    return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+
+
+def listening_ports(host) -> set[int]:  # noqa: ANN001
+    """TCP ports in LISTEN state, from /proc/net (no ss or netstat needed in the image)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        f = host.file(table)
+        if not f.exists:
+            continue
+        for line in f.content_string.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def shm_kib(host) -> int:  # noqa: ANN001
+    out = host.check_output("df -k /dev/shm")
+    return int(out.splitlines()[-1].split()[1])
+
+
+def expected_shm_kib(size: str) -> int:
+    units = {"b": 1 / 1024, "k": 1, "m": 1024, "g": 1024 * 1024}
+    number, unit = (size[:-1], size[-1]) if size[-1] in units else (size, "b")
+    return int(int(number) * units[unit])
+
+
+def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[str, str]) -> Check:
+    api = docker_client().api
+    history = " ".join(str(layer.get("CreatedBy", "")) for layer in api.history(image_id))
+    config = api.inspect_image(image_id).get("Config") or {}
+    baked = " ".join(config.get("Env") or []) + json.dumps(config.get("Labels") or {})
+    sentinels = [v for k, v in env_values.items() if k in ("HF_TOKEN", "VLLM_API_KEY") and v]
+    leaks = [name for name, text in (("image history", history), ("image config", baked),
+                                     *[(rel, files[rel]) for rel in sorted(files)])
+             if any(s in text for s in sentinels)]
+    secret_names = [e.split("=", 1)[0] for e in config.get("Env") or [] if e.split("=", 1)[0] in ("HF_TOKEN", "VLLM_API_KEY")]
+    if leaks or secret_names:
+        return Check("secrets stay out of the image", False, f"found in: {', '.join(leaks + secret_names)}")
+    return Check("secrets stay out of the image", True, f"{len(sentinels)} secret(s) only in .env, not in history/config/files")
+
+
+def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int) -> list[Check]:
+    checks: list[Check] = []
+    d = prepared.deployment
+    container = stack.container()
+    container.reload()
+    host = testinfra_host(container.id)
+    key = env_values.get("VLLM_API_KEY") or None
+    base = f"http://127.0.0.1:{port}"
+
+    def record(name: str, fn) -> Any:  # noqa: ANN001
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # noqa: BLE001 - a check that errors is a failed check, reported
+            ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
+        checks.append(Check(name, bool(ok), detail))
+
+    def non_root():
+        pids = server_pids(host)
+        if not pids:
+            return False, "no API server process found"
+        server_uids = sorted({uid_of(host, pid) for pid in pids})
+        every = host.run("grep -H '^Uid:' /proc/[0-9]*/status").stdout
+        all_uids = sorted({int(m.group(1)) for m in re.finditer(r"Uid:\s+(\d+)", every)})
+        return 0 not in server_uids + all_uids, f"server uid {server_uids}; every process: uid {all_uids}"
+
+    def listening():
+        ports = listening_ports(host)
+        return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
+
+    def shm():
+        want = d.shm.shm_size
+        got = shm_kib(host)
+        if want is None:
+            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.shm.ipc})"
+        return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
+
+    def health():
+        status, _ = http("GET", f"{base}/health", timeout=10)
+        return status == 200, f"HTTP {status}"
+
+    def models():
+        status, text = http("GET", f"{base}/v1/models", key=key)
+        ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
+        return d.served_model_name in ids, f"HTTP {status}, models {ids}"
+
+    def auth():
+        if not key:
+            return True, "no API key configured"
+        status, _ = http("GET", f"{base}/v1/models")
+        return status == 401, f"HTTP {status} without the key"
+
+    def completion():
+        status, text = http("POST", f"{base}/v1/completions", key=key, body={
+            "model": d.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
+        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
+        return tokens > 0, f"HTTP {status}, {tokens} tokens"
+
+    def chat():
+        status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
+            "model": d.served_model_name, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say hello."}]})
+        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
+        return tokens > 0, f"HTTP {status}, {tokens} tokens"
+
+    def metrics():
+        status, text = http("GET", f"{base}/metrics", key=key)
+        return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
+
+    def plan_matches():
+        plan = prepared.report.plan
+        logs = container.logs().decode("utf-8", errors="replace")
+        m = KV_LOG.search(logs)
+        if m is None:
+            return False, "no 'KV cache size' line in the server log"
+        actual = int(m.group(2).replace(",", ""))
+        if plan is None:
+            return True, f"server: {actual:,} tokens (no plan for this model)"
+        predicted = plan.kv_cache_tokens
+        if m.group(1) == "CPU":
+            return actual == predicted, f"server {actual:,} tokens, planned {predicted:,}"
+        error = abs(actual - predicted) / max(actual, 1)
+        return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"
+
+    record("server runs as a non-root user", non_root)
+    record("server listens on port 8000", listening)
+    record("/dev/shm has the configured size", shm)
+    checks.append(secrets_out_of_image(container.image.id, prepared.files, env_values))
+    record("GET /health answers 200", health)
+    record("GET /v1/models lists the served model", models)
+    record("requests without the API key are refused", auth)
+    record("POST /v1/completions returns tokens", completion)
+    record("POST /v1/chat/completions returns tokens", chat)
+    record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
+    record("KV cache size matches the plan", plan_matches)
+    return checks
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in checks]
+    passed = sum(c.ok for c in checks)
+    lines.append(f"{passed} passed, {len(checks) - passed} failed")
+    return "\n".join(lines)

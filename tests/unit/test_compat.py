@@ -1,0 +1,135 @@
+"""Compatibility rules: GPU x dtype/quantization/KV cache, parallelism x model, image x platform, Jetson x CUDA."""
+
+import pytest
+from click.testing import CliRunner
+
+from kit.checks import check_preset
+from kit.cli.main import cli
+from kit.compat import check_compat, gpu_rules, versioned
+from kit.datafiles import gpu_catalog
+from kit.preset import load_preset, preset_names
+
+WHERE = "presets/x.yaml"
+
+
+def compat(name, *overrides):
+    _, _, preset = load_preset(name, list(overrides))
+    return check_compat(WHERE, preset)
+
+
+def lines(problems):
+    return [str(p) for p in problems]
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_seed_presets_have_no_compat_errors(name):
+    errors, _ = compat(name)
+    assert errors == []
+    _, path, preset = load_preset(name)
+    assert check_preset(name, path, preset).errors == []
+
+
+def test_v100_bf16_is_an_error_with_the_fix():
+    errors, _ = compat("rtx3090x2-fp16", "hardware.gpu=v100-32gb", "engine.dtype=bfloat16")
+    [problem] = [p for p in errors if p.where.endswith("engine.dtype")]
+    assert "bfloat16 needs compute capability 8.0" in problem.message
+    assert problem.hint.startswith("use engine.dtype=float16 on a Tesla V100")
+    assert "compute capability 7.0; bf16 needs 8.0" in problem.hint
+
+
+def test_auto_dtype_on_a_bf16_checkpoint_falls_back_with_a_warning():
+    # Qwen2.5-14B-Instruct is a bfloat16 checkpoint; vLLM falls back to float16 on a V100 and starts.
+    errors, warnings = compat("rtx3090x2-fp16", "hardware.gpu=v100-32gb", "engine.dtype=auto")
+    assert not [p for p in errors if "dtype" in p.where]
+    assert any(p.where.endswith("engine.dtype") and "falls back to float16" in p.message for p in warnings)
+
+
+def test_marlin_on_turing_depends_on_the_release():
+    t4 = gpu_catalog()["t4"]
+    common = dict(dtype="float16", checkpoint_dtype="float16", quantization="awq_marlin", quantization_set=True,
+                  kv_cache_dtype=None)
+    # Before vLLM's Turing Marlin kernels (PR #29901), awq_marlin needs 8.0: suggest the plain awq kernels.
+    [(severity, field, message, fix)] = gpu_rules(t4, vllm_version="0.11.0", **common)
+    assert (severity, field) == ("error", "engine.quantization")
+    assert "needs compute capability 8.0" in message and "engine.quantization=awq" in fix
+    # The pinned releases run Marlin on 7.5.
+    assert gpu_rules(t4, vllm_version="0.33.0", **common) == []
+    assert versioned([{"since": "0.0.0", "value": "8.0"}, {"since": "0.14.0", "value": "7.5"}], "0.16.0") == "7.5"
+
+
+def test_awq_on_volta_is_refused():
+    errors, _ = compat("rtx4090-awq", "hardware.gpu=v100-32gb")
+    [problem] = errors
+    assert problem.where == f"{WHERE}: engine.quantization"
+    assert "awq_marlin needs compute capability 7.5" in problem.message and "Volta" not in problem.message
+
+
+def test_fp8_checkpoint_on_ampere_is_weight_only_warning():
+    errors, warnings = compat("rtx4090-awq", "hardware.gpu=a100-80gb", "model.id=Qwen/Qwen3-8B-FP8",
+                              "engine.quantization=null", "engine.dtype=null")
+    assert errors == []
+    [warning] = warnings
+    assert warning.where == f"{WHERE}: model.id" and "W8A16" in warning.message
+    # Ada has FP8 tensor cores: nothing to say.
+    assert compat("rtx4090-awq", "model.id=Qwen/Qwen3-8B-FP8", "engine.quantization=null",
+                  "engine.dtype=null") == ([], [])
+
+
+def test_fp8_kv_cache_by_compute_capability():
+    # Ampere: stored in fp8 only by FlashInfer -> warning naming the backend; silenced when it is chosen.
+    errors, warnings = compat("rtx3090x2-fp16", "engine.kv_cache_dtype=fp8")
+    assert errors == []
+    assert any("engine.attention_backend=FLASHINFER" in (w.hint or "") for w in warnings)
+    assert compat("rtx3090x2-fp16", "engine.kv_cache_dtype=fp8", "engine.attention_backend=FLASHINFER") == ([], [])
+    # Turing: no backend of the pinned releases stores it.
+    errors, _ = compat("rtx4090-awq", "hardware.gpu=t4", "engine.kv_cache_dtype=fp8")
+    assert [p.where for p in errors] == [f"{WHERE}: engine.kv_cache_dtype"]
+    # Ada: native.
+    assert compat("rtx4090-awq", "engine.kv_cache_dtype=fp8") == ([], [])
+
+
+def test_tensor_parallel_must_divide_heads_and_every_problem_is_listed():
+    errors, _ = compat("a100x8", "engine.tensor_parallel_size=5", "hardware.count=5")
+    text = lines(errors)
+    assert f"{WHERE}: engine.tensor_parallel_size: Total number of attention heads (64) must be divisible" in text[0]
+    assert any("KV heads" in t for t in text) and any("vocabulary" in t for t in text)
+
+
+def test_pipeline_parallel_larger_than_layers():
+    errors, _ = compat("rtx4090-awq", "engine.pipeline_parallel_size=40", "hardware.count=40")
+    [problem] = errors
+    assert problem.where == f"{WHERE}: engine.pipeline_parallel_size"
+    assert "larger than the number of layers (36)" in problem.message and problem.hint == "at most 36"
+
+
+def test_official_image_on_arm64_is_refused():
+    errors, _ = compat("rtx3090x2-fp16", "hardware.arch=arm64")
+    [problem] = errors
+    assert problem.where == f"{WHERE}: hardware.arch" and "linux/arm64" in problem.message
+    assert "image.strategy=slim" in problem.hint
+
+
+def test_cpu_build_is_x86_only():
+    errors, _ = compat("cpu", "hardware.arch=arm64")
+    assert [p.where for p in errors] == [f"{WHERE}: hardware.arch"]
+
+
+def test_jetson_wheels_newer_than_the_boards_cuda():
+    errors, _ = compat("orin", "image.pip_index_url=https://wheels.example/jp6/cu128")
+    [problem] = errors
+    assert "CUDA 12.8" in problem.message and "L4T r36.4 ships CUDA 12.6" in problem.message
+    errors, _ = compat("orin", "image.pip_index_url=null")
+    assert "SBSA" in errors[0].message
+    # An older board (r36.3, CUDA 12.4) with the cu126 index of the preset.
+    errors, _ = compat("orin", "hardware.l4t=r36.3")
+    assert "ships CUDA 12.4" in errors[0].message
+
+
+def test_cli_lists_all_problems_one_line_each_exit_1():
+    result = CliRunner().invoke(cli, ["validate", "preset=rtx3090x2-fp16", "hardware.gpu=v100-32gb",
+                                      "engine.dtype=bfloat16", "hardware.arch=arm64"])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stderr
+    err = result.stderr.splitlines()
+    assert any("engine.dtype: bfloat16 needs" in line for line in err)
+    assert any("hardware.arch:" in line for line in err)

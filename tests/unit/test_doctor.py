@@ -1,0 +1,181 @@
+"""`kit doctor`: pure evaluation of recorded host facts, and one real run on this machine."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.doctor import (
+    FAIL, PASS, WARN, CommandResult, HostFacts, catalog_key_for, check_disk, check_docker, check_driver,
+    check_gpu_runtime, check_gpus, check_hf, check_shm, evaluate, parse_nvidia_smi, report_json,
+)
+from kit.preset import load_preset
+
+FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def facts(smi: str | None = None, info: str = "docker-info-nvidia.json", **extra) -> HostFacts:
+    docker_info = CommandResult(["docker", "info"], 0, fixture(info)) if info else CommandResult(
+        ["docker", "info"], 1, "", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+        "Is the docker daemon running?")
+    nvidia_smi = CommandResult(["nvidia-smi"], 0, fixture(smi)) if smi else CommandResult(
+        ["nvidia-smi"], None, "", "nvidia-smi: not found")
+    values = dict(docker_info=docker_info, compose_version=CommandResult(["docker", "compose"], 0, "2.40.3\n"),
+                  nvidia_smi=nvidia_smi, shm_bytes=64 << 20, disk_free={"/var/lib/docker": 500 << 30},
+                  hf_home="/nonexistent/hf", hf_token_set=False)
+    values.update(extra)
+    return HostFacts(**values)
+
+
+def preset(name, *overrides):
+    return load_preset(name, list(overrides))[2]
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_parse_nvidia_smi_maps_names_to_the_catalog():
+    gpus = parse_nvidia_smi(fixture("nvidia-smi-8x-a100-80gb.csv"))
+    assert len(gpus) == 8 and {g.catalog_key for g in gpus} == {"a100-80gb"}
+    assert gpus[0].memory_mib == 81920 and gpus[0].driver == "580.82.07"
+    [g] = parse_nvidia_smi(fixture("nvidia-smi-1x-rtx4090.csv"))
+    assert (g.name, g.catalog_key, g.driver) == ("NVIDIA GeForce RTX 4090", "rtx4090", "575.64.03")
+    # The 8 GB RTX 4060 Ti shares the name of the 16 GB one: memory decides.
+    assert catalog_key_for("NVIDIA GeForce RTX 4060 Ti", 16380) == "rtx4060ti-16gb"
+    assert catalog_key_for("NVIDIA GeForce RTX 4060 Ti", 8188) is None
+    assert catalog_key_for("Tesla T4", 15360) == "t4"
+
+
+def test_rtx4090_on_a_575_driver_fails_the_cuda13_slim_image_and_says_how_to_fix():
+    checks = by_name(evaluate(facts("nvidia-smi-1x-rtx4090.csv"), preset("rtx4090-awq")))
+    driver = checks["nvidia driver"]
+    assert driver.status == FAIL and "575.64.03 is older than 580.65.06" in driver.detail
+    assert "image.cuda=12.9" in driver.fix
+    assert checks["gpus"].status == PASS
+    assert checks["memory plan"].status == PASS and "fits in 23.49 GiB" in checks["memory plan"].detail
+    assert checks["nvidia container runtime"].status == PASS
+
+
+def test_2x3090_on_a_550_driver_is_too_old_even_for_cuda_129():
+    checks = by_name(evaluate(facts("nvidia-smi-2x-rtx3090.csv"), preset("rtx3090x2-fp16")))
+    assert checks["nvidia driver"].status == FAIL
+    assert ">= 575.51.03" in checks["nvidia driver"].fix and "older vLLM pin" in checks["nvidia driver"].fix
+    assert checks["gpus"].status == PASS
+    assert checks["memory plan"].status == PASS
+
+
+def test_8x_a100_on_580_passes_the_gpu_checks():
+    checks = by_name(evaluate(facts("nvidia-smi-8x-a100-80gb.csv"), preset("a100x8")))
+    for name in ("nvidia container runtime", "nvidia driver", "gpus", "memory plan"):
+        assert checks[name].status == PASS, checks[name]
+    assert "8 x NVIDIA A100-SXM4-80GB" in checks["gpus"].detail
+
+
+def test_too_few_gpus_and_a_misfit_on_the_real_memory():
+    checks = evaluate(facts("nvidia-smi-1x-rtx4090.csv"), preset("rtx3090x2-fp16"))
+    gpus = [c for c in checks if c.name == "gpus"]
+    assert gpus[0].status == FAIL and "2 GPU(s) per node; this host has 1" in gpus[0].detail
+    # One 4090 for a preset planned on a 3090: a warning naming the key, then the plan on 23.5 GiB.
+    checks = by_name(evaluate(facts("nvidia-smi-1x-rtx4090.csv"),
+                              preset("rtx3090x2-fp16", "hardware.count=1", "engine.tensor_parallel_size=1")))
+    assert checks["gpus"].status == WARN and checks["gpus"].fix == "render with hardware.gpu=rtx4090"
+    assert checks["memory plan"].status == FAIL and "does not fit in 23.49 GiB" in checks["memory plan"].detail
+
+
+def test_real_gpu_compatibility_is_checked_when_it_differs():
+    t4 = "Tesla T4, 15360, 580.82.07\n"
+    result = facts(None)
+    result.nvidia_smi = CommandResult(["nvidia-smi"], 0, t4)
+    checks = evaluate(result, preset("rtx3090x2-fp16", "hardware.count=1", "engine.tensor_parallel_size=1",
+                                      "engine.dtype=bfloat16"))
+    compat = [c for c in checks if c.name == "gpu compatibility"]
+    assert compat and compat[0].status == FAIL and "engine.dtype=float16" in compat[0].fix
+
+
+def test_runtime_missing_is_a_failure_for_a_gpu_preset_only():
+    no_nvidia = facts("nvidia-smi-1x-rtx4090.csv", info="docker-info-no-nvidia.json")
+    check = check_gpu_runtime(no_nvidia, preset("rtx4090-awq"))
+    assert check.status == FAIL and "nvidia-ctk runtime configure" in check.fix
+    assert check_gpu_runtime(no_nvidia, preset("cpu")).status == PASS
+    assert check_gpu_runtime(no_nvidia, None).status == WARN
+    with_cdi = facts("nvidia-smi-1x-rtx4090.csv", info="docker-info-no-nvidia.json", cdi_specs=["/etc/cdi/nvidia.yaml"])
+    assert check_gpu_runtime(with_cdi, preset("rtx4090-awq")).status == PASS
+    cdi_preset = preset("rtx4090-awq", "hardware.gpu_runtime=cdi")
+    assert check_gpu_runtime(no_nvidia, cdi_preset).status == FAIL
+
+
+def test_docker_versions():
+    assert check_docker(facts(), preset("rtx4090-awq")).detail.startswith("Docker 27.5.1")
+    old = facts(info="docker-info-no-nvidia.json")  # 20.10: no CDI device requests
+    assert check_docker(old, preset("rtx4090-awq", "hardware.gpu_runtime=cdi")).status == FAIL
+    assert check_docker(old, preset("rtx4090-awq")).status == PASS
+    down = check_docker(facts(info=None), None)
+    assert down.status == FAIL and "Is the docker daemon running?" in down.detail
+
+
+def test_shm_with_ipc_host_must_hold_the_planned_size():
+    small = facts(shm_bytes=64 << 20)
+    assert check_shm(small, preset("a100x8")).status == PASS  # private /dev/shm sized by compose
+    check = check_shm(small, preset("a100x8", "runtime.ipc=host"))
+    assert check.status == FAIL and "the stack wants 19456 MiB" in check.detail
+
+
+def test_disk_needs_image_plus_weights():
+    tight = facts(disk_free={"/var/lib/docker": 10 << 30})
+    check = check_disk(tight, preset("a100x8"))
+    assert check.status == FAIL and "image ~20 GiB (official)" in check.detail
+    assert check_disk(facts(), preset("a100x8")).status == PASS
+
+
+def test_hf_token_presence_is_reported_never_its_value(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value_do_not_print")
+    from kit.doctor import hf_token_state
+
+    assert hf_token_state("/nonexistent") == (True, "HF_TOKEN environment variable")
+    check = check_hf(facts(hf_token_set=True, hf_token_source="HF_TOKEN environment variable"), preset("a100x8"))
+    assert check.status == PASS and "hf_secret" not in json.dumps(check.to_json())
+    assert check_hf(facts(), preset("a100x8")).status == WARN
+    assert check_hf(facts(), preset("cpu")).status == PASS
+
+
+def test_report_json_has_stable_keys():
+    report = report_json(evaluate(facts("nvidia-smi-8x-a100-80gb.csv"), preset("a100x8")))
+    assert set(report) == {"checks", "ok"}
+    assert all(set(c) == {"name", "status", "detail", "fix"} for c in report["checks"])
+
+
+def test_driver_without_preset_just_reports():
+    assert check_driver(facts("nvidia-smi-2x-rtx3090.csv"), None).detail == "driver 550.144.03"
+    assert [c.status for c in check_gpus(facts(None), None)] == [WARN]
+
+
+def _engine_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_doctor_for_real_on_this_host():
+    if not _engine_answers():
+        if os.environ.get("CI"):
+            pytest.fail("no Docker engine answers; scripts/setup-host.sh starts one")
+        pytest.skip("no Docker engine answers")
+    for args in ([], ["preset=cpu"]):
+        done = subprocess.run([sys.executable, "-m", "kit.cli.main", "doctor", "--json", *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+        report = json.loads(done.stdout)
+        checks = {c["name"]: c for c in report["checks"]}
+        for name in ("docker engine", "compose", "shared memory", "disk"):
+            assert checks[name]["status"] == PASS, (name, checks[name]["detail"])
+        if args:
+            assert report["ok"] is True and done.returncode == 0
