@@ -6,7 +6,7 @@ size /dev/shm or time a healthcheck live here, with their reasons, so templates 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -23,12 +23,61 @@ MODELS_DIR = "/models"
 HF_HOME = f"{APP_HOME}/.cache/huggingface"
 VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 
+# Several nodes: the launcher (kit/launch/ray_node.py) is rendered beside the compose files and mounted
+# read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
+LAUNCHER_FILE = "ray_node.py"
+LAUNCHER_DIR = "/opt/kit"
+HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
+WORKER_SERVICE = "ray-worker"
+# Ports Ray itself takes on every node with its defaults (besides the GCS and dashboard ports the preset
+# names): the Ray client server, the dashboard agent, and the worker processes' range.
+RAY_CLIENT_PORT = 10001
+RAY_DASHBOARD_AGENT_PORT = 52365
+RAY_WORKER_PORTS = (10002, 19999)
+# Per-host values, read from each host's .env (they differ per host, so they are not in the preset).
+NODE_ENV = {
+    "VLLM_HOST_IP": "this host's address on the network the nodes share (Ray's node address and vLLM's)",
+    "NCCL_SOCKET_IFNAME": "the NIC NCCL uses between nodes, e.g. eth0 (on hosts with several NICs)",
+    "GLOO_SOCKET_IFNAME": "the NIC Gloo (torch.distributed's CPU side) uses, usually the same as NCCL's",
+}
+
 
 @dataclass(frozen=True)
 class ShmDecision:
     shm_size: str | None  # compose shm_size, e.g. "2048m"; None with ipc host
     ipc: str | None
     reason: str
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """A Ray cluster over ``nodes`` hosts: the head runs Ray's GCS and the API server, workers join it."""
+
+    nodes: int
+    network: str  # host | bridge
+    head_address: str  # what workers dial (the head service's name on a bridge network)
+    ray_port: int
+    dashboard_port: int
+    join_timeout: int
+    node_grace: int
+    ranks_per_node: int
+    server_port: int  # where the API server listens inside the head container (= on the host with host networking)
+    launcher: list[str]  # entrypoint: python /opt/kit/ray_node.py
+    head_options: list[str]  # head --nodes N ... (the server's argv follows after --)
+    head_args: list[str]  # head ... -- <server argv>, for compose
+    worker_args: list[str]
+
+    def worker_args_for(self, head_address: str) -> list[str]:
+        """The worker command dialling another head address (Kubernetes: the LWS leader's)."""
+        return ["worker", "--address", f"{head_address}:{self.ray_port}", "--join-timeout", str(self.join_timeout)]
+
+    @property
+    def host_network(self) -> bool:
+        return self.network == "host"
+
+    @property
+    def head_endpoint(self) -> str:
+        return f"{self.head_address}:{self.ray_port}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +108,7 @@ class Deployment:
     model_arg: str  # what --model receives inside the container
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
     serve_args: list[str]
+    pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
     shm: ShmDecision
     gpu_devices: dict[str, Any] | None  # compose device request, None on CPU/Jetson
     jetson_runtime: bool
@@ -67,6 +117,7 @@ class Deployment:
     environment: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
 
     @property
     def gpus_total(self) -> int:
@@ -206,13 +257,26 @@ def served_name_for(preset: Preset) -> str:
     return preset.model.id
 
 
-def serve_args_for(preset: Preset, served_name: str, model_arg: str) -> list[str]:
+def server_listen_for(preset: Preset) -> tuple[str, int]:
+    """(host, port) the API server listens on inside its container.
+
+    With host networking (several nodes, cluster.network host) nothing is published: the server binds
+    runtime.bind_address:runtime.port on the host itself.
+    """
+    if preset.hardware.nodes > 1 and preset.cluster.network == "host":
+        return preset.runtime.bind_address, preset.runtime.port
+    return "0.0.0.0", CONTAINER_PORT
+
+
+def serve_args_for(preset: Preset, served_name: str, model_arg: str,
+                   listen: tuple[str, int] | None = None) -> list[str]:
     from kit.flags import engine_to_argv
 
     args = ["--model", model_arg, "--served-model-name", served_name]
     if preset.model.revision:
         args += ["--revision", preset.model.revision]
-    args += ["--host", "0.0.0.0", "--port", str(CONTAINER_PORT)]
+    host, port = listen or server_listen_for(preset)
+    args += ["--host", host, "--port", str(port)]
     args += engine_to_argv(preset.engine.flags(), preset.image.vllm_version)
     return args
 
@@ -251,6 +315,34 @@ FETCH_SCRIPT = (
 )
 
 
+def cluster_plan_for(preset: Preset, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
+    """The head and worker commands for several nodes (None for one node).
+
+    Both roles run the launcher: the head starts Ray's head, waits (bounded) until every node has joined,
+    then runs the server and stops it if a node leaves (vLLM's Ray executor does not notice a lost node
+    until a request fails); a worker waits (bounded) for the head's port, then runs `ray start --block`.
+    """
+    hw, cl = preset.hardware, preset.cluster
+    if hw.nodes <= 1:
+        return None
+    head_address = cl.head_address or (HEAD_SERVICE if cl.network == "bridge" else "")
+    eng = preset.engine
+    ranks_per_node = max(1, (eng.tp * eng.pp) // hw.nodes)
+    _, server_port = server_listen_for(preset)
+    launcher = [entrypoint[0], f"{LAUNCHER_DIR}/{LAUNCHER_FILE}"]
+    head_options = [
+        "head", "--nodes", str(hw.nodes), "--port", str(cl.ray_port), "--dashboard-port", str(cl.dashboard_port),
+        "--join-timeout", str(cl.join_timeout), "--node-grace", str(cl.node_grace),
+    ]
+    plan = ClusterPlan(
+        nodes=hw.nodes, network=cl.network, head_address=head_address, ray_port=cl.ray_port,
+        dashboard_port=cl.dashboard_port, join_timeout=cl.join_timeout, node_grace=cl.node_grace,
+        ranks_per_node=ranks_per_node, server_port=server_port, launcher=launcher, head_options=head_options,
+        head_args=[*head_options, "--", *entrypoint, *serve_args], worker_args=[],
+    )
+    return replace(plan, worker_args=plan.worker_args_for(head_address))
+
+
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
     img, hw = preset.image, preset.hardware
     table_base, python_version, cuda, min_driver = base_image_for(preset)
@@ -279,6 +371,11 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         entrypoint = [f"{VENV}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
 
     start_period, start_reason = healthcheck_start_period_for(preset)
+    serve_args = serve_args_for(preset, served, model_arg)
+    cluster = cluster_plan_for(preset, entrypoint, serve_args)
+    if cluster is not None:
+        start_period += cluster.join_timeout
+        start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
     repository = img.repository or f"vllm-kit/{name}"
     gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
     notes: list[str] = []
@@ -325,7 +422,8 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,
-        serve_args=serve_args_for(preset, served, model_arg),
+        serve_args=serve_args,
+        pod_serve_args=serve_args_for(preset, served, model_arg, listen=("0.0.0.0", CONTAINER_PORT)),
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
         jetson_runtime=img.strategy == "jetson",
@@ -334,4 +432,5 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         environment=environment_for(preset),
         labels=labels,
         notes=notes,
+        cluster=cluster,
     )

@@ -9,7 +9,7 @@ from kit.checks import CheckReport, check_preset
 from kit.deployment import Deployment, plan_deployment
 from kit.errors import PresetError
 from kit.preset import Preset, load_preset
-from kit.render import render
+from kit.render import image_ref_for, render
 
 
 @dataclass(frozen=True)
@@ -23,25 +23,21 @@ class Prepared:
 
     @property
     def image_ref(self) -> str:
-        for line in self.files["compose.yaml"].splitlines():
-            if line.strip().startswith("image:"):
-                return line.split(":", 1)[1].strip().strip('"')
-        raise AssertionError("rendered compose.yaml has no image")
+        return image_ref_for(self.deployment, self.files["Dockerfile"], self.files["requirements.txt"])
 
 
-def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False) -> tuple[
-    str, Path, Preset, CheckReport
-]:
+def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,
+                   target: str = "compose") -> tuple[str, Path, Preset, CheckReport]:
     name, path, preset = load_preset(ref, overrides)
-    report = check_preset(name, path, preset, force=force)
+    report = check_preset(name, path, preset, force=force, target=target)
     if report.errors:
         raise PresetError(f"{path}: preset has problems", problems=report.errors)
     return name, path, preset, report
 
 
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
-            force: bool = False) -> Prepared:
-    name, path, preset, report = load_and_check(ref, overrides, force=force)
+            force: bool = False, target: str = "compose") -> Prepared:
+    name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
     deployment = plan_deployment(name, preset, base_image=base_image)
-    files = render(deployment, plan_lines=report.plan_lines)
+    files = render(deployment, plan_lines=report.plan_lines, target=target)
     return Prepared(name, path, preset, report, deployment, files)

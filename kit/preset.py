@@ -135,6 +135,10 @@ class Image(Strict):
     extra_pip: list[str] = Field(default_factory=list, description="Extra Python packages, each pinned name==version")
     pip_index_url: str | None = Field(None, description="Package index for the image's wheels (Jetson wheel index)")
     repository: str | None = Field(None, description="Image repository to tag (default: vllm-kit/<preset>)")
+    pin_digest: str | None = Field(
+        None, pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Production: compose runs image.repository@this digest (what `kit push` printed) instead of the tag",
+    )
 
     @field_validator("vllm_version")
     @classmethod
@@ -150,6 +154,12 @@ class Image(Strict):
         if value is not None:
             check_pinned_ref(value)
         return value
+
+    @model_validator(mode="after")
+    def _pin_needs_repository(self) -> Image:
+        if self.pin_digest and not self.repository:
+            raise ValueError("pin_digest needs image.repository: the registry repository the digest was pushed to")
+        return self
 
     @field_validator("extra_pip")
     @classmethod
@@ -194,6 +204,34 @@ class Runtime(Strict):
         return value
 
 
+class Cluster(Strict):
+    """Several nodes (hardware.nodes > 1): a Ray head and workers, as vLLM's multi-node guide runs them.
+
+    Cluster-wide values live here; each host's own address and NICs come from its .env
+    (VLLM_HOST_IP, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), since they differ per host.
+    """
+
+    network: Literal["host", "bridge"] = Field(
+        "host",
+        description="host: every node on its own host with host networking (production, vLLM's guide); "
+        "bridge: all nodes as containers on one Docker host, on a private bridge network (trying out, tests)",
+    )
+    head_address: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
+        description="Address (IP or DNS name) workers dial to reach the Ray head; required with network host",
+    )
+    ray_port: int = Field(6379, ge=1, le=65535, description="Ray GCS port on the head (ray start --port)")
+    dashboard_port: int = Field(8265, ge=1, le=65535, description="Ray dashboard port on the head (on localhost)")
+    join_timeout: int = Field(
+        600, ge=10, le=86400, description="Seconds the head waits for every node to join before it gives up"
+    )
+    node_grace: int = Field(
+        30, ge=5, le=3600,
+        description="Seconds a node may be missing while serving before the head stops the server (and /health fails)",
+    )
+
+
 class Preset(Strict):
     description: str = Field("", description="One line shown by `kit presets`")
     hardware: Hardware
@@ -201,6 +239,18 @@ class Preset(Strict):
     engine: Engine = Field(default_factory=Engine)
     image: Image
     runtime: Runtime = Field(default_factory=Runtime)
+    cluster: Cluster = Field(default_factory=Cluster)
+
+    @model_validator(mode="after")
+    def _multi_node_defaults(self) -> Preset:
+        # vLLM's multi-node guide: tensor parallel within a node, pipeline parallel across nodes, on Ray.
+        # Only unset fields are filled; checks.py then verifies the layout against the hardware.
+        if self.hardware.nodes > 1:
+            if self.engine.pipeline_parallel_size is None:
+                self.engine.pipeline_parallel_size = self.hardware.nodes
+            if self.engine.distributed_executor_backend is None:
+                self.engine.distributed_executor_backend = "ray"
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> Preset:

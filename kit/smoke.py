@@ -43,7 +43,7 @@ def http(method: str, url: str, *, body: dict | None = None, key: str | None = N
         return exc.code, exc.read().decode("utf-8", errors="replace")
 
 
-def testinfra_host(container_id: str):  # noqa: ANN201 - testinfra Host
+def infra_host(container_id: str):  # noqa: ANN201 - testinfra Host
     import testinfra
 
     return testinfra.get_host(f"docker://{container_id}")
@@ -107,7 +107,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     d = prepared.deployment
     container = stack.container()
     container.reload()
-    host = testinfra_host(container.id)
+    host = infra_host(container.id)
     key = env_values.get("VLLM_API_KEY") or None
     base = f"http://127.0.0.1:{port}"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from kit.deployment import Deployment
 from kit.errors import KitError
 
 LOCK_NAME = "requirements.lock.txt"
+# pip's resolver report, kept beside the lock: `kit lock` takes each wheel's index-provided sha256 from it.
+REPORT_NAME = "pip-report.json"
 # glibc of each base family, for the manylinux tags pip may pick (a wheel built for a newer glibc fails).
 GLIBC_BY_BASE = (
     ("ubuntu24.04", "2.39"),
@@ -124,6 +127,7 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
         f"glibc {target.glibc}, {target.machine}")
     with tempfile.TemporaryDirectory(prefix="kit-wheelhouse-") as tmp:
         pins = resolve(d, target, Path(tmp), log)
+        shutil.copyfile(Path(tmp) / "report.json", directory / REPORT_NAME)
     excluded = sorted(n for n in pins if n in {_normalise(x) for x in d.exclude_packages})
     kept = {n: v for n, v in sorted(pins.items()) if n not in excluded}
     lock = directory / LOCK_NAME

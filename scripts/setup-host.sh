@@ -9,13 +9,23 @@
 #   4. A local base image (no registry needed): mmdebstrap a minimal Debian
 #      root filesystem from the mirror in this machine's apt sources, then
 #      `docker import` it as $KIT_BASE_IMAGE.
+#   5. arm64 under emulation (the `orin` build test): Debian's qemu-user-static
+#      and binfmt-support, `update-binfmts --enable qemu-aarch64`, then an arm64
+#      stand-in base ($KIT_ARM64_BASE_IMAGE, mmdebstrap --arch=arm64, ~2.5 min)
+#      made with its platform set to linux/arm64 (FROM scratch + ADD). When the machine refuses
+#      binfmt registration this step warns and carries on (the test skips).
+#   6. Debian's docker-registry package (a local registry for the lock/push
+#      tests; the tests start it with a config of their own on 127.0.0.1).
 #
 # Environment:
 #   KIT_SETUP_SKIP       steps to skip, comma- or space-separated:
-#                        docker, compose, hadolint, base   (default: none)
+#                        docker, compose, hadolint, base, arm64, registry
+#                        (default: none)
 #   KIT_BASE_IMAGE       tag of the base image            (default: vllm-kit/base:bookworm)
 #   KIT_BASE_SUITE       Debian suite of the base image   (default: bookworm; python3.11)
 #   KIT_BASE_PACKAGES    comma-separated packages for mmdebstrap --include
+#   KIT_ARM64_BASE_IMAGE tag of the arm64 stand-in base (default: vllm-kit/base-arm64:bookworm)
+#   KIT_ARM64_PACKAGES   its mmdebstrap --include (default: python3,python3-venv,ca-certificates)
 #   KIT_APT_MIRROR       mirror URL; default: read from this machine's apt sources
 #   KIT_DOCKERD_LOG      dockerd log file                 (default: /var/log/dockerd.log)
 #   KIT_DOCKER_WAIT      seconds to wait for dockerd      (default: 60)
@@ -31,6 +41,8 @@ KIT_BASE_SUITE="${KIT_BASE_SUITE:-bookworm}"
 # kit's Dockerfile installs them when the base lacks them, as on a user's base.
 KIT_BASE_PACKAGES="${KIT_BASE_PACKAGES:-python3,python3-venv,ca-certificates,iproute2,procps}"
 KIT_APT_MIRROR="${KIT_APT_MIRROR:-}"
+KIT_ARM64_BASE_IMAGE="${KIT_ARM64_BASE_IMAGE:-vllm-kit/base-arm64:bookworm}"
+KIT_ARM64_PACKAGES="${KIT_ARM64_PACKAGES:-python3,python3-venv,ca-certificates}"
 KIT_DOCKERD_LOG="${KIT_DOCKERD_LOG:-/var/log/dockerd.log}"
 KIT_DOCKER_WAIT="${KIT_DOCKER_WAIT:-60}"
 PYTHON="${PYTHON:-python3}"
@@ -193,11 +205,88 @@ setup_base() {
     log "base image $KIT_BASE_IMAGE ready ($(docker image inspect --format '{{.Size}}' "$KIT_BASE_IMAGE") bytes)"
 }
 
+# --- 5. arm64 under emulation ---------------------------------------------
+BINFMT_DIR=/proc/sys/fs/binfmt_misc
+
+setup_arm64() {
+    if [ ! -e "$BINFMT_DIR/qemu-aarch64" ]; then
+        if ! command -v update-binfmts >/dev/null 2>&1 || [ ! -e /usr/bin/qemu-aarch64-static ]; then
+            apt_install qemu-user-static binfmt-support
+        fi
+        if [ ! -e "$BINFMT_DIR/register" ]; then
+            as_root mount -t binfmt_misc binfmt_misc "$BINFMT_DIR" 2>/dev/null || true
+        fi
+        if ! as_root update-binfmts --enable qemu-aarch64 >&2 || [ ! -e "$BINFMT_DIR/qemu-aarch64" ]; then
+            log "WARNING: this machine does not allow binfmt registration; arm64 builds are unavailable"
+            return 0
+        fi
+    fi
+    log "arm64 emulation registered ($BINFMT_DIR/qemu-aarch64)"
+    local tmp old=""
+    if docker image inspect "$KIT_ARM64_BASE_IMAGE" >/dev/null 2>&1; then
+        if [ "$(docker image inspect --format '{{.Architecture}}' "$KIT_ARM64_BASE_IMAGE")" = arm64 ]; then
+            log "arm64 base image $KIT_ARM64_BASE_IMAGE present"
+            return 0
+        fi
+        old="$(docker image inspect --format '{{.Id}}' "$KIT_ARM64_BASE_IMAGE")"
+    fi
+    tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    if [ -n "$old" ]; then
+        log "$KIT_ARM64_BASE_IMAGE is labelled $(docker image inspect --format '{{.Architecture}}' "$old"); relabelling"
+        local cid
+        cid="$(docker create "$old" /bin/true)"
+        docker export "$cid" -o "$tmp/base.tar"
+        docker rm "$cid" >/dev/null
+    else
+        command -v mmdebstrap >/dev/null 2>&1 || apt_install mmdebstrap
+        local mirror="$KIT_APT_MIRROR"
+        if [ -z "$mirror" ]; then
+            mirror="$(apt_mirror_for_suite "$KIT_BASE_SUITE" | head -n 1)"
+        fi
+        [ -n "$mirror" ] || die "no apt mirror for suite '$KIT_BASE_SUITE' found; set KIT_APT_MIRROR"
+        log "mmdebstrap --arch=arm64 $KIT_BASE_SUITE (+$KIT_ARM64_PACKAGES) from $mirror (emulated: minutes)"
+        mmdebstrap --quiet --arch=arm64 --variant=minbase --include="$KIT_ARM64_PACKAGES" \
+            "$KIT_BASE_SUITE" "$tmp/base.tar" "$mirror" >&2
+    fi
+    # `docker import` labels the image with the host's architecture (Docker 20.10 ignores import's
+    # --platform), and a --platform linux/arm64 build then refuses it. A FROM scratch build with
+    # --platform linux/arm64 records the right platform for the same root file system.
+    printf '%s\n' 'FROM scratch' 'ADD base.tar /' \
+        'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        'CMD ["/bin/bash"]' >"$tmp/Dockerfile"
+    log "docker build --platform linux/arm64 (FROM scratch + the root file system) -> $KIT_ARM64_BASE_IMAGE"
+    docker build --quiet --platform linux/arm64 -t "$KIT_ARM64_BASE_IMAGE" "$tmp" >/dev/null
+    rm -rf "$tmp"
+    trap - EXIT
+    if [ -n "$old" ]; then
+        docker rmi "$old" >/dev/null 2>&1 || true
+    fi
+    log "arm64 base $KIT_ARM64_BASE_IMAGE ready ($(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$KIT_ARM64_BASE_IMAGE"))"
+}
+
+# --- 6. A local registry ---------------------------------------------------
+setup_registry() {
+    if command -v docker-registry >/dev/null 2>&1; then
+        log "docker-registry present"
+        return 0
+    fi
+    apt_install docker-registry
+    # The package starts a system service with its own (htpasswd) config; the tests
+    # run their own instance, so keep the packaged one out of the way.
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        as_root systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    fi
+}
+
 main() {
     skipped docker   || setup_docker
     skipped compose  || setup_compose
     skipped hadolint || setup_hadolint
     skipped base     || setup_base
+    skipped arm64    || setup_arm64
+    skipped registry || setup_registry
     log "done"
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -20,16 +21,30 @@ from kit.workflow import render_into
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Install only from this wheelhouse (no network).")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Extra tag (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
+@click.option("--locked", is_flag=True,
+              help="Build only from DIR/vllm-kit.lock.json: base by digest, wheels by sha256; fail on drift.")
+@click.option("--lock", "lock_path", type=click.Path(path_type=Path), help="Lock file (default: DIR/vllm-kit.lock.json).")
+@click.option("--offline", is_flag=True, help="With --locked: the base must be on this engine (no pull).")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
 @click.option("--json", "as_json", is_flag=True)
 def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
-          wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, force: bool, as_json: bool) -> None:
-    """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF]."""
+          wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, locked: bool, lock_path: Path | None,
+          offline: bool, force: bool, as_json: bool) -> None:
+    """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
     ref, overrides, _ = split_args(args, preset_option)
+    if (lock_path or offline) and not locked:
+        raise click.UsageError("--lock and --offline go with --locked")
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
     render_into(prepared, out_dir, force=force)
-    result = build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
-                         progress=status)
+    if locked:
+        from kit.lock import LOCK_FILE, build_locked
+
+        built = build_locked(prepared, out_dir, lock_path=lock_path or out_dir / LOCK_FILE, wheelhouse=wheelhouse,
+                             offline=offline, no_cache=no_cache, extra_tags=list(tags), progress=status)
+        result = dataclasses.replace(built.result, image_id=built.image_id, tags=built.tags)
+    else:
+        result = build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
+                             progress=status)
     data = {"image_id": result.image_id, "tags": result.tags, "size_bytes": result.size_bytes,
             "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}

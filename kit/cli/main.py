@@ -34,7 +34,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _add_commands() -> None:
-    from kit.cli import build, doctor, fetch, plan, presets, render, smoke, up, validate, wheelhouse
+    from kit.cli import (build, doctor, fetch, imagediff, lock, plan, presets, push, render, smoke, up, validate,
+                         wheelhouse)
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
@@ -44,6 +45,9 @@ def _add_commands() -> None:
     cli.add_command(plan.plan)
     cli.add_command(wheelhouse.wheelhouse)
     cli.add_command(build.build)
+    cli.add_command(lock.lock)
+    cli.add_command(push.push)
+    cli.add_command(imagediff.image_diff)
     cli.add_command(smoke.smoke)
     cli.add_command(fetch.fetch)
     cli.add_command(up.up)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import print_json
+from kit.cli.common import print_json, split_args
 from kit.modelinfo import load_model_spec
 from kit import plan as planner
 from kit.plan import DEFAULT_VLLM_VERSION, Plan, PlanInputs, find_gpu
@@ -90,7 +90,9 @@ def format_plan(result: Plan) -> str:
 
 
 @click.command("plan")
-@click.option("--model", required=True, metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
+@click.argument("args", nargs=-1)
+@click.option("--preset", "preset_option", metavar="NAME", help="Plan a preset (same as preset=NAME); KEY=VALUE overrides.")
+@click.option("--model", metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
 @click.option("--gpu", metavar="NAME", help="GPU from the catalog (see `kit gpus`).")
 @click.option("--gpu-memory-gib", type=float, metavar="X", help="Total GPU memory as CUDA reports it (host RAM with --device cpu).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
@@ -108,12 +110,30 @@ def format_plan(result: Plan) -> str:
 @click.option("--block-size", type=click.IntRange(min=1))
 @click.option("--cpu-kvcache-space-gib", type=click.FloatRange(0, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan_command(model: str, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
+def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | None, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
                  max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  enforce_eager: bool, vllm_version: str, block_size: int | None,
                  cpu_kvcache_space_gib: float | None, as_json: bool) -> None:
-    """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not."""
+    """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not.
+
+    kit plan preset=NAME [KEY=VALUE ...] [--json], or standalone: kit plan --model ID (--gpu NAME | --gpu-memory-gib X) ...
+    """
+    ref, overrides, _ = split_args(args, preset_option)
+    if ref is not None:
+        from kit.errors import KitError
+        from kit.preset import load_preset
+        from kit.preset_plan import plan_inputs_for
+
+        _, path, preset = load_preset(ref, overrides)
+        preset_inputs = plan_inputs_for(preset)
+        if preset_inputs is None:
+            raise KitError(f"{path}: model.id {preset.model.id}: no config.json there",
+                           hint="make or download the model first, or plan with --model /path/to/config.json")
+        _report(planner.plan(preset_inputs), as_json)
+        return
+    if model is None:
+        raise click.UsageError("give preset=NAME or --model ID|PATH")
     if device == "cuda" and not gpu and gpu_memory_gib is None:
         raise click.UsageError("give --gpu NAME or --gpu-memory-gib X")
     inputs = plan_inputs_from_options(
@@ -123,7 +143,10 @@ def plan_command(model: str, gpu: str | None, gpu_memory_gib: float | None, devi
         enforce_eager=enforce_eager, vllm_version=vllm_version, block_size=block_size,
         cpu_kvcache_space_gib=cpu_kvcache_space_gib,
     )
-    result = planner.plan(inputs)
+    _report(planner.plan(inputs), as_json)
+
+
+def _report(result: Plan, as_json: bool) -> None:
     if as_json:
         print_json(result.to_json())
     else:

@@ -20,18 +20,21 @@ STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "iden
 @click.option("--force", is_flag=True, help="Overwrite files you edited since the kit wrote them; render a preset that does not fit.")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's (a hardened or local image).")
+@click.option("--target", type=click.Choice(["compose", "k8s"]), default="compose", show_default=True,
+              help="compose: compose files (a head and a worker stack for several nodes); k8s: Kubernetes manifests in k8s/.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
-           base_image: str | None, as_json: bool) -> None:
+           base_image: str | None, target: str, as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...]."""
     ref, overrides, _ = split_args(args, preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target)
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:
         print_json({
             "preset": prepared.name,
+            "target": target,
             "out": str(out_dir),
             "dry_run": dry_run,
             "image": prepared.image_ref,
@@ -41,7 +44,13 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     for r in results:
         label = click.style(f"{r.status:>9}", fg=STATUS_COLOURS.get(r.status)) if not dry_run else f"{'would ' + r.status:>15}"
         click.echo(f"{label}  {out_dir / r.path}")
-    if not dry_run:
+    if dry_run:
+        return
+    if target == "k8s":
+        status(f"next: see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, kubectl apply -k)")
+    elif prepared.deployment.cluster is not None:
+        status(f"next: {out_dir / 'CLUSTER.md'} says what to run on which host")
+    else:
         status(f"next: cd {out_dir} && docker compose up -d --wait")
 
 

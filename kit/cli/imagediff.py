@@ -1,0 +1,38 @@
+"""`kit image-diff A B`: compare two images file by file (path, type, mode, owner, sha256; no timestamps)."""
+
+from __future__ import annotations
+
+import click
+
+from kit.cli.common import print_json, status
+from kit.imagediff import diff_images
+
+
+@click.command("image-diff")
+@click.argument("image_a")
+@click.argument("image_b")
+@click.option("--limit", default=40, show_default=True, help="Differences listed per kind.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def image_diff(ctx: click.Context, image_a: str, image_b: str, limit: int, as_json: bool) -> None:
+    """Compare two images' content; exit 0 when the same, 1 when they differ (like diff)."""
+    result = diff_images(image_a, image_b, progress=status)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        same_layers = sum(result.same_layers)
+        click.echo(f"ids      {result.a['id'][:19]} vs {result.b['id'][:19]}: "
+                   f"{'same' if result.same_id else 'different'}")
+        click.echo(f"layers   {same_layers} of {len(result.a['layers'])} the same (diff_ids, which include mtimes)")
+        click.echo(f"files    {result.files_a} vs {result.files_b}")
+        for key, (x, y) in sorted(result.config.items()):
+            click.echo(f"config   {key}: {x!r} vs {y!r}")
+        for label, paths in (("only A", result.only_a), ("only B", result.only_b)):
+            for path in paths[:limit]:
+                click.echo(f"{label}   /{path}")
+        for path, fields in list(result.changed.items())[:limit]:
+            click.echo(f"changed  /{path} ({', '.join(fields)})")
+        total = len(result.only_a) + len(result.only_b) + len(result.changed) + len(result.config)
+        click.echo("content  the same (every file's path, mode, owner and sha256)" if result.same_content
+                   else f"content  {total} difference(s)")
+    ctx.exit(0 if result.same_content else 1)

