@@ -1,0 +1,54 @@
+"""The `rtx4090-awq` slim image, built on the local stand-in base from its wheelhouse.
+
+There is no GPU here: this proves the image contract (pinned vLLM and torch, the preset's CUDA, non-root,
+no package lists), not serving. The wheelhouse is several GB; it is kept in the host cache between runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kit.pipeline import prepare
+from kit.wheelhouse import build_wheelhouse, probe_base_image
+from kit.workflow import build, render_into
+from tests.integration.conftest import BASE_IMAGE, CACHE, session_progress
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slim_image(docker_client, tmp_path_factory):
+    prepared = prepare("rtx4090-awq", base_image=BASE_IMAGE)
+    python_version, glibc = probe_base_image(BASE_IMAGE)
+    wheelhouse = CACHE / "wheelhouse-rtx4090-awq"
+    build_wheelhouse(prepared.deployment, wheelhouse, python_version=python_version, glibc=glibc,
+                     progress=session_progress)
+    out = tmp_path_factory.mktemp("rtx4090-render")
+    render_into(prepared, out)
+    result = build(prepared, out, wheelhouse=wheelhouse, progress=session_progress)
+    yield prepared, docker_client.images.get(result.image_id)
+
+
+def test_pinned_versions_and_cuda(slim_image, docker_client):
+    prepared, image = slim_image
+    script = ("import json, torch, vllm; print(json.dumps({'vllm': vllm.__version__, 'torch': torch.__version__, "
+              "'cuda': torch.version.cuda}))")
+    out = docker_client.containers.run(image.id, ["python3", "-c", script], entrypoint=[], remove=True,
+                                       network_disabled=True).decode().strip().splitlines()[-1]
+    found = json.loads(out)
+    assert found["vllm"] == prepared.preset.image.vllm_version == "0.33.0"
+    assert found["torch"].split("+")[0] == "2.14.0"
+    assert found["cuda"].startswith(prepared.deployment.cuda)  # "13.0"
+
+
+def test_slim_contract(slim_image, docker_client):
+    prepared, image = slim_image
+    assert image.attrs["Config"]["User"] == "10001:10001"
+    assert image.labels["io.vllm-kit.cuda"] == "13.0"
+    out = docker_client.containers.run(
+        image.id, ["sh", "-c", "ls /var/lib/apt/lists | grep -v -x -e lock -e partial; command -v gcc; id -u"],
+        entrypoint=[], remove=True, network_disabled=True).decode().split()
+    # Triton's launcher needs gcc at run time on a GPU; package lists are gone; the user is not root.
+    assert out[-2:] == ["/usr/bin/gcc", "10001"], out
