@@ -23,14 +23,7 @@ CALIBRATION = Path(__file__).resolve().parents[1] / "kit" / "data" / "calibratio
 
 def inputs_for(case: dict) -> planner.PlanInputs:
     raw = dict(case["inputs"])
-    ref = raw.pop("model")
-    if ref == "kit:tiny-llama":  # the test model the kit makes; its shape is known without the files
-        from kit.modelinfo import spec_from_config
-        from kit.tinymodel import shape_config
-
-        model = spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
-    else:
-        model = load_model_spec(ref)
+    model = load_model_spec(raw.pop("model"))
     gpu = raw.pop("gpu", None)
     if gpu:
         info = planner.find_gpu(gpu)

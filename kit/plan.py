@@ -18,7 +18,6 @@ Pure: reads only the data files under ``kit/data``.
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal

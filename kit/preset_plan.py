@@ -11,7 +11,7 @@ from kit.preset import Preset
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
-    from kit.modelinfo import load_model_spec, spec_from_config
+    from kit.modelinfo import TINY_MODEL_REF, load_model_spec
 
     model = preset.model
     if model.is_local:
@@ -22,9 +22,7 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
             if (path / "config.json").is_file():
                 return load_model_spec(str(path))
         if model.generate == "tiny-llama":
-            from kit.tinymodel import shape_config
-
-            return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
+            return load_model_spec(TINY_MODEL_REF)
         return None
     return load_model_spec(model.id)
 
