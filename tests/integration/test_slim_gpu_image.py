@@ -29,6 +29,10 @@ def slim_image(docker_client, tmp_path_factory):
     render_into(prepared, out)
     result = build(prepared, out, wheelhouse=wheelhouse, progress=session_progress)
     yield prepared, docker_client.images.get(result.image_id)
+    # ~20 GB of image and builder stage: give the disk back (the wheelhouse stays in the host cache).
+    for tag in result.tags:
+        docker_client.images.remove(tag, force=True)
+    docker_client.images.prune(filters={"dangling": True})
 
 
 def test_pinned_versions_and_cuda(slim_image, docker_client):

