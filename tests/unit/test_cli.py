@@ -85,3 +85,28 @@ def test_presets_list_and_show(run):
 def test_gpus_lists_catalog(run):
     result = run("gpus")
     assert "rtx4090" in result.stdout and "a100-80gb" in result.stdout
+
+
+def test_no_docker_engine_is_one_line_saying_how_to_start_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock")
+    result = subprocess.run([sys.executable, "-m", "kit.cli.main", "build", "preset=cpu", "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("no Docker engine answers"), result.stderr
+    assert "setup-host.sh" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_render_refuses_a_preset_that_cannot_fit_unless_forced(run, tmp_path):
+    tight = ["engine.gpu_memory_utilization=0.3"]
+    result = run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert "presets/rtx4090-awq.yaml: engine: does not fit in memory" in result.stderr
+    assert not any(tmp_path.iterdir())
+    forced = run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path), "--force")
+    assert forced.exit_code == 0 and "warning:" in forced.stderr
+    assert "# Plan: weights" in (tmp_path / "compose.yaml").read_text()
