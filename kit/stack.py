@@ -42,6 +42,10 @@ class Stack:
     directory: Path
     project: str
 
+    def __post_init__(self) -> None:
+        # compose runs with cwd=directory; a relative -f path would be resolved twice.
+        self.directory = Path(self.directory).resolve()
+
     @property
     def log_path(self) -> Path:
         return self.directory / KIT_DIR / "compose.log"

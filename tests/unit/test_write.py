@@ -67,3 +67,12 @@ def test_out_must_be_a_directory(tmp_path):
     target.write_text("x")
     with pytest.raises(KitError):
         write_files({"a.txt": "one\n"}, target)
+
+
+def test_stack_paths_are_absolute_whatever_the_caller_passes(tmp_path, monkeypatch):
+    from kit.stack import Stack
+
+    monkeypatch.chdir(tmp_path)
+    stack = Stack(__import__("pathlib").Path("run/cpu"), "cpu")
+    assert stack.directory == tmp_path / "run" / "cpu"
+    assert stack.log_path.is_absolute()
