@@ -371,6 +371,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         entrypoint = [f"{VENV}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
 
     start_period, start_reason = healthcheck_start_period_for(preset)
+    runtime_packages, runtime_packages_reason = runtime_packages_for(preset)
     serve_args = serve_args_for(preset, served, model_arg)
     cluster = cluster_plan_for(preset, entrypoint, serve_args)
     if cluster is not None:
@@ -412,8 +413,8 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         min_driver=min_driver,
         requirements=requirements_for(preset),
         exclude_packages=exclude_packages_for(preset),
-        runtime_packages=runtime_packages_for(preset)[0],
-        runtime_packages_reason=runtime_packages_for(preset)[1],
+        runtime_packages=runtime_packages,
+        runtime_packages_reason=runtime_packages_reason,
         image_env=image_env_for(preset),
         pip_index_url=img.pip_index_url,
         image_repository=repository,

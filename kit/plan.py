@@ -22,7 +22,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import PlanError
@@ -113,8 +112,9 @@ class GpuInfo(BaseModel):
 
 @lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, GpuInfo]:
-    raw = yaml.safe_load((DATA_DIR / "gpus.yaml").read_text())["gpus"]
-    return {key: GpuInfo(key=key, **entry) for key, entry in raw.items()}
+    from kit.datafiles import gpu_catalog as raw_catalog  # the one (cached) reader of gpus.yaml
+
+    return {key: GpuInfo(key=key, **entry) for key, entry in raw_catalog().items()}
 
 
 def find_gpu(name: str) -> GpuInfo:
