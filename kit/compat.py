@@ -41,6 +41,52 @@ def versioned(value: Any, vllm_version: str) -> Any:
     return chosen
 
 
+def cc_floor(cuda: str | None, vllm_version: str) -> str:
+    """The lowest compute capability a vLLM build runs on: by the CUDA it was compiled with, then the release.
+
+    ``cuda`` None means the release's default build (or the oldest row when the kit does not pin the release).
+    """
+    rows = compat_table()["vllm_min_cc"]
+    if cuda is None:
+        cuda = vllm_table()["versions"].get(vllm_version, {}).get("cuda", rows[0]["cuda"])
+    chosen = rows[0]["min_cc"]
+    for row in rows:
+        if cc_tuple(cuda) >= cc_tuple(row["cuda"]):
+            chosen = row["min_cc"]
+    return versioned(chosen, vllm_version)
+
+
+def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
+    """(vLLM release, CUDA, is the release's default build) of every pinned GPU build whose floor ``have`` meets.
+
+    Newest release first, so the first row is the least backward step.
+    """
+    found = []
+    versions = vllm_table()["versions"]
+    for version in sorted(versions, key=version_tuple, reverse=True):
+        release = versions[version]
+        builds = [(release["cuda"], True)] + [(c, False) for c in release.get("official_variants") or {}]
+        for cuda, default in builds:
+            if have >= cc_tuple(cc_floor(cuda, version)):
+                found.append((version, cuda, default))
+    return found
+
+
+def _floor_fix(have: tuple[int, int], vllm_version: str, need: str) -> str:
+    """Which pin or image runs on a GPU below the build's floor, read from the version table."""
+    same = [b for b in builds_running_on(have) if b[0] == vllm_version]
+    if same:
+        _, cuda, _ = same[0]
+        return f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
+    older = [b for b in builds_running_on(have) if version_tuple(b[0]) < version_tuple(vllm_version)]
+    if older:
+        version, cuda, default = older[0]
+        pin = f"image.vllm_version={version}" + ("" if default else f" with image.cuda={cuda}")
+        return (f"use {pin} (its CUDA {cuda} build still compiles kernels for compute capability "
+                f"{cc_floor(cuda, version)}), or a GPU with compute capability {need} or newer")
+    return f"pick a GPU with compute capability {need} or newer, or image.strategy=cpu"
+
+
 def _gpu_label(gpu: dict[str, Any]) -> str:
     return f"{gpu['name']} (compute capability {gpu['compute_capability']})"
 
@@ -50,21 +96,26 @@ def _gpu_label(gpu: dict[str, Any]) -> str:
 
 def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, checkpoint_dtype: str | None,
               quantization: str | None, quantization_set: bool, kv_cache_dtype: str | None,
-              attention_backend: str | None = None) -> list[tuple[str, str, str, str]]:
+              attention_backend: str | None = None, cuda: str | None = None) -> list[tuple[str, str, str, str]]:
     """Compare one GPU with the engine settings. Returns (severity, field, message, fix) rows.
 
     Pure: takes the catalog entry and plain values, so it can be tested for releases the presets do not pin.
-    ``quantization_set`` says the method came from engine.quantization (else from the checkpoint).
+    ``quantization_set`` says the method came from engine.quantization (else from the checkpoint); ``cuda`` is
+    the CUDA of the build the image uses (None: the release's default build).
     """
     table = compat_table()
     have = cc_tuple(gpu["compute_capability"])
     label = _gpu_label(gpu)
     rows: list[tuple[str, str, str, str]] = []
 
-    floor = table["vllm_min_cc"]
+    build_cuda = cuda or vllm_table()["versions"].get(vllm_version, {}).get("cuda")
+    floor = cc_floor(build_cuda, vllm_version)
     if have < cc_tuple(floor):
-        rows.append(("error", "hardware.gpu", f"vLLM needs compute capability {floor} or newer; {label} is older",
-                     "pick a Volta (7.0) or newer GPU, or image.strategy=cpu"))
+        build = f"vLLM {vllm_version}'s CUDA {build_cuda} build" if build_cuda else f"vLLM {vllm_version}"
+        rows.append(("error", "hardware.gpu",
+                     f"{build} is compiled for compute capability {floor} and newer; {label} is older "
+                     "(it would fail with 'no kernel image is available for execution on the device')",
+                     _floor_fix(have, vllm_version, floor)))
         return rows
 
     bf16 = table["dtype"]["bfloat16"]
@@ -198,6 +249,14 @@ def _model_spec(preset: Preset):  # noqa: ANN202 - ModelSpec | None
         return None
 
 
+def _build_cuda(preset: Preset) -> str | None:
+    """The CUDA the image's vLLM is compiled with: the board's on Jetson, else image.cuda or the release's."""
+    img = preset.image
+    if img.strategy == "jetson" and preset.hardware.l4t:
+        return vllm_table()["jetson"]["l4t"][preset.hardware.l4t]["cuda"]
+    return img.cuda or vllm_table()["versions"][img.vllm_version]["cuda"]
+
+
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
     from kit.plan import parallelism_problems
@@ -218,6 +277,7 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
             quantization_set=eng.quantization is not None,
             kv_cache_dtype=eng.kv_cache_dtype,
             attention_backend=extra.get("attention_backend"),
+            cuda=_build_cuda(preset),
         )
     if spec is not None:
         group = spec.quantization.group_size if spec.quantization else None

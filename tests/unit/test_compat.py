@@ -5,8 +5,8 @@ from click.testing import CliRunner
 
 from kit.checks import check_preset
 from kit.cli.main import cli
-from kit.compat import check_compat, gpu_rules, versioned
-from kit.datafiles import gpu_catalog
+from kit.compat import cc_floor, check_compat, gpu_rules, versioned
+from kit.datafiles import gpu_catalog, vllm_table
 from kit.preset import load_preset, preset_names
 
 WHERE = "presets/x.yaml"
@@ -29,8 +29,60 @@ def test_seed_presets_have_no_compat_errors(name):
     assert check_preset(name, path, preset).errors == []
 
 
+# A V100 needs a vLLM build that still has sm_70 kernels: the dtype and quantization rules are checked on 0.16.0.
+V100 = ("hardware.gpu=v100-32gb", "image.vllm_version=0.16.0", "image.cuda=null")
+
+
+@pytest.mark.parametrize(("cuda", "release", "floor"), [
+    ("12.4", "0.16.0", "7.0"),   # CUDA < 12.8: Volta in every release
+    ("12.9", "0.16.0", "7.0"),   # CUDA 12.8+ kept sm_70 until vLLM 0.20.0
+    ("12.8", "0.19.0", "7.0"),
+    ("12.9", "0.20.0", "7.5"),   # PR #39878: arch lists follow PyTorch 2.11 (no Volta in cu128+)
+    ("12.9", "0.33.0", "7.5"),
+    ("13.0", "0.16.0", "7.5"),   # nvcc 13 cannot target sm_70 at all
+    ("13.0", "0.33.0", "7.5"),
+])
+def test_compute_capability_floor_by_build_cuda_and_release(cuda, release, floor):
+    assert cc_floor(cuda, release) == floor
+
+
+def test_cc_floor_without_cuda_uses_the_releases_default_build():
+    assert cc_floor(None, "0.16.0") == "7.0"   # 0.16.0 defaults to CUDA 12.9
+    assert cc_floor(None, "0.33.0") == "7.5"   # 0.33.0 defaults to CUDA 13.0
+
+
+@pytest.mark.parametrize(("preset", "cuda"), [("rtx4090-awq", "13.0"), ("rtx3090x2-fp16", "12.9")])
+def test_v100_on_vllm_033_is_an_error_that_names_a_pin_that_works(preset, cuda):
+    # rtx4090-awq: slim image, CUDA 13.0 wheels; rtx3090x2-fp16: the official -cu129 image.
+    errors, _ = compat(preset, "hardware.gpu=v100-32gb", "engine.dtype=float16")
+    [problem] = [p for p in errors if p.where.endswith("hardware.gpu")]
+    assert f"vLLM 0.33.0's CUDA {cuda} build is compiled for compute capability 7.5" in problem.message
+    assert "Tesla V100-SXM2-32GB (compute capability 7.0)" in problem.message
+    # The pin comes from kit/data/vllm.yaml: the newest release whose build still has sm_70 kernels.
+    assert problem.hint.startswith("use image.vllm_version=0.16.0 (its CUDA 12.9 build")
+    assert "0.16.0" in vllm_table()["versions"]
+    # Following the hint clears the floor error.
+    errors, _ = compat(preset, "hardware.gpu=v100-32gb", "engine.dtype=float16", "image.vllm_version=0.16.0",
+                       "image.cuda=null")
+    assert not [p for p in errors if p.where.endswith("hardware.gpu")]
+
+
+def test_turing_meets_the_cuda13_floor():
+    errors, _ = compat("rtx4090-awq", "hardware.gpu=t4")
+    assert not [p for p in errors if p.where.endswith("hardware.gpu")]
+
+
+def test_a_gpu_below_every_build_gets_no_pin_to_try():
+    pascal = {"name": "Tesla P100", "compute_capability": "6.0"}
+    [(severity, field, message, fix)] = gpu_rules(pascal, vllm_version="0.16.0", dtype="float16",
+                                                  checkpoint_dtype=None, quantization=None, quantization_set=False,
+                                                  kv_cache_dtype=None)
+    assert (severity, field) == ("error", "hardware.gpu") and "compute capability 7.0 and newer" in message
+    assert fix == "pick a GPU with compute capability 7.0 or newer, or image.strategy=cpu"
+
+
 def test_v100_bf16_is_an_error_with_the_fix():
-    errors, _ = compat("rtx3090x2-fp16", "hardware.gpu=v100-32gb", "engine.dtype=bfloat16")
+    errors, _ = compat("rtx3090x2-fp16", *V100, "engine.dtype=bfloat16")
     [problem] = [p for p in errors if p.where.endswith("engine.dtype")]
     assert "bfloat16 needs compute capability 8.0" in problem.message
     assert problem.hint.startswith("use engine.dtype=float16 on a Tesla V100")
@@ -39,7 +91,7 @@ def test_v100_bf16_is_an_error_with_the_fix():
 
 def test_auto_dtype_on_a_bf16_checkpoint_falls_back_with_a_warning():
     # Qwen2.5-14B-Instruct is a bfloat16 checkpoint; vLLM falls back to float16 on a V100 and starts.
-    errors, warnings = compat("rtx3090x2-fp16", "hardware.gpu=v100-32gb", "engine.dtype=auto")
+    errors, warnings = compat("rtx3090x2-fp16", *V100, "engine.dtype=auto")
     assert not [p for p in errors if "dtype" in p.where]
     assert any(p.where.endswith("engine.dtype") and "falls back to float16" in p.message for p in warnings)
 
@@ -58,7 +110,7 @@ def test_marlin_on_turing_depends_on_the_release():
 
 
 def test_awq_on_volta_is_refused():
-    errors, _ = compat("rtx4090-awq", "hardware.gpu=v100-32gb")
+    errors, _ = compat("rtx4090-awq", *V100)
     [problem] = errors
     assert problem.where == f"{WHERE}: engine.quantization"
     assert "awq_marlin needs compute capability 7.5" in problem.message and "Volta" not in problem.message
@@ -126,7 +178,7 @@ def test_jetson_wheels_newer_than_the_boards_cuda():
 
 
 def test_cli_lists_all_problems_one_line_each_exit_1():
-    result = CliRunner().invoke(cli, ["validate", "preset=rtx3090x2-fp16", "hardware.gpu=v100-32gb",
+    result = CliRunner().invoke(cli, ["validate", "preset=rtx3090x2-fp16", *V100,
                                       "engine.dtype=bfloat16", "hardware.arch=arm64"])
     assert result.exit_code == 1
     assert "Traceback" not in result.stderr
