@@ -206,35 +206,75 @@ def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def jetson_index_path(l4t: str) -> str:
+    """The Jetson AI Lab index path for a board (jp6/cu126, jp7/cu130), from the L4T table."""
+    jetson = vllm_table()["jetson"]
+    board = jetson["l4t"][l4t]
+    return jetson["index_path"].format(jetpack_major=board["jetpack_major"],
+                                       cuda_digits=board["cuda"].replace(".", ""))
+
+
+def jetson_build(vllm_version: str, l4t: str) -> dict[str, Any] | None:
+    """jetson-containers' build of a release for the board's JetPack (its pip pin and the torch it was built on)."""
+    table = vllm_table()
+    major = table["jetson"]["l4t"][l4t]["jetpack_major"]
+    return (table["versions"][vllm_version].get("jetson") or {}).get(f"jp{major}")
+
+
+def _index_rows(url: str, l4t: str, rules: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    board = vllm_table()["jetson"]["l4t"][l4t]
+    board_cuda, want = board["cuda"], jetson_index_path(l4t)
+    url = url.rstrip("/")
+    jetpack = re.search(rules["index_path_pattern"], url)
+    # Keep the user's host: only the JetPack/CUDA part of the path is the kit's to suggest.
+    suggested = url[:jetpack.start()] + want if jetpack else f".../{want}"
+    if jetpack is not None and int(jetpack.group(1)) != board["jetpack_major"]:
+        return [("error", "image.pip_index_url",
+                 f"hardware.l4t {l4t} is JetPack {board['jetpack']} (CUDA {board_cuda}), but image.pip_index_url "
+                 f"serves JetPack {jetpack.group(1)} wheels ({jetpack.group(0)}): they are built for another L4T "
+                 "release, Ubuntu and CUDA and do not load on this board",
+                 f"use image.pip_index_url={suggested}, or set hardware.l4t to the board's release "
+                 "(/etc/nv_tegra_release)")]
+    last = url.rsplit("/", 1)[-1]
+    match = re.search(rules["index_cuda_pattern"], last)
+    if match is None:
+        return [("warning", "image.pip_index_url",
+                 f"cannot tell which CUDA the wheels at this index are built for (L4T {l4t} ships CUDA {board_cuda})",
+                 f"use the Jetson AI Lab index for your JetPack, ending in /{want}")]
+    wheel_cuda = f"{match.group(1)}.{match.group(2)}"
+    if cc_tuple(wheel_cuda) > cc_tuple(board_cuda):
+        return [("error", "image.pip_index_url",
+                 f"the wheel index serves CUDA {wheel_cuda} builds, but L4T {l4t} ships CUDA {board_cuda}: "
+                 "torch fails to load its CUDA libraries on the board",
+                 f"use image.pip_index_url={suggested}, or upgrade the board's JetPack")]
+    return []
+
+
 def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
-    """The wheels' CUDA against the CUDA the board's L4T release ships."""
+    """The wheel index and the vLLM pin against the board's L4T release (JetPack and CUDA)."""
     img, hw = preset.image, preset.hardware
     if img.strategy != "jetson" or not hw.l4t:
         return []
     table, rules = vllm_table(), compat_table()["jetson"]
-    board_cuda = table["jetson"]["l4t"][hw.l4t]["cuda"]
+    board = table["jetson"]["l4t"][hw.l4t]
+    board_cuda, major = board["cuda"], board["jetpack_major"]
+    rows: list[tuple[str, str, str, str]] = []
+    if jetson_build(img.vllm_version, hw.l4t) is None:
+        known = [v for v in table["versions"] if jetson_build(v, hw.l4t)]
+        rows.append(("warning", "image.vllm_version",
+                     f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
+                     f"the image pins PyPI's torch {table['versions'][img.vllm_version]['torch']}, which may not be "
+                     "the torch the index's vLLM wheel was compiled against",
+                     (f"use image.vllm_version={known[0]} (built for JetPack {major})" if known else
+                      f"check that the index serves vLLM {img.vllm_version} and which torch it was built with")))
     if img.pip_index_url:
-        last = img.pip_index_url.rstrip("/").rsplit("/", 1)[-1]
-        match = re.search(rules["index_cuda_pattern"], last)
-        if match is None:
-            return [("warning", "image.pip_index_url",
-                     f"cannot tell which CUDA the wheels at this index are built for (L4T {hw.l4t} ships CUDA {board_cuda})",
-                     "use the Jetson AI Lab index for your JetPack, ending in /cuXYZ (e.g. jp6/cu126)")]
-        wheel_cuda = f"{match.group(1)}.{match.group(2)}"
-        if cc_tuple(wheel_cuda) > cc_tuple(board_cuda):
-            return [("error", "image.pip_index_url",
-                     f"the wheel index serves CUDA {wheel_cuda} builds, but L4T {hw.l4t} ships CUDA {board_cuda}: "
-                     "torch fails to load its CUDA libraries on the board",
-                     f"use the index for CUDA {board_cuda} (Jetson AI Lab .../cu{board_cuda.replace('.', '')}), "
-                     "or upgrade the board's JetPack")]
-        return []
+        return rows + _index_rows(img.pip_index_url, hw.l4t, rules)
     pypi_cuda = table["versions"][img.vllm_version]["cuda"]
     severity = "error" if cc_tuple(pypi_cuda) > cc_tuple(board_cuda) else "warning"
-    return [(severity, "image.pip_index_url",
-             f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
-             + rules["pypi_note"].format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
-             f"set image.pip_index_url to the Jetson AI Lab index for CUDA {board_cuda} "
-             f"(.../cu{board_cuda.replace('.', '')})")]
+    return rows + [(severity, "image.pip_index_url",
+                    f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
+                    + rules["pypi_note"].format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
+                    f"set image.pip_index_url to the Jetson AI Lab index for this board (.../{jetson_index_path(hw.l4t)})")]
 
 
 # ------------------------------------------------------------------------------------- entry point

@@ -219,7 +219,13 @@ def requirements_for(preset: Preset) -> list[str]:
     reqs: list[str] = []
     if img.strategy == "cpu":
         reqs += [release["cpu"]["pip"], f"torch=={release['cpu']['torch']}"]
-    elif img.strategy in ("slim", "jetson"):
+    elif img.strategy == "jetson":
+        # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
+        from kit.compat import jetson_build
+
+        build = jetson_build(img.vllm_version, preset.hardware.l4t) or release
+        reqs += [build["pip"], f"torch=={build['torch']}"]
+    elif img.strategy == "slim":
         reqs += [release["pip"], f"torch=={release['torch']}"]
     if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
         reqs.append(table["ray"]["pip"])

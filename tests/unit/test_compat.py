@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from kit.checks import check_preset
 from kit.cli.main import cli
-from kit.compat import cc_floor, check_compat, gpu_rules, versioned
+from kit.compat import cc_floor, check_compat, gpu_rules, jetson_build, jetson_index_path, versioned
 from kit.datafiles import gpu_catalog, vllm_table
 from kit.preset import load_preset, preset_names
 
@@ -185,3 +185,61 @@ def test_cli_lists_all_problems_one_line_each_exit_1():
     err = result.stderr.splitlines()
     assert any("engine.dtype: bfloat16 needs" in line for line in err)
     assert any("hardware.arch:" in line for line in err)
+
+
+@pytest.mark.parametrize(("l4t", "path"), [("r36.3", "jp6/cu124"), ("r36.4", "jp6/cu126"), ("r36.5", "jp6/cu126"),
+                                          ("r38.2", "jp7/cu130"), ("r38.4", "jp7/cu130")])
+def test_jetson_index_path_per_jetpack_is_data(l4t, path):
+    assert jetson_index_path(l4t) == path
+
+
+def test_l4t_table_jetpack_major_agrees_with_the_release():
+    # jetson-containers: L4T r36 is JetPack 6, r38 is JetPack 7.
+    for l4t, row in vllm_table()["jetson"]["l4t"].items():
+        assert row["jetpack_major"] == {"r36": 6, "r38": 7}[l4t.split(".")[0]], l4t
+        assert str(row["jetpack"]).startswith(str(row["jetpack_major"])), l4t
+
+
+@pytest.mark.parametrize("l4t", ["r38.2", "r38.4"])
+def test_jetpack7_board_never_gets_a_jetpack6_index(l4t):
+    errors, _ = compat("orin", f"hardware.l4t={l4t}")
+    [problem] = errors
+    assert problem.where == f"{WHERE}: image.pip_index_url"
+    assert f"hardware.l4t {l4t} is JetPack 7" in problem.message and "image.pip_index_url serves JetPack 6" in problem.message
+    # The hint keeps the preset's host and swaps in the JetPack 7 path from the table.
+    assert problem.hint.startswith("use image.pip_index_url=https://pypi.jetson-ai-lab.io/jp7/cu130")
+    errors, _ = compat("orin", f"hardware.l4t={l4t}", "image.pip_index_url=https://pypi.jetson-ai-lab.io/jp7/cu130")
+    assert errors == []
+
+
+def test_jetpack6_board_with_a_jetpack7_index_is_refused_too():
+    errors, _ = compat("orin", "image.pip_index_url=https://mirror.example/simple/jp7/cu130/")
+    [problem] = errors
+    assert "hardware.l4t r36.4 is JetPack 6" in problem.message
+    assert problem.hint.startswith("use image.pip_index_url=https://mirror.example/simple/jp6/cu126,")
+
+
+def test_r36_5_board_runs_the_orin_preset():
+    assert compat("orin", "hardware.l4t=r36.5") == ([], [])
+
+
+def test_orin_pins_the_torch_jetson_containers_built_vllm_against():
+    from kit.deployment import requirements_for
+
+    build = jetson_build("0.16.0", "r36.4")
+    assert build == {"cuda": "12.6", "pip": "vllm==0.16.0", "torch": "2.11.0"}
+    _, _, preset = load_preset("orin")
+    assert requirements_for(preset)[:2] == ["vllm==0.16.0", "torch==2.11.0"]
+    # No JetPack 7 build on record: PyPI's torch pin, and a warning that says so.
+    _, _, thor = load_preset("orin", ["hardware.l4t=r38.2", "image.pip_index_url=https://pypi.jetson-ai-lab.io/jp7/cu130"])
+    assert jetson_build("0.16.0", "r38.2") is None
+    assert requirements_for(thor)[:2] == ["vllm==0.16.0", "torch==2.9.1"]
+    _, warnings = check_compat(WHERE, thor)
+    assert [w.where for w in warnings] == [f"{WHERE}: image.vllm_version"]
+
+
+def test_a_release_without_a_jetpack6_build_is_a_warning_naming_one_that_has_it():
+    errors, warnings = compat("orin", "image.vllm_version=0.33.0")
+    [warning] = [w for w in warnings if w.where.endswith("image.vllm_version")]
+    assert "no record of jetson-containers building vLLM 0.33.0 for JetPack 6" in warning.message
+    assert warning.hint == "use image.vllm_version=0.16.0 (built for JetPack 6)"
