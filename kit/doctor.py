@@ -63,6 +63,7 @@ class HostFacts:
     hf_home_from_env: bool = False
     hf_token_set: bool = False
     hf_token_source: str | None = None  # "HF_TOKEN", "token file" (never the value)
+    device_hooks: list[str] = field(default_factory=list)  # NVIDIA hook programs found on PATH
 
 
 def host_table() -> dict[str, Any]:
@@ -130,7 +131,9 @@ def gather_facts() -> HostFacts:
     if root:
         paths.add(root)
     disk = {p: b for p in sorted(paths) if (b := free_bytes(p)) is not None}
-    return HostFacts(info, compose, smi, specs, shm, disk, home, from_env, token_set, token_source)
+    # The daemon looks the hooks up on its own PATH; this process's PATH is the closest a client can see.
+    hooks = [found for name in host_table()["nvidia_device_hooks"] if (found := shutil.which(name))]
+    return HostFacts(info, compose, smi, specs, shm, disk, home, from_env, token_set, token_source, hooks)
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -233,15 +236,21 @@ def check_docker(facts: HostFacts, preset: Any | None) -> Check:
 
 
 def check_compose(facts: HostFacts) -> Check:
-    result = facts.compose_version
+    result, table = facts.compose_version, host_table()["compose"]
     text = result.stdout.strip()
-    if result.returncode == 0 and text and version_key(text)[:1] >= (2,):
-        return Check("compose", PASS, f"Compose v2 ({text.lstrip('v')})")
-    if result.returncode == 0 and text:
-        return Check("compose", FAIL, f"`docker compose` is {text}, not v2",
-                     "install the Compose v2 CLI plugin (docker-compose-plugin, or `bash scripts/setup-host.sh`)")
-    return Check("compose", FAIL, "`docker compose` (Compose v2) does not answer",
-                 "install the Compose v2 CLI plugin (docker-compose-plugin, or `bash scripts/setup-host.sh`)")
+    install = "install the Compose v2 CLI plugin (docker-compose-plugin, or `bash scripts/setup-host.sh`)"
+    if result.returncode != 0 or not text:
+        return Check("compose", FAIL, "`docker compose` (Compose v2) does not answer", install)
+    version = text.lstrip("v")
+    if version_key(version)[:1] < (2,):
+        return Check("compose", FAIL, f"`docker compose` is {text}, not v2", install)
+    need = table["min_version"]
+    if version_key(version) < version_key(need):
+        return Check("compose", FAIL,
+                     f"Compose {version} is older than {need}: the rendered compose.yaml's "
+                     "`env_file: [{path: .env, required: false}]` needs Compose 2.24.0 or later",
+                     f"upgrade the Compose plugin to >= {need} (docker-compose-plugin, or `bash scripts/setup-host.sh`)")
+    return Check("compose", PASS, f"Compose v2 ({version} >= {need})")
 
 
 def _needs_gpu(preset: Any | None) -> bool:
@@ -255,25 +264,36 @@ def check_gpu_runtime(facts: HostFacts, preset: Any | None) -> Check:
     info = parse_docker_info(facts.docker_info.stdout) if facts.docker_info.returncode == 0 else None
     runtimes = sorted((info or {}).get("Runtimes") or {})
     has_nvidia = "nvidia" in runtimes
-    cdi = facts.cdi_specs
+    cdi, hooks = facts.cdi_specs, facts.device_hooks
+    configure = "install the NVIDIA Container Toolkit, then `nvidia-ctk runtime configure --runtime=docker` and restart Docker"
+    if preset is not None and preset.image.strategy == "jetson":
+        # The Jetson stack says `runtime: nvidia`: that name must be registered; a hook alone does not do.
+        if has_nvidia:
+            return Check(name, PASS, "docker runtime `nvidia` registered (compose.yaml uses `runtime: nvidia`)")
+        return Check(name, FAIL, f"compose.yaml uses `runtime: nvidia`, which `docker info` does not list "
+                     f"(runtimes: {', '.join(runtimes) or 'unknown'})", configure)
     wants_cdi = preset is not None and preset.hardware.gpu_runtime == "cdi"
     if wants_cdi:
         if cdi:
             return Check(name, PASS, f"CDI specs: {', '.join(cdi)}")
         return Check(name, FAIL, "hardware.gpu_runtime is cdi, but no CDI spec in /etc/cdi or /var/run/cdi",
                      "`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` (NVIDIA Container Toolkit)")
-    if has_nvidia or cdi:
-        parts = []
-        if has_nvidia:
-            parts.append("docker runtime `nvidia` registered")
-        if cdi:
-            parts.append(f"CDI specs: {', '.join(cdi)}")
+    parts = []
+    if has_nvidia:
+        parts.append("docker runtime `nvidia` registered")
+    if hooks:
+        # moby registers its `nvidia` device driver when the hook is on the daemon's PATH (kit/data/host.yaml).
+        parts.append(f"{', '.join(hooks)} on PATH: Docker's nvidia device driver serves compose's GPU requests"
+                     + ("" if has_nvidia else " without a registered `nvidia` runtime"))
+    if cdi:
+        parts.append(f"CDI specs: {', '.join(cdi)}")
+    if parts:
         return Check(name, PASS, "; ".join(parts))
     status = FAIL if preset is not None else WARN
     return Check(name, status,
-                 f"no `nvidia` runtime in `docker info` (runtimes: {', '.join(runtimes) or 'unknown'}) and no CDI spec",
-                 "install the NVIDIA Container Toolkit, then `nvidia-ctk runtime configure --runtime=docker` and "
-                 "restart Docker" + ("" if preset is not None else " (only CPU presets run without it)"))
+                 f"no `nvidia` runtime in `docker info` (runtimes: {', '.join(runtimes) or 'unknown'}), no "
+                 f"{' or '.join(host_table()['nvidia_device_hooks'])} on PATH and no CDI spec",
+                 configure + ("" if preset is not None else " (only CPU presets run without it)"))
 
 
 def _smi_gpus(facts: HostFacts) -> list[SmiGpu] | None:
@@ -307,11 +327,62 @@ def check_driver(facts: HostFacts, preset: Any | None) -> Check:
         return Check(name, PASS, f"driver {driver}")
     _, _, cuda, min_driver = base_image_for(preset)
     if min_driver and version_key(driver) < version_key(min_driver):
-        older = "image.cuda=12.9 (official strategy, driver >= 575.51.03)" if version_key(driver) >= (575, 51, 3) else \
-            "an older vLLM pin whose build uses CUDA 12.x"
+        options, note = driver_alternatives(driver, cuda, preset, gpus)
+        fix = f"upgrade the driver to >= {min_driver}" + "".join(f", or {o}" for o in options)
+        if not options:
+            fix += f" (no other pinned vLLM build runs on driver {driver})"
         return Check(name, FAIL, f"driver {driver} is older than {min_driver}, which the CUDA {cuda} image needs",
-                     f"upgrade the driver to >= {min_driver}, or use {older}")
+                     fix + (f"; {note}" if note else ""))
     return Check(name, PASS, f"driver {driver} >= {min_driver} (CUDA {cuda} image)" if min_driver else f"driver {driver}")
+
+
+def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu]) -> tuple[list[str], str | None]:
+    """What runs on a driver older than the image's CUDA needs, read from the tables: another CUDA build of the
+    release, CUDA forward compatibility (datacenter GPUs), or the newest older pin whose build the driver runs.
+    Returns the options and a note on what does not apply to these GPUs."""
+    from kit.datafiles import vllm_table
+
+    table, img = vllm_table(), preset.image
+    have = version_key(driver)
+
+    def runs(build_cuda: str) -> bool:
+        return have >= version_key(table["cuda"][build_cuda]["min_driver"])
+
+    release = table["versions"][img.vllm_version]
+    options: list[str] = []
+    for other, ref in (release.get("official_variants") or {}).items():
+        if other != cuda and runs(other):
+            switch = "" if img.strategy == "official" else "image.strategy=official with "
+            options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
+                           f"{table['cuda'][other]['min_driver']})")
+    note = None
+    compat = host_table()["cuda_forward_compat"]
+    rule = compat.get(cuda)
+    if rule and have[:1] and have[0] in rule["branches"] and img.strategy == "official" \
+            and version_key(img.vllm_version) >= version_key(compat["since"]):
+        kinds = {gpu_catalog()[g.catalog_key].get("kind") if g.catalog_key else None for g in gpus}
+        switch = (f"set {compat['env']}={compat['value']} in the stack's .env (vLLM's CUDA {cuda} image then loads CUDA's "
+                  f"forward-compatibility libraries, which the NVIDIA runtime accepts on R{have[0]})")
+        if kinds <= set(compat["gpu_kinds"]):
+            options.append(switch)
+        else:
+            names = ", ".join(sorted({g.name for g in gpus}))
+            note = (f"CUDA forward compatibility ({compat['env']}={compat['value']}) works on datacenter GPUs only, "
+                    f"not on {names}")
+    current = version_key(img.vllm_version)
+    for version in sorted(table["versions"], key=version_key, reverse=True):
+        if options or version_key(version) >= current:
+            continue  # a build of the pinned release beats going back a release
+        older = table["versions"][version]
+        builds = [older["cuda"]] + list(older.get("official_variants") or {})
+        usable = [b for b in builds if runs(b)]
+        if usable:
+            build = usable[0]
+            extra = "" if build == older["cuda"] else (
+                f" with image.cuda={build}" + ("" if img.strategy == "official" else " and image.strategy=official"))
+            options.append(f"image.vllm_version={version}{extra} (its CUDA {build} build needs driver >= "
+                           f"{table['cuda'][build]['min_driver']})")
+    return options, note
 
 
 def _plan_on(preset: Any, memory_gib: float) -> Any:

@@ -3,9 +3,11 @@
 import json
 from pathlib import Path
 
+import pytest
+
 
 from kit.doctor import (
-    FAIL, PASS, WARN, CommandResult, HostFacts, catalog_key_for, check_disk, check_docker, check_driver,
+    FAIL, PASS, WARN, CommandResult, HostFacts, catalog_key_for, check_compose, check_disk, check_docker, check_driver,
     check_gpu_runtime, check_gpus, check_hf, check_shm, evaluate, parse_nvidia_smi, report_json,
 )
 from kit.preset import load_preset
@@ -64,7 +66,9 @@ def test_rtx4090_on_a_575_driver_fails_the_cuda13_slim_image_and_says_how_to_fix
 def test_2x3090_on_a_550_driver_is_too_old_even_for_cuda_129():
     checks = by_name(evaluate(facts("nvidia-smi-2x-rtx3090.csv"), preset("rtx3090x2-fp16")))
     assert checks["nvidia driver"].status == FAIL
-    assert ">= 575.51.03" in checks["nvidia driver"].fix and "older vLLM pin" in checks["nvidia driver"].fix
+    # No pinned build needs less than 575 (0.16.0 is CUDA 12.9 too): the table leaves only the upgrade.
+    assert checks["nvidia driver"].fix == ("upgrade the driver to >= 575.51.03 (no other pinned vLLM build runs on "
+                                           "driver 550.144.03)")
     assert checks["gpus"].status == PASS
     assert checks["memory plan"].status == PASS
 
@@ -152,3 +156,64 @@ def test_report_json_has_stable_keys():
 def test_driver_without_preset_just_reports():
     assert check_driver(facts("nvidia-smi-2x-rtx3090.csv"), None).detail == "driver 550.144.03"
     assert [c.status for c in check_gpus(facts(None), None)] == [WARN]
+
+
+# ------------------------------------------------------------------ what upstream really requires
+
+
+def compose_facts(name: str) -> HostFacts:
+    return facts(compose_version=CommandResult(["docker", "compose", "version", "--short"], 0, fixture(name)))
+
+
+def test_compose_must_be_2_24_for_optional_env_file():
+    old = check_compose(compose_facts("compose-version-2.20.2.txt"))
+    assert old.status == FAIL and "Compose 2.20.2 is older than 2.24.0" in old.detail
+    assert "required: false" in old.detail and ">= 2.24.0" in old.fix
+    assert check_compose(compose_facts("compose-version-2.24.0.txt")).status == PASS
+    assert check_compose(compose_facts("compose-version-2.40.3.txt")).detail == "Compose v2 (2.40.3 >= 2.24.0)"
+
+
+def test_runtime_hook_on_path_serves_gpu_requests_without_a_registered_runtime():
+    hook = ["/usr/bin/nvidia-container-runtime-hook"]
+    only_hook = facts("nvidia-smi-1x-rtx4090.csv", info="docker-info-28-no-nvidia-runtime.json", device_hooks=hook)
+    check = check_gpu_runtime(only_hook, preset("rtx4090-awq"))
+    assert check.status == PASS and "without a registered `nvidia` runtime" in check.detail
+    # Without the hook (and without runtime or CDI) the same host fails, naming what is missing.
+    bare = facts("nvidia-smi-1x-rtx4090.csv", info="docker-info-28-no-nvidia-runtime.json")
+    check = check_gpu_runtime(bare, preset("rtx4090-awq"))
+    assert check.status == FAIL and "nvidia-container-runtime-hook" in check.detail
+    # Jetson's compose uses `runtime: nvidia`: the hook alone is not enough there.
+    jetson = check_gpu_runtime(only_hook, preset("orin"))
+    assert jetson.status == FAIL and "runtime: nvidia" in jetson.detail
+    assert check_gpu_runtime(facts(), preset("orin")).status == PASS
+
+
+@pytest.mark.parametrize(("smi", "branch"), [("nvidia-smi-8x-a100-80gb-r570.csv", 570),
+                                             ("nvidia-smi-8x-a100-80gb-r535.csv", 535)])
+def test_datacenter_driver_below_cuda13_gets_the_forward_compat_switch(smi, branch):
+    checks = by_name(evaluate(facts(smi), preset("a100x8")))
+    driver = checks["nvidia driver"]
+    assert driver.status == FAIL and "which the CUDA 13.0 image needs" in driver.detail
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1 in the stack's .env" in driver.fix
+    assert f"accepts on R{branch}" in driver.fix
+    # The -cu129 image needs 575.51.03: not offered to an R570 or R535 host.
+    assert "image.cuda=12.9" not in driver.fix
+
+
+def test_a100_on_r575_may_take_the_cu129_image_or_forward_compat():
+    smi = fixture("nvidia-smi-8x-a100-80gb-r570.csv").replace("570.172.08", "575.57.08")
+    result = facts()
+    result.nvidia_smi = CommandResult(["nvidia-smi"], 0, smi)
+    fix = check_driver(result, preset("a100x8")).fix
+    assert "image.cuda=12.9 (the vllm/vllm-openai:v0.33.0-cu129 image, driver >= 575.51.03)" in fix
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1" in fix
+
+
+def test_geforce_never_gets_forward_compat():
+    # RTX 4090 on R575 with the a100x8-style official CUDA 13 image: the cu129 image, not the compat switch.
+    checks = by_name(evaluate(facts("nvidia-smi-1x-rtx4090.csv"),
+                              preset("rtx4090-awq", "image.strategy=official")))
+    fix = checks["nvidia driver"].fix
+    assert "image.cuda=12.9" in fix
+    assert "works on datacenter GPUs only, not on NVIDIA GeForce RTX 4090" in fix
+    assert "in the stack's .env" not in fix
