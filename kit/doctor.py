@@ -265,7 +265,8 @@ def check_gpu_runtime(facts: HostFacts, preset: Any | None) -> Check:
     runtimes = sorted((info or {}).get("Runtimes") or {})
     has_nvidia = "nvidia" in runtimes
     cdi, hooks = facts.cdi_specs, facts.device_hooks
-    configure = "install the NVIDIA Container Toolkit, then `nvidia-ctk runtime configure --runtime=docker` and restart Docker"
+    configure = ("install the NVIDIA Container Toolkit (its nvidia-container-runtime-hook on the daemon's PATH serves "
+                 "GPU requests), then `nvidia-ctk runtime configure --runtime=docker` and restart Docker")
     if preset is not None and preset.image.strategy == "jetson":
         # The Jetson stack says `runtime: nvidia`: that name must be registered; a hook alone does not do.
         if has_nvidia:

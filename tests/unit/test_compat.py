@@ -243,3 +243,10 @@ def test_a_release_without_a_jetpack6_build_is_a_warning_naming_one_that_has_it(
     [warning] = [w for w in warnings if w.where.endswith("image.vllm_version")]
     assert "no record of jetson-containers building vLLM 0.33.0 for JetPack 6" in warning.message
     assert warning.hint == "use image.vllm_version=0.16.0 (built for JetPack 6)"
+
+
+def test_cli_refuses_a_jetpack6_index_on_a_jetpack7_board():
+    result = CliRunner().invoke(cli, ["validate", "preset=orin", "hardware.l4t=r38.2"])
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    [line] = [x for x in result.stderr.splitlines() if "image.pip_index_url" in x]
+    assert "presets/orin.yaml: image.pip_index_url: hardware.l4t r38.2 is JetPack 7.0" in line
