@@ -260,7 +260,7 @@ def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     board_cuda, major = board["cuda"], board["jetpack_major"]
     rows: list[tuple[str, str, str, str]] = []
     if jetson_build(img.vllm_version, hw.l4t) is None:
-        known = [v for v in table["versions"] if jetson_build(v, hw.l4t)]
+        known = sorted((v for v in table["versions"] if jetson_build(v, hw.l4t)), key=version_tuple, reverse=True)
         rows.append(("warning", "image.vllm_version",
                      f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
                      f"the image pins PyPI's torch {table['versions'][img.vllm_version]['torch']}, which may not be "
