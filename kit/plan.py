@@ -698,8 +698,9 @@ def lora_buffer_bytes(model: ModelSpec, r: _Resolved, lora: LoraInputs, layers: 
 
 
 # Draft methods whose checkpoints are a few layers that reuse the target's embedding and lm_head when their own
-# checkpoint lacks them (vllm/v1/spec_decode/eagle.py at v0.33.0 shares them at load).
-_SHARING_DRAFTS = ("eagle", "eagle3", "medusa", "mlp_speculator")
+# checkpoint lacks them (vllm/v1/spec_decode/llm_base_proposer.py at v0.33.0: _maybe_share_embeddings,
+# _maybe_share_lm_head; the EAGLE family in vllm/config/speculative.py EagleModelTypes).
+_SHARING_DRAFTS = ("eagle", "eagle3", "dflash")
 
 
 def draft_terms(r: _Resolved, draft: DraftInputs) -> tuple[float, int, list[str]]:

@@ -49,7 +49,8 @@ def select_files(files, rules, mode="weights", load_format="auto", ignore_patter
         return others, "load_format %s: no weights" % fmt
     top = [f for f in files if "/" not in f]
     if "*.safetensors" in patterns and rules["safetensors_index"] in top and weight_map:
-        chosen, how = sorted(set(weight_map.values())), "the files in %s" % rules["safetensors_index"]
+        # snapshot_download still applies the ignore patterns to the index's files
+        chosen, how = sorted(set(weight_map.values()) & set(kept)), "the files in %s" % rules["safetensors_index"]
     else:
         pattern = next((p for p in patterns if fnmatch.filter(top, p)), None)
         if pattern is None:  # vLLM then tries each pattern over the whole snapshot
