@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from kit.datafiles import load_yaml
-from kit.errors import PresetError
+from kit.errors import PresetError, Problem
 from kit.preset import Preset
 
 # Speculative methods that need no model of their own (vllm/config/speculative.py at v0.33.0): n-gram and suffix
@@ -21,6 +21,17 @@ from kit.preset import Preset
 SPEC_METHODS_WITHOUT_MODEL = ("ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states", "mtp", "dspark")
 
 LOCAL_PREFIXES = ("/", "./", "../", "~")
+
+
+LORA_HINT = 'e.g. lora_modules: ["sql=org/sql-lora", "{\\"name\\": \\"chat\\", \\"path\\": \\"/adapters/chat\\"}"]'
+
+
+class ArtefactError(PresetError):
+    """An engine flag names a hub artefact in a form vLLM would not accept."""
+
+    def __init__(self, field: str, message: str, hint: str | None = None):
+        super().__init__(f"{field}: {message}", hint=hint)
+        self.field, self.detail = field, message
 
 
 @dataclass(frozen=True)
@@ -59,16 +70,17 @@ def lora_adapters(value: Any) -> list[tuple[str, str]]:
             try:
                 parsed = json.loads(item)
             except json.JSONDecodeError as exc:
-                raise PresetError(f"engine.lora_modules: not valid JSON ({exc.msg})") from None
+                raise ArtefactError("engine.lora_modules", f"not valid JSON ({exc.msg})") from None
             entries = parsed if isinstance(parsed, list) else [parsed]
         elif isinstance(item, str) and "=" in item:
             name, _, path = item.partition("=")
             entries = [{"name": name, "path": path}]
         else:
-            raise PresetError("engine.lora_modules: each entry is name=path or a JSON object with name and path")
+            raise ArtefactError("engine.lora_modules", "each entry is name=path or a JSON object with name and path",
+                                LORA_HINT)
         for entry in entries:
             if not isinstance(entry, dict) or not entry.get("name") or not entry.get("path"):
-                raise PresetError("engine.lora_modules: each adapter needs a name and a path")
+                raise ArtefactError("engine.lora_modules", "each adapter needs a name and a path", LORA_HINT)
             found.append((str(entry["name"]), str(entry["path"])))
     return found
 
@@ -79,7 +91,7 @@ def draft_model(spec: Any) -> tuple[str, str | None] | None:
         try:
             spec = json.loads(spec)
         except json.JSONDecodeError:
-            raise PresetError("engine.speculative_config: not valid JSON") from None
+            raise ArtefactError("engine.speculative_config", "not valid JSON") from None
     if not isinstance(spec, dict):
         return None
     model, method = spec.get("model"), spec.get("method")
@@ -104,6 +116,15 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
         out.append(Artefact("draft model", draft[0], draft[1], "weights", "engine.speculative_config.model",
                             marker="config.json"))
     return out
+
+
+def artefact_problems(where: str, preset: Preset) -> list[Problem]:
+    """The engine flags' artefacts as `kit validate` problems (file and field), before anything renders."""
+    try:
+        artefacts_for(preset, preset.model.id)
+    except ArtefactError as exc:
+        return [Problem(f"{where}: {exc.field}", exc.detail, exc.hint)]
+    return []
 
 
 def fetch_spec(preset: Preset, model_arg: str) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kit.deployment import fetch_command_for, plan_deployment
 from kit.errors import PresetError
-from kit.hubfetch import artefacts_for, fetch_rules, fetch_script, fetch_spec
+from kit.checks import check_preset
+from kit.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
 from kit.launch.fetch_files import select_files
 from kit.preset import load_preset
 
@@ -129,8 +131,14 @@ def test_speculative_methods_without_a_draft_checkpoint_fetch_nothing_more(spec)
 
 
 def test_bad_lora_entry_names_the_field():
+    preset = _preset('engine.lora_modules=["just-a-name"]')
     with pytest.raises(PresetError, match="engine.lora_modules"):
-        artefacts_for(_preset('engine.lora_modules=["just-a-name"]'), "x")
+        artefacts_for(preset, "x")
+    report = check_preset("rtx4090-awq", Path("presets/rtx4090-awq.yaml"), preset)
+    assert [p.where for p in report.errors] == ["presets/rtx4090-awq.yaml: engine.lora_modules"]
+    assert "sql=org/sql-lora" in report.errors[0].hint
+    bad_spec = _preset("engine.speculative_config={not json")
+    assert [p.where for p in artefact_problems("f.yaml", bad_spec)] == ["f.yaml: engine.speculative_config"]
 
 
 def test_spec_carries_load_format_and_ignore_patterns():
