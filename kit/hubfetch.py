@@ -105,9 +105,12 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
     eng = preset.engine.flags()
     rules = fetch_rules()
     out = [Artefact("model", model_arg, preset.model.revision, "weights", "model.id", marker="config.json")]
-    tokenizer = eng.get("tokenizer")
+    tokenizer, tokenizer_revision = eng.get("tokenizer"), eng.get("tokenizer_revision")
     if tokenizer and tokenizer not in (preset.model.id, model_arg):
-        out.append(Artefact("tokenizer", str(tokenizer), eng.get("tokenizer_revision"), "tokenizer", "engine.tokenizer"))
+        out.append(Artefact("tokenizer", str(tokenizer), tokenizer_revision, "tokenizer", "engine.tokenizer"))
+    elif tokenizer_revision and tokenizer_revision != preset.model.revision and not preset.model.is_local:
+        # vLLM reads the model repo's tokenizer files at that other revision
+        out.append(Artefact("tokenizer", model_arg, str(tokenizer_revision), "tokenizer", "engine.tokenizer_revision"))
     for name, path in lora_adapters(eng.get("lora_modules")):
         # vLLM downloads an adapter at its default revision, so the kit cannot pin one either.
         out.append(Artefact(f"lora {name}", path, None, "all", "engine.lora_modules", marker=rules["adapter_marker"]))

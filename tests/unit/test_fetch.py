@@ -120,6 +120,12 @@ def test_artefacts_from_engine_flags():
     assert (arts["draft model"].ref, arts["draft model"].revision) == ("org/draft-0.5B", "v1")
 
 
+def test_a_tokenizer_revision_alone_fetches_the_model_repos_tokenizer_at_it():
+    preset = _preset("engine.tokenizer_revision=tok-v2")
+    extra = artefacts_for(preset, preset.model.id)[1:]
+    assert [(a.ref, a.revision, a.mode) for a in extra] == [(preset.model.id, "tok-v2", "tokenizer")]
+
+
 @pytest.mark.parametrize("spec", [
     {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
     {"method": "mtp", "num_speculative_tokens": 1},
