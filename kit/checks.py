@@ -176,6 +176,9 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     cluster_errors, cluster_warnings = check_cluster(where, preset, target)
     report.errors += cluster_errors
     report.warnings += cluster_warnings
+    from kit.hubfetch import artefact_problems  # what the one-shot fetch will download
+
+    report.errors += artefact_problems(where, preset)
     compat_errors, compat_warnings = check_compat(where, preset)
     report.errors += compat_errors
     report.warnings += compat_warnings

@@ -103,7 +103,7 @@ class Deployment:
     pip_index_url: str | None
     image_repository: str
     entrypoint: list[str]
-    fetch_command: list[str]  # model-fetch service: python -c FETCH_SCRIPT MODEL REVISION
+    fetch_command: list[str]  # model-fetch service: python -c <kit/launch/fetch_files.py> <JSON spec>
     served_model_name: str
     model_arg: str  # what --model receives inside the container
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
@@ -311,14 +311,14 @@ def environment_for(preset: Preset) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
-# The one-shot `model-fetch` service: puts a hub model into the HF cache volume before the server starts
-# (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that a mounted local model is there.
-FETCH_SCRIPT = (
-    "import pathlib, sys; ref = sys.argv[1]; rev = sys.argv[2] or None; "
-    "ok = (pathlib.Path(ref) / 'config.json').is_file() if ref.startswith('/') "
-    "else bool(__import__('huggingface_hub').snapshot_download(ref, revision=rev)); "
-    "print(('model ready: ' if ok else 'model missing: ') + ref); sys.exit(0 if ok else 1)"
-)
+def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
+    """The one-shot `model-fetch` service: puts what vLLM will read into the HF cache volume before the server
+    starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
+    The script is kit/launch/fetch_files.py, passed whole to `python -c` as one escaped string (exec-form
+    values stay on one line), so nothing needs mounting."""
+    from kit.hubfetch import fetch_script, fetch_spec
+
+    return [python, "-c", f"exec({fetch_script()!r})", fetch_spec(preset, model_arg)]
 
 
 def cluster_plan_for(preset: Preset, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
@@ -425,7 +425,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         pip_index_url=img.pip_index_url,
         image_repository=repository,
         entrypoint=entrypoint,
-        fetch_command=[entrypoint[0], "-c", FETCH_SCRIPT, model_arg, preset.model.revision or ""],
+        fetch_command=fetch_command_for(preset, entrypoint[0], model_arg),
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,

@@ -132,6 +132,28 @@ def find_gpu(name: str) -> GpuInfo:
 
 
 # --------------------------------------------------------------------------- inputs and result
+class LoraInputs(BaseModel):
+    """--enable-lora and its sizing flags (vLLM's defaults at v0.33.0: max_loras 1, max_lora_rank 16)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_loras: int = Field(default=1, ge=1)
+    max_lora_rank: int = Field(default=16, ge=1)
+    max_cpu_loras: int | None = Field(default=None, ge=1)  # host memory, not the GPU (default: max_loras)
+    fully_sharded_loras: bool = False
+    lora_dtype: Literal["auto", "bfloat16", "float16"] = "auto"
+
+
+class DraftInputs(BaseModel):
+    """A speculative draft checkpoint (--speculative-config with a model of its own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ref: str
+    method: str | None = None
+    spec: ModelSpec | None = None  # None: its shape is not known offline
+
+
 class PlanInputs(BaseModel):
     """What the planner needs; ``None`` means "vLLM's default for this version"."""
 
@@ -155,6 +177,8 @@ class PlanInputs(BaseModel):
     block_size: int | None = Field(default=None, ge=1)  # 16 on GPU, 128 on the CPU backend
     cpu_kvcache_space_gib: float | None = Field(default=None, gt=0)
     entrypoint: Literal["serve", "llm"] = "serve"  # `vllm serve` (API server) or the offline LLM class
+    lora: LoraInputs | None = None  # None: LoRA not enabled
+    draft: DraftInputs | None = None  # None: no draft checkpoint
 
 
 class Plan(BaseModel):
@@ -174,6 +198,8 @@ class Plan(BaseModel):
     suggestions: list[dict[str, Any]]
     inputs: dict[str, Any]
     approximate: dict[str, Any]
+    lora_gib: float = 0.0  # LoRA weight buffers, part of weights_gib
+    draft_weights_gib: float = 0.0  # the draft model's weights, part of weights_gib
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,6 +215,9 @@ class Plan(BaseModel):
             "suggestions": [dict(s) for s in self.suggestions],
             "inputs": dict(self.inputs),
             "approximate": dict(self.approximate),
+            # only when planned, so plans without LoRA or a draft keep their keys
+            **({"lora_gib": round(self.lora_gib, 3)} if "lora" in self.inputs else {}),
+            **({"draft_weights_gib": round(self.draft_weights_gib, 3)} if "draft" in self.inputs else {}),
         }
 
 
@@ -628,6 +657,90 @@ NO_MEMORY_ERROR = (
 )
 
 
+# --------------------------------------------------------------------------- LoRA and speculative decoding
+@lru_cache(maxsize=1)
+def _lora_embedding_modules() -> dict[str, list[str]]:
+    from kit.datafiles import load_yaml
+
+    return load_yaml("lora.yaml")["embedding_modules"]
+
+
+def lora_buffer_bytes(model: ModelSpec, r: _Resolved, lora: LoraInputs, layers: int, first: bool, last: bool) -> float:
+    """Bytes of the LoRA A/B buffers vLLM preallocates on one rank (kit/data/lora.yaml has the shapes' sources).
+
+    Per decoder layer and LoRA slot, with rank R, hidden H, per-rank q/kv/MLP widths q, kv, I:
+      qkv_proj (3 slices)  A 3*R*H         B R*(q + 2*kv)
+      o_proj               A R*q           B R*H
+      gate_up_proj (2)     A 2*R*H         B R*2*I
+      down_proj            A R*I           B R*H
+    fully_sharded_loras divides the column layers' A rank and the row layers' B output by TP.
+    embed_tokens (first stage) A V*R, B H*R and lm_head (last stage) A R*H, B V*R where the architecture has them.
+    """
+    tp = r.tensor_parallel_size
+    rank, h = lora.max_lora_rank, model.hidden_size
+    col_a_rank = rank / tp if lora.fully_sharded_loras else rank
+    row_b_out = h / tp if lora.fully_sharded_loras else h
+    q = model.num_attention_heads * model.head_dim / tp
+    kv = max(model.num_kv_heads // tp, 1) * model.head_dim
+    inter = model.intermediate_size / tp
+    per_layer = (3 * col_a_rank * h + rank * (q + 2 * kv)
+                 + rank * q + rank * row_b_out
+                 + 2 * col_a_rank * h + rank * 2 * inter
+                 + rank * inter + rank * row_b_out)
+    elements = per_layer * layers
+    embedding = _lora_embedding_modules().get(model.architecture, [])
+    if first and "embed_tokens" in embedding:
+        elements += model.vocab_size * rank + h * rank
+    if last and "lm_head" in embedding:
+        elements += rank * h + model.vocab_size * rank
+    dtype = r.dtype if lora.lora_dtype == "auto" else lora.lora_dtype
+    return lora.max_loras * elements * DTYPE_BYTES[dtype]
+
+
+# Draft methods whose checkpoints are a few layers that reuse the target's embedding and lm_head when their own
+# checkpoint lacks them (vllm/v1/spec_decode/llm_base_proposer.py at v0.33.0: _maybe_share_embeddings,
+# _maybe_share_lm_head; the EAGLE family in vllm/config/speculative.py EagleModelTypes).
+_SHARING_DRAFTS = ("eagle", "eagle3", "dflash")
+
+
+def draft_terms(r: _Resolved, draft: DraftInputs) -> tuple[float, int, list[str]]:
+    """(weight bytes on one rank, KV bytes per token, approximation notes) of a draft model.
+
+    The drafter is loaded inside the target's load_model (vllm/v1/worker/gpu_model_runner.py), so its weights
+    count in "Model loading took"; its attention layers get KV cache specs beside the target's, and layers of one
+    type share one block pool whose block holds every layer's page (vllm/v1/core/kv_cache_planning.py,
+    UniformTypeKVCacheSpecs): the draft's per-token KV adds to the target's and both get the same token count.
+    """
+    spec = draft.spec
+    if spec is None:
+        return 0.0, 0, [f"draft model {draft.ref}: its shape is unknown offline, so its weights and KV cache are "
+                        "not counted"]
+    tp = r.tensor_parallel_size
+    if spec.weights_bytes:
+        weights = spec.weights_bytes / tp  # exact checkpoint bytes, split by TP (norms are replicated: negligible)
+    else:
+        quant = spec.quantization
+        own = r.model_copy(update={"quantization": quant.method if quant else None,
+                                   "weight_bits": quant.bits if quant else None})
+        counts = _stage_counts(spec, tp, range(spec.num_layers), True, True, 1)
+        weights = _stage_weight_bytes(own, spec, counts, rope=True)
+    per_token = kv_bytes_per_token_per_layer(spec, tp, r.kv_cache_bytes) * spec.num_layers
+    notes = []
+    if (draft.method or "") in _SHARING_DRAFTS:
+        notes.append(f"{draft.method} draft {draft.ref}: counted with its own embedding and lm_head; vLLM shares the "
+                     "target's when the draft checkpoint lacks them, so the weights are an upper bound")
+    return weights, per_token, notes
+
+
+def _lora_notes(model: ModelSpec, lora: LoraInputs) -> list[str]:
+    notes = []
+    if model.is_moe or model.is_mla:
+        notes.append("LoRA buffers of MoE experts and MLA projections are not counted (dense layers only)")
+    if model.architecture not in _lora_embedding_modules():
+        notes.append(f"LoRA on embed_tokens/lm_head not counted: {model.architecture} is not in kit/data/lora.yaml")
+    return notes
+
+
 class _Stage(BaseModel):
     weights: float
     activation: float
@@ -636,6 +749,8 @@ class _Stage(BaseModel):
     kv_bytes: float
     per_token: int  # KV bytes per token on this rank (all its layers)
     num_layers: int
+    lora: float = 0.0  # LoRA buffers, included in weights
+    draft_weights: float = 0.0  # draft model weights (last stage), included in weights
 
 
 def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
@@ -652,6 +767,14 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
         counts = _stage_counts(model, tp, layers, first, last, pp)
         weights = _stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
         per_token = kv_bytes_per_token_per_layer(model, tp, r.kv_cache_bytes) * len(layers)
+        extras = {"lora": 0.0, "draft_weights": 0.0}
+        if inputs.lora is not None:
+            extras["lora"] = lora_buffer_bytes(model, r, inputs.lora, len(layers), first, last)
+        if inputs.draft is not None and last:
+            extras["draft_weights"], draft_per_token, draft_notes = draft_terms(r, inputs.draft)
+            per_token += draft_per_token
+            notes = notes + [n for n in draft_notes if n not in notes]
+        weights += extras["lora"] + extras["draft_weights"]
         if r.device == "cpu":
             if r.cpu_kvcache_space_gib is not None:
                 kv = r.cpu_kvcache_space_gib * GIB
@@ -663,7 +786,7 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
                     )
                 kv = r.gpu_memory_gib * GIB * r.gpu_memory_utilization - weights - CPU_PROCESS_OVERHEAD_GIB * GIB
             stages.append(_Stage(weights=weights, activation=0, non_torch=0, cuda_graph=0, kv_bytes=kv,
-                                 per_token=per_token, num_layers=len(layers)))
+                                 per_token=per_token, num_layers=len(layers), **extras))
             continue
         activation = _stage_activation_bytes(r, model, layers, last)
         non_torch = (NON_TORCH_GIB_TP if tp > 1 else NON_TORCH_GIB_PP_ONLY if pp > 1 else NON_TORCH_GIB_SINGLE) * GIB
@@ -673,7 +796,9 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
         requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
         kv = requested - weights - activation - non_torch - graph
         stages.append(_Stage(weights=weights, activation=activation, non_torch=non_torch, cuda_graph=graph,
-                             kv_bytes=kv, per_token=per_token, num_layers=len(layers)))
+                             kv_bytes=kv, per_token=per_token, num_layers=len(layers), **extras))
+    if inputs.lora is not None:
+        notes = notes + _lora_notes(model, inputs.lora)
     return r, stages, notes
 
 
@@ -696,6 +821,17 @@ def _approximate(model: ModelSpec, r: _Resolved, gpu_unified: bool, notes: list[
         reasons.append("unified memory: the CPU shares this memory, and vLLM refuses to start when free memory "
                        "is below the requested fraction")
     return {"value": bool(reasons), "reason": "; ".join(reasons) if reasons else None}
+
+
+def _echo_inputs(r: _Resolved, inputs: PlanInputs) -> dict[str, Any]:
+    echo = r.model_dump()
+    if inputs.lora is not None:
+        echo["lora"] = inputs.lora.model_dump()
+        echo["lora"]["max_cpu_loras_note"] = "adapters beyond max_loras are cached in host memory, not on the GPU"
+    if inputs.draft is not None:
+        echo["draft"] = {"model": inputs.draft.ref, "method": inputs.draft.method,
+                         "known": inputs.draft.spec is not None}
+    return echo
 
 
 def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
@@ -737,7 +873,9 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
         fits=error is None,
         error=error,
         suggestions=[],
-        inputs=r.model_dump(),
+        inputs=_echo_inputs(r, inputs),
+        lora_gib=binding.lora / GIB,
+        draft_weights_gib=binding.draft_weights / GIB,
         approximate=_approximate(inputs.model, r, bool(gpu and gpu.unified_memory), notes),
     )
     return plan, r, stages

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kit.errors import KitError, Problem
-from kit.plan import Plan, PlanInputs, plan
+from kit.plan import DraftInputs, LoraInputs, Plan, PlanInputs, plan
 from kit.preset import Preset
 
 
@@ -27,6 +27,37 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
     return load_model_spec(model.id)
 
 
+def lora_inputs_for(preset: Preset) -> LoraInputs | None:
+    """LoRA sizing from engine flags: only with enable_lora, as vLLM builds its LoRAConfig (engine/arg_utils.py)."""
+    eng = preset.engine.flags()
+    if not eng.get("enable_lora"):
+        return None
+    keys = ("max_loras", "max_lora_rank", "max_cpu_loras", "fully_sharded_loras", "lora_dtype")
+    return LoraInputs(**{k: eng[k] for k in keys if eng.get(k) is not None})
+
+
+def draft_inputs_for(preset: Preset, base_dir: Path | None = None) -> DraftInputs | None:
+    """The draft checkpoint named by engine.speculative_config, with its shape when known offline."""
+    from kit.hubfetch import draft_model
+    from kit.modelinfo import load_model_spec
+
+    raw = preset.engine.flags().get("speculative_config")
+    draft = draft_model(raw)
+    if draft is None:
+        return None
+    ref = draft[0]
+    method = raw.get("method") if isinstance(raw, dict) else None
+    candidates = [ref]
+    if base_dir is not None and ref.startswith(("./", "../")):
+        candidates.insert(0, str(base_dir / ref))
+    for candidate in candidates:
+        try:
+            return DraftInputs(ref=ref, method=method, spec=load_model_spec(candidate))
+        except KitError:
+            continue
+    return DraftInputs(ref=ref, method=method)
+
+
 def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs | None:
     spec = model_spec_for(preset, base_dir)
     if spec is None:
@@ -45,6 +76,8 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         enforce_eager=bool(eng.enforce_eager),
         vllm_version=preset.image.vllm_version,
         block_size=eng.block_size,
+        lora=lora_inputs_for(preset),
+        draft=draft_inputs_for(preset, base_dir),
     )
     if hw.gpu is None:
         return PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
@@ -81,6 +114,9 @@ def summary_lines(result: Plan) -> list[str]:
             f"per rank: activation {result.activation_gib:.2f} GiB, non-torch {result.non_torch_gib:.2f} GiB, "
             f"CUDA graphs {result.cuda_graph_gib:.2f} GiB, utilization {i['gpu_memory_utilization']}"
         )
+    if "lora" in i or "draft" in i:
+        lines.append(f"of the weights: LoRA buffers {result.lora_gib:.2f} GiB, draft model "
+                     f"{result.draft_weights_gib:.2f} GiB")
     if result.approximate.get("value"):
         lines.append(f"approximate: {result.approximate.get('reason')}")
     return lines

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 
 import click
@@ -19,14 +21,20 @@ from kit.workflow import ensure_image, ensure_model, model_overrides, project_fo
 @click.option("--base-image", metavar="REF")
 def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheelhouse: Path | None,
           base_image: str | None) -> None:
-    """Download the model into the HF cache volume (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
+    """Download what vLLM will read into the HF cache volume: the model's weights in the format vLLM loads, its
+    config and tokenizer, and the LoRA adapters, draft model and tokenizer the engine flags name
+    (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     prepared = prepare(require_preset(ref), overrides + model_overrides(extras.get("model")), base_image=base_image)
     render_into(prepared, out_dir)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
     stack = Stack(out_dir, project_for(out_dir))
-    result = stack.run("run", "--rm", "--no-deps", "model-fetch", check=False, timeout=24 * 3600)
-    click.echo(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "(no output)")
+    # -T: no TTY, so the script's progress (stderr) streams straight to ours while its verdict (stdout) is kept.
+    argv = stack.argv("run", "--rm", "--no-deps", "-T", "model-fetch")
+    status(f"fetching into the stack's HF cache volume: {shlex.join(argv)}")
+    result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=stack.directory, timeout=24 * 3600)
+    lines = result.stdout.strip().splitlines()
+    click.echo(lines[-1] if lines else "(no output)")
     if result.returncode != 0:
         raise SystemExit(1)
