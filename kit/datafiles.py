@@ -12,7 +12,7 @@ import yaml
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
 # In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
-# beside the package (the design card's layout). A wheel or sdist install ships them inside the package as
+# beside the package (the layout README.md describes). A wheel or sdist install ships them inside the package as
 # kit/_presets, kit/_images, kit/_compose (pyproject.toml maps them). This is the one place that knows both.
 REPO_ROOT = PACKAGE_DIR.parent
 
