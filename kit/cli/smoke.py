@@ -29,8 +29,9 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
     # testinfra is an extra (pyproject.toml: smoke): the rest of the CLI runs without it. Checked before
     # anything is built or started, so a missing extra costs nothing.
     if importlib.util.find_spec("testinfra") is None:
-        raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: "
-                         "pip install 'vllm-kit[smoke]' (or pipx inject vllm-kit pytest-testinfra)")
+        raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: pip install 'pytest-testinfra>=10' "
+                         "in the kit's environment (from a checkout: pip install '.[smoke]'; "
+                         "with pipx: pipx inject vllm-kit pytest-testinfra)")
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
     out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))
