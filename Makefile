@@ -1,6 +1,13 @@
 # Every target is documented in README.md. The Makefile only wraps commands; logic lives in kit/ and scripts/.
 SHELL := /bin/bash
-PYTHON ?= python3
+# Debian 12's own python3 refuses `pip install` into the system interpreter (PEP 668, "externally managed"),
+# so the kit and its test tools live in a virtual environment made here (ignored by git). BOOTSTRAP_PYTHON
+# only makes the venv; everything after runs from it. Its bin/ goes first on PATH for the tools pip puts
+# there (hadolint, docker-compose).
+BOOTSTRAP_PYTHON ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 PRESET ?= cpu
 MODEL ?=
 PORT ?= 8000
@@ -10,16 +17,36 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup test test-unit test-golden test-integration run down bench bench-plan golden schema lint clean
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down bench bench-plan golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
 
-install:  ## install the kit and its test dependencies into the current Python
-	$(PYTHON) -m pip install -q -e '.[test]'
+# Steps of scripts/setup-host.sh that serving does not need: arm64 emulation and its base image, the local
+# registry and hadolint are for the tests. The local base image is only for the cpu preset.
+comma := ,
+RUN_SETUP_SKIP := arm64,registry,hadolint$(if $(filter cpu,$(PRESET)),,$(comma)base)
 
-setup: install  ## install the kit, a Docker engine, Compose v2, hadolint and the local base image
-	bash scripts/setup-host.sh
+$(PYTHON):
+	$(BOOTSTRAP_PYTHON) -m venv $(VENV) || { echo "making $(VENV) failed: on Debian, apt-get install -y python3-venv"; exit 1; }
+
+# Reinstalled only when pyproject.toml changes (the install is editable: code changes need nothing).
+# `make run` needs the CLI only; the tests add the test extra.
+$(VENV)/.installed-run: pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e .
+	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+install: $(VENV)/.installed  ## make .venv and install the kit (editable) and its test dependencies into it
+
+setup: install  ## install the kit, a Docker engine, Compose v2, hadolint, the local base images, QEMU, a registry
+	PYTHON=$(PYTHON) bash scripts/setup-host.sh
+
+setup-run: $(VENV)/.installed-run  ## only what serving needs: a Docker engine, Compose v2 (and the local base image for cpu)
+	PYTHON=$(PYTHON) KIT_SETUP_SKIP="$(if $(KIT_SETUP_SKIP),$(KIT_SETUP_SKIP)$(comma))$(RUN_SETUP_SKIP)" bash scripts/setup-host.sh
 
 test: setup  ## the whole test suite (unit, golden, integration against a real Docker engine and vLLM)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -30,10 +57,13 @@ test-unit: install  ## unit tests only (no Docker)
 test-golden: install  ## golden files, hadolint and compose config for every preset
 	$(PYTHON) -m pytest -m golden $(PYTEST_ARGS)
 
+test-package: install  ## build the sdist and wheel, install into a fresh venv, render every preset from outside
+	$(PYTHON) -m pytest -m package $(PYTEST_ARGS)
+
 test-integration: setup  ## real builds and containers
 	$(PYTHON) -m pytest -m integration $(PYTEST_ARGS)
 
-run: setup  ## bring up PRESET (default cpu, with a locally made model) detached on 127.0.0.1:PORT
+run: setup-run  ## bring up PRESET (default cpu, with a locally made model) detached on 127.0.0.1:PORT
 	$(PYTHON) -m kit.cli.main up preset=$(PRESET) $(if $(MODEL),model=$(MODEL)) --out $(RUN_DIR) --port $(PORT) \
 		--wheelhouse $(WHEELHOUSE) $(if $(filter cpu,$(PRESET)),--base-image $(BASE_IMAGE))
 
@@ -52,5 +82,5 @@ golden: install  ## regenerate golden files after a reviewed change (then read t
 schema: install  ## regenerate presets/schema.json from the preset model
 	$(PYTHON) -m kit.schema
 
-clean:  ## remove rendered run directories
+clean:  ## remove rendered run directories (the venv stays: rm -rf .venv to start over)
 	rm -rf run/

@@ -26,7 +26,7 @@ from kit.stack import Stack, write_smoke_env  # noqa: E402
 from kit.wheelhouse import build_wheelhouse  # noqa: E402
 from kit.workflow import build, image_exists, render_into, start  # noqa: E402
 
-# Published sizes of the official images, for comparison (vLLM issues #27154, #7609, #13112; KNOWLEDGE.md).
+# Published sizes of the official images, for comparison (vLLM issues #27154, #7609, #13112).
 OFFICIAL_GPU_IMAGE = "vllm/vllm-openai: 12 GB and more (compressed pulls ~8 GB; vLLM #27154, #7609, #13112)"
 
 

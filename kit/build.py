@@ -20,6 +20,8 @@ from kit.wheelhouse import LOCK_NAME
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", ".dockerignore")
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
+PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,10 @@ def build_image(request: BuildRequest, log_dir: Path,
                             progress(f"step {m.group(1)}/{m.group(2)}: {m.group(3)[:100]}")
                     elif line.strip() == "---> Using cache":
                         cached += 1
+                    elif progress and line.strip().startswith(PIP_PROGRESS):
+                        # pip inside the build: installing the wheels is the long step (minutes for torch);
+                        # without these lines it would look stuck. The full output is in build.log.
+                        progress(f"    pip: {line.strip()[:100]}")
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             if "error" in chunk:

@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import functools
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
-# Templates and presets sit at the top of the repository, beside the package (the design card's layout).
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PRESETS_DIR = REPO_ROOT / "presets"
-IMAGES_DIR = REPO_ROOT / "images"
-COMPOSE_DIR = REPO_ROOT / "compose"
+PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = PACKAGE_DIR / "data"
+# In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
+# beside the package (the layout README.md describes). A wheel or sdist install ships them inside the package as
+# kit/_presets, kit/_images, kit/_compose (pyproject.toml maps them). This is the one place that knows both.
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+def _shipped_dir(folder: str) -> Path:
+    installed = resources.files("kit").joinpath(f"_{folder}")
+    if installed.is_dir():
+        # Installed wheels are unpacked on disk (pip never installs zipped), so the traversable is a path;
+        # Jinja's loader and the preset listing need a real directory.
+        return Path(str(installed))
+    return REPO_ROOT / folder
+
+
+def checkout_root() -> Path | None:
+    """The repository this package runs from, or None when it is installed from a wheel or sdist."""
+    return REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "presets").is_dir() else None
+
+
+PRESETS_DIR = _shipped_dir("presets")
+IMAGES_DIR = _shipped_dir("images")
+COMPOSE_DIR = _shipped_dir("compose")
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
 
 
 @functools.cache

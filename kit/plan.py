@@ -32,8 +32,9 @@ DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_VLLM_VERSION = "0.33.0"
 
 # --------------------------------------------------------------------------- version facts
-# vLLM behaviour that changed between releases, as (first version, value). Sources in
-# KNOWLEDGE.md and vLLM's arg_utils.py / cache.py / platforms/cpu.py.
+# vLLM behaviour that changed between releases, as (first version, value). Sources: vLLM's
+# vllm/engine/arg_utils.py, vllm/config/cache.py and vllm/platforms/cpu.py (upstream), and the start-up
+# logs in kit/data/calibration.yaml.
 GPU_UTILIZATION_DEFAULT = [((0, 0), 0.90), ((0, 21), 0.92)]  # 0.92 arrived with CUDA-graph profiling (date unverified)
 CUDA_GRAPH_CHARGED_SINCE = (0, 21)  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
 BIG_GPU_BATCH_DEFAULTS_SINCE = (0, 9)  # >= 70 GiB and not A100: 8192 batched tokens / 1024 seqs for the API server

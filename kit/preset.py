@@ -314,6 +314,8 @@ def find_preset(ref: str) -> Path:
 
 
 def display_path(path: Path) -> str:
+    if path.resolve().parent == PRESETS_DIR.resolve():  # a shipped preset, wherever the kit is installed
+        return f"presets/{path.name}"
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:

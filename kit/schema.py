@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from kit.datafiles import PRESETS_DIR
+from kit.datafiles import PRESETS_DIR, checkout_root
 from kit.preset import Preset
 
+# The copy the installed kit reads; `main` writes the checkout's presets/schema.json, the source of it.
 SCHEMA_PATH = PRESETS_DIR / "schema.json"
 
 
@@ -26,8 +27,14 @@ def schema_text() -> str:
 def main() -> int:
     from kit.write import atomic_write
 
-    atomic_write(SCHEMA_PATH, schema_text())
-    print(f"wrote {SCHEMA_PATH.relative_to(PRESETS_DIR.parent)}", file=sys.stderr)
+    root = checkout_root()
+    if root is None:  # an installed copy would be overwritten by the next install; the checkout is the source
+        print("error: python -m kit.schema rewrites presets/schema.json in a checkout of vllm-kit; "
+              "this kit is installed from a wheel", file=sys.stderr)
+        return 1
+    target = root / "presets" / "schema.json"
+    atomic_write(target, schema_text())
+    print(f"wrote {target.relative_to(root)}", file=sys.stderr)
     return 0
 
 

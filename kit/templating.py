@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from kit.datafiles import COMPOSE_DIR, IMAGES_DIR, REPO_ROOT
+from kit.datafiles import COMPOSE_DIR, IMAGES_DIR, TEMPLATES_DIR
 
 
 class UnsafeValue(ValueError):
@@ -57,7 +57,7 @@ def comment(value: object) -> str:
 @functools.cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(IMAGES_DIR), str(COMPOSE_DIR), str(REPO_ROOT / "kit" / "templates")]),
+        loader=jinja2.FileSystemLoader([str(IMAGES_DIR), str(COMPOSE_DIR), str(TEMPLATES_DIR)]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

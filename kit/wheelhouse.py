@@ -90,27 +90,77 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _run_pip(args: list[str], log: Path) -> None:
+def _run_pip(args: list[str], log: Path, on_line: Callable[[str], None] | None = None) -> None:
+    """Run the host's pip; every line goes to ``log``, and to ``on_line`` as it arrives (progress)."""
     argv = [sys.executable, "-m", "pip", *args]
     with log.open("a", encoding="utf-8") as fh:
         fh.write("$ " + " ".join(argv) + "\n")
         fh.flush()
-        result = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace") as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                if on_line:
+                    on_line(line.rstrip())
+        returncode = proc.returncode
+    if returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
         raise KitError(f"pip failed: {' | '.join(tail)[:400]}", hint=f"full log: {log}")
 
 
-def resolve(d: Deployment, target: Target, workdir: Path, log: Path) -> dict[str, str]:
+def _requirement_started(line: str) -> str | None:
+    """The requirement a pip line starts on: ``Collecting NAME`` (an index) or ``Processing FILE`` (a local
+    wheel from find-links or a file index), as ``name==version`` for a wheel; None for other lines."""
+    if line.startswith("Collecting "):
+        return line.split()[1]
+    if line.startswith("Processing ") and line.split()[1].endswith(".whl"):
+        name, version = Path(line.split()[1]).name.split("-")[:2]
+        return f"{name}=={version}"
+    return None
+
+
+def _resolve_progress(say: Callable[[str], None], every: float = 10.0) -> Callable[[str], None]:
+    """Resolving fetches each candidate's metadata and can take minutes: a count every ``every`` seconds."""
+    state = {"seen": 0, "last": time.monotonic()}
+
+    def on_line(line: str) -> None:
+        started = _requirement_started(line)
+        if started:
+            state["seen"] += 1
+            if time.monotonic() - state["last"] >= every:
+                state["last"] = time.monotonic()
+                say(f"resolving: {state['seen']} requirements looked at so far ({started})")
+
+    return on_line
+
+
+def _download_progress(say: Callable[[str], None], total: int) -> Callable[[str], None]:
+    """One line per wheel, and the size of the large ones as pip starts them (its bar needs a terminal)."""
+    state = {"n": 0}
+
+    def on_line(line: str) -> None:
+        started = _requirement_started(line)
+        if started:
+            state["n"] += 1
+            say(f"[{state['n']}/{total}] {started}")
+        elif line.lstrip().startswith("Downloading ") and line.rstrip().endswith(("MB)", "GB)")):
+            say(f"    downloading {line.rsplit('(', 1)[1].rstrip(')')}")
+
+    return on_line
+
+
+def resolve(d: Deployment, target: Target, workdir: Path, log: Path,
+            progress: Callable[[str], None] | None = None) -> dict[str, str]:
     """Resolve the image's requirements for ``target``: {normalised name: version}."""
     requirements = workdir / "requirements.txt"
     requirements.write_text("\n".join(d.requirements) + "\n")
     report = workdir / "report.json"
-    args = ["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+    args = ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off", "--report", str(report),
             "--target", str(workdir / "unused-target"), *target.pip_args(), "-r", str(requirements)]
     if d.pip_index_url:
         args += ["--index-url", d.pip_index_url]
-    _run_pip(args, log)
+    _run_pip(args, log, _resolve_progress(progress) if progress else None)
     data = json.loads(report.read_text())
     return {_normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in data["install"]}
 
@@ -126,7 +176,7 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     say(f"resolving {', '.join(d.requirements)} for CPython {target.python_version}, "
         f"glibc {target.glibc}, {target.machine}")
     with tempfile.TemporaryDirectory(prefix="kit-wheelhouse-") as tmp:
-        pins = resolve(d, target, Path(tmp), log)
+        pins = resolve(d, target, Path(tmp), log, say)
         shutil.copyfile(Path(tmp) / "report.json", directory / REPORT_NAME)
     excluded = sorted(n for n in pins if n in {_normalise(x) for x in d.exclude_packages})
     kept = {n: v for n, v in sorted(pins.items()) if n not in excluded}
@@ -139,10 +189,10 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     lock_text = "\n".join(header + [f"{n}=={v}" for n, v in kept.items()]) + "\n"
     lock.write_text(lock_text)
     say(f"downloading {len(kept)} wheels into {directory} (wheels already there are reused)")
-    args = ["download", "--no-deps", "--quiet", "-d", str(directory), *target.pip_args(), "-r", str(lock)]
+    args = ["download", "--no-deps", "--progress-bar", "off", "-d", str(directory), *target.pip_args(), "-r", str(lock)]
     if d.pip_index_url:
         args += ["--index-url", d.pip_index_url]
-    _run_pip(args, log)
+    _run_pip(args, log, _download_progress(say, len(kept)))
     have = {}
     for wheel in directory.glob("*.whl"):
         parts = wheel.name.split("-")

@@ -47,7 +47,8 @@ KIT_DOCKERD_LOG="${KIT_DOCKERD_LOG:-/var/log/dockerd.log}"
 KIT_DOCKER_WAIT="${KIT_DOCKER_WAIT:-60}"
 PYTHON="${PYTHON:-python3}"
 
-log() { printf 'setup-host: %s\n' "$*" >&2; }
+# Every line carries the seconds since the script started, so a long step shows how long it has run.
+log() { printf 'setup-host [%4ds]: %s\n' "$SECONDS" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 skipped() {
@@ -64,17 +65,18 @@ as_root() {
 APT_UPDATED=0
 apt_install() {
     if [ "$APT_UPDATED" -eq 0 ]; then
-        log "apt-get update"
+        log "apt-get update (reading the package lists)"
         as_root apt-get update -qq
         APT_UPDATED=1
     fi
-    log "apt-get install -y $*"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2
+    log "apt-get install -y $* (download and unpack; apt prints each package)"
+    # Not -qq: apt's "Unpacking"/"Setting up" lines are the progress of a step that can take a minute.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2
 }
 
 pip_install() {
-    log "pip install $*"
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check "$@" >&2
+    log "pip install $* (into $PYTHON's environment)"
+    "$PYTHON" -m pip install --disable-pip-version-check --progress-bar off "$@" >&2
 }
 
 # --- 1. Docker engine ------------------------------------------------------
@@ -192,10 +194,11 @@ setup_base() {
     tmp="$(mktemp -d)"
     # shellcheck disable=SC2064
     trap "rm -rf '$tmp'" EXIT
-    log "mmdebstrap $KIT_BASE_SUITE (+$KIT_BASE_PACKAGES) from $mirror"
-    mmdebstrap --quiet --variant=minbase --include="$KIT_BASE_PACKAGES" \
+    log "mmdebstrap $KIT_BASE_SUITE (+$KIT_BASE_PACKAGES) from $mirror (about 35 s; mmdebstrap prints its phases)"
+    # Not --quiet: its I: lines (download, extract, install, customize) are the step's progress.
+    mmdebstrap --variant=minbase --include="$KIT_BASE_PACKAGES" \
         "$KIT_BASE_SUITE" "$tmp/base.tar" "$mirror" >&2
-    log "docker import -> $KIT_BASE_IMAGE"
+    log "docker import -> $KIT_BASE_IMAGE (about 220 MB)"
     docker import \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' \
@@ -216,6 +219,7 @@ setup_arm64() {
         if [ ! -e "$BINFMT_DIR/register" ]; then
             as_root mount -t binfmt_misc binfmt_misc "$BINFMT_DIR" 2>/dev/null || true
         fi
+        log "registering arm64 emulation (update-binfmts --enable qemu-aarch64)"
         if ! as_root update-binfmts --enable qemu-aarch64 >&2 || [ ! -e "$BINFMT_DIR/qemu-aarch64" ]; then
             log "WARNING: this machine does not allow binfmt registration; arm64 builds are unavailable"
             return 0
@@ -246,8 +250,9 @@ setup_arm64() {
             mirror="$(apt_mirror_for_suite "$KIT_BASE_SUITE" | head -n 1)"
         fi
         [ -n "$mirror" ] || die "no apt mirror for suite '$KIT_BASE_SUITE' found; set KIT_APT_MIRROR"
-        log "mmdebstrap --arch=arm64 $KIT_BASE_SUITE (+$KIT_ARM64_PACKAGES) from $mirror (emulated: minutes)"
-        mmdebstrap --quiet --arch=arm64 --variant=minbase --include="$KIT_ARM64_PACKAGES" \
+        log "mmdebstrap --arch=arm64 $KIT_BASE_SUITE (+$KIT_ARM64_PACKAGES) from $mirror" \
+            "(arm64 bootstrap under QEMU emulation: about 2.5 minutes; mmdebstrap prints its phases)"
+        mmdebstrap --arch=arm64 --variant=minbase --include="$KIT_ARM64_PACKAGES" \
             "$KIT_BASE_SUITE" "$tmp/base.tar" "$mirror" >&2
     fi
     # `docker import` labels the image with the host's architecture (Docker 20.10 ignores import's
@@ -281,13 +286,14 @@ setup_registry() {
 }
 
 main() {
+    log "steps: docker compose hadolint base arm64 registry; skipped: ${KIT_SETUP_SKIP:-none}"
     skipped docker   || setup_docker
     skipped compose  || setup_compose
     skipped hadolint || setup_hadolint
     skipped base     || setup_base
     skipped arm64    || setup_arm64
     skipped registry || setup_registry
-    log "done"
+    log "done in ${SECONDS}s"
 }
 
 main "$@"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
 import click
 
 from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.errors import SmokeError
 from kit.smoke import format_table
 from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
 
@@ -24,6 +26,12 @@ from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
 def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
           wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, as_json: bool) -> None:
     """Prove a preset's stack answers: kit smoke preset=NAME [model=ID|PATH] [--keep]."""
+    # testinfra is an extra (pyproject.toml: smoke): the rest of the CLI runs without it. Checked before
+    # anything is built or started, so a missing extra costs nothing.
+    if importlib.util.find_spec("testinfra") is None:
+        raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: pip install 'pytest-testinfra>=10' "
+                         "in the kit's environment (from a checkout: pip install '.[smoke]'; "
+                         "with pipx: pipx inject vllm-kit pytest-testinfra)")
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
     out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))

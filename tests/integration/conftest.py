@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,27 @@ def session_progress(message: str) -> None:
     print(f"[kit] {message}", flush=True)
 
 
+@contextmanager
+def removed_after(client, ref: str) -> Iterator[None]:
+    """Remove image ``ref`` when the block ends if the block made it (an image the user already had stays).
+
+    Images are shared between the tests of a session (session fixtures), then given back: a CPU image is
+    several GB. Removing the tag also removes its untagged parent layers; the base images stay.
+    """
+    from kit.workflow import image_exists
+
+    existed = image_exists(ref)
+    try:
+        yield
+    finally:
+        if not existed and image_exists(ref):
+            try:
+                client.images.remove(ref, force=True)
+                session_progress(f"removed image {ref}")
+            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the test's own result
+                session_progress(f"could not remove image {ref}: {exc}")
+
+
 @pytest.fixture(scope="session")
 def cpu_wheelhouse(docker_client) -> Path:
     """The CPU image's wheels, resolved and downloaded on the host once; reused across runs (host cache)."""
@@ -68,13 +91,14 @@ class Built:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(cpu_wheelhouse, tmp_path_factory) -> Built:
-    """The `cpu` preset's image on the local base, built offline from the wheelhouse (layer cache reused)."""
+def cpu_image(docker_client, cpu_wheelhouse, tmp_path_factory) -> Iterator[Built]:
+    """The `cpu` preset's image on the local base, built offline from the wheelhouse; removed at session end."""
     out = tmp_path_factory.mktemp("cpu-render")
     prepared = prepare("cpu", base_image=BASE_IMAGE)
     render_into(prepared, out)
-    result = build(prepared, out, wheelhouse=cpu_wheelhouse, progress=session_progress)
-    return Built(prepared, out, result)
+    with removed_after(docker_client, prepared.image_ref):
+        result = build(prepared, out, wheelhouse=cpu_wheelhouse, progress=session_progress)
+        yield Built(prepared, out, result)
 
 
 @dataclass

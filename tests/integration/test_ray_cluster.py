@@ -19,6 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from kit.docker_engine import compose_argv
 from kit.pipeline import Prepared, prepare
 from kit.stack import ensure_tiny_model, write_smoke_env
 from kit.workflow import build, image_exists, render_into
-from tests.integration.conftest import BASE_IMAGE, CACHE, free_port, session_progress
+from tests.integration.conftest import BASE_IMAGE, CACHE, free_port, removed_after, session_progress
 
 RAY_WHEELHOUSE = CACHE / "wheelhouse-cpu-ray"
 # Answers 200 on every GET: stands in for the API server so the cluster is tested without vLLM.
@@ -48,23 +49,24 @@ def overrides(port: int) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def ray_image(cpu_wheelhouse, tmp_path_factory) -> Prepared:
+def ray_image(docker_client, cpu_wheelhouse, tmp_path_factory) -> Iterator[Prepared]:
     """The cpu preset with 2 nodes: the same image plus ray[default], built offline from its own wheelhouse."""
     from kit.wheelhouse import build_wheelhouse
 
     prepared = prepare("cpu", overrides(8000), base_image=BASE_IMAGE)
     assert any(r.startswith("ray[default]==") for r in prepared.deployment.requirements)
-    if not image_exists(prepared.image_ref):
-        RAY_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        for wheel in Path(cpu_wheelhouse).glob("*.whl"):  # hard links: no second download of torch and vLLM
-            target = RAY_WHEELHOUSE / wheel.name
-            if not target.exists():
-                os.link(wheel, target)
-        build_wheelhouse(prepared.deployment, RAY_WHEELHOUSE, progress=session_progress)
-        out = tmp_path_factory.mktemp("ray-render")
-        render_into(prepared, out)
-        build(prepared, out, wheelhouse=RAY_WHEELHOUSE, progress=session_progress)
-    return prepared
+    with removed_after(docker_client, prepared.image_ref):  # given back at session end when built here
+        if not image_exists(prepared.image_ref):
+            RAY_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+            for wheel in Path(cpu_wheelhouse).glob("*.whl"):  # hard links: no second download of torch and vLLM
+                target = RAY_WHEELHOUSE / wheel.name
+                if not target.exists():
+                    os.link(wheel, target)
+            build_wheelhouse(prepared.deployment, RAY_WHEELHOUSE, progress=session_progress)
+            out = tmp_path_factory.mktemp("ray-render")
+            render_into(prepared, out)
+            build(prepared, out, wheelhouse=RAY_WHEELHOUSE, progress=session_progress)
+        yield prepared
 
 
 @dataclass

@@ -36,7 +36,7 @@ def tiny_spec(**overrides) -> ModelSpec:
     return spec_from_config({**TINY_LLAMA, **overrides}, name="tiny-llama", source="test")
 
 
-# --------------------------------------------------------------------------- calibration (KNOWLEDGE.md)
+# --------------------------------------------------------------------------- calibration (real start-up logs, kit/data/calibration.yaml)
 @pytest.mark.parametrize(
     "model, kw, weights, kv_gib, tokens",
     [
