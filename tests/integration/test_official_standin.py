@@ -130,8 +130,17 @@ def make_standin_ray_wheel(directory: Path) -> Path:
 
 
 def run_json(client, image: str, argv: list[str], **kwargs) -> dict:  # noqa: ANN001
-    out = client.containers.run(image, argv, remove=True, network_disabled=True, **kwargs)
-    return json.loads(out.decode().strip().splitlines()[-1])
+    """Run to completion (network off, bounded wait) and parse the last output line; the container is removed
+    even when it cannot start."""
+    container = client.containers.create(image, argv, network_disabled=True, **kwargs)
+    try:
+        container.start()
+        code = container.wait(timeout=120)["StatusCode"]
+        out = container.logs(stdout=True, stderr=False).decode()
+        assert code == 0, container.logs().decode()[-2000:]
+    finally:
+        container.remove(force=True)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -204,37 +213,40 @@ def test_standin_has_what_the_official_image_has(docker_client, standin):
     assert found["cwd"] == layout["workdir"]
 
 
-def build_rendered(prepared, out: Path, wheelhouse: Path | None, tag: str) -> str:
-    """The kit's own build of a rendered directory, FROM the stand-in (the --base-image build argument)."""
+def build_rendered(prepared, out: Path, wheelhouse: Path | None, tag: str, base: str) -> str:
+    """The kit's own build of a rendered directory, FROM ``base`` (the --base-image build argument)."""
     render_into(prepared, out)
     context = prepare_build_context(out, out / ".kit" / "build-context", wheelhouse)
-    request = BuildRequest(context_dir=context, tags=[tag], base_image=STANDIN_TAG, offline=wheelhouse is not None)
+    request = BuildRequest(context_dir=context, tags=[tag], base_image=base, offline=wheelhouse is not None)
     return build_image(request, out / ".kit", progress=session_progress).image_id
 
 
-@pytest.mark.parametrize("name, override", [
-    ("a100x8", False),  # the Dockerfile users get (FROM the pinned image), built with BASE_IMAGE=stand-in
-    ("rtx3090x2-fp16", True),  # rendered with --base-image: the user step checks for the user first
+@pytest.mark.parametrize("name, base", [
+    ("a100x8", None),  # the Dockerfile users get (FROM the pinned image), built with BASE_IMAGE=stand-in
+    ("rtx3090x2-fp16", "standin"),  # rendered with --base-image: the user step checks for the user first
+    ("rtx3090x2-fp16", "plain"),  # --base-image without the user (a site's base, v0.16.0): it is made
 ])
-def test_rendered_official_dockerfile_builds_and_runs_as_vllm(docker_client, standin, tmp_path, name, override):
-    prepared = prepare(name, base_image=STANDIN_TAG) if override else prepare(name)
+def test_rendered_official_dockerfile_builds_and_runs_as_vllm(docker_client, standin, tmp_path, name, base):
+    build_base = BASE_IMAGE if base == "plain" else STANDIN_TAG
+    prepared = prepare(name, base_image=build_base) if base else prepare(name)
     d = prepared.deployment
     wheelhouse = None
     if any(r.startswith("ray") for r in d.requirements):
         wheelhouse = tmp_path / "wheels"
         wheelhouse.mkdir()
         make_standin_ray_wheel(wheelhouse)
-    tag = f"vllm-kit/test-{name}:standin-{os.getpid()}"
+    tag = f"vllm-kit/test-{name}:{base or 'pinned'}-{os.getpid()}"
     standin.append(tag)
-    build_rendered(prepared, tmp_path / "out", wheelhouse, tag)
+    build_rendered(prepared, tmp_path / "out", wheelhouse, tag, build_base)
 
     config = docker_client.api.inspect_image(tag)["Config"]
     assert config["User"] == d.run_user.spec == "2000:0"
     assert config["Entrypoint"] == d.entrypoint == ["vllm", "serve"]
-    # The image's entrypoint with compose's command: `vllm serve MODEL ...`, as the vllm user, in its home.
-    got = run_json(docker_client, tag, list(d.serve_args))
-    assert got["model"] == d.model_arg and got["flags"] == d.serve_args[1:]
-    assert (got["uid"], got["gid"], got["home"], got["cwd"]) == (2000, 0, "/home/vllm", "/home/vllm")
+    if base != "plain":  # the plain base has no vLLM: only its user and caches are checked
+        # The image's entrypoint with compose's command: `vllm serve MODEL ...`, as the vllm user, in its home.
+        got = run_json(docker_client, tag, list(d.serve_args))
+        assert got["model"] == d.model_arg and got["flags"] == d.serve_args[1:]
+        assert (got["uid"], got["gid"], got["home"], got["cwd"]) == (2000, 0, "/home/vllm", "/home/vllm")
     # The caches are writable by that user, also on fresh named volumes (what compose mounts: Docker copies
     # the image's directory, owner and mode included, into a new volume).
     volumes = {f"kit-test-{name}-hf-{os.getpid()}": d.environment["HF_HOME"],
