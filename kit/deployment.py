@@ -43,6 +43,29 @@ NODE_ENV = {
 
 
 @dataclass(frozen=True)
+class RunUser:
+    """Who the server runs as: the image's own user (official) or the kit's (venv strategies)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    create: str  # never | if-missing | always: whether the Dockerfile makes the user
+
+    @property
+    def spec(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """How the server starts in the image (kit/data/vllm.yaml `server`)."""
+
+    argv: list[str]  # the image's ENTRYPOINT
+    model_positional: bool  # `vllm serve MODEL`; False: `--model MODEL` (the API server module)
+
+
+@dataclass(frozen=True)
 class ShmDecision:
     shm_size: str | None  # compose shm_size, e.g. "2048m"; None with ipc host
     ipc: str | None
@@ -103,9 +126,12 @@ class Deployment:
     pip_index_url: str | None
     image_repository: str
     entrypoint: list[str]
+    python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
+    run_user: RunUser
+    official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
     fetch_command: list[str]  # model-fetch service: python -c <kit/launch/fetch_files.py> <JSON spec>
     served_model_name: str
-    model_arg: str  # what --model receives inside the container
+    model_arg: str  # the model the server receives inside the container (positional or --model)
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
     serve_args: list[str]
     pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
@@ -274,11 +300,12 @@ def server_listen_for(preset: Preset) -> tuple[str, int]:
     return "0.0.0.0", CONTAINER_PORT
 
 
-def serve_args_for(preset: Preset, served_name: str, model_arg: str,
+def serve_args_for(preset: Preset, served_name: str, model_arg: str, server: ServerCommand,
                    listen: tuple[str, int] | None = None) -> list[str]:
     from kit.flags import engine_to_argv
 
-    args = ["--model", model_arg, "--served-model-name", served_name]
+    args = [model_arg] if server.model_positional else ["--model", model_arg]
+    args += ["--served-model-name", served_name]
     if preset.model.revision:
         args += ["--revision", preset.model.revision]
     host, port = listen or server_listen_for(preset)
@@ -321,7 +348,48 @@ def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
     return [python, "-c", f"exec({fetch_script()!r})", fetch_spec(preset, model_arg)]
 
 
-def cluster_plan_for(preset: Preset, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
+def server_command_for(preset: Preset) -> ServerCommand:
+    """`vllm serve` unless the pinned build needs the API server module (kit/data/vllm.yaml says why).
+
+    Venv strategies run the venv's own executables, by path, so a PATH change cannot pick another vLLM.
+    """
+    table = vllm_table()
+    img = preset.image
+    spec = table["server"]
+    if img.strategy == "cpu":
+        spec = table["versions"][img.vllm_version]["cpu"].get("server", spec)
+    argv = list(spec["argv"])
+    if img.strategy != "official":
+        argv[0] = f"{VENV}/bin/{argv[0]}"
+    return ServerCommand(argv=argv, model_positional=spec["model"] == "positional")
+
+
+def official_layout_for(preset: Preset) -> dict[str, Any] | None:
+    if preset.image.strategy != "official":
+        return None
+    table = vllm_table()
+    return dict(table["official_layouts"][table["versions"][preset.image.vllm_version]["official_layout"]])
+
+
+def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
+    """Official images: upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
+
+    A base given by --base-image / image.base may or may not have it, so the Dockerfile checks at build time.
+    """
+    layout = official_layout_for(preset)
+    if layout is None:
+        return RunUser(APP_USER, APP_UID, APP_UID, APP_HOME, create="always")
+    user = vllm_table()["official_user"]
+    create = "if-missing" if base_overridden or not layout["has_user"] else "never"
+    return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+
+
+def python_for(preset: Preset) -> str:
+    layout = official_layout_for(preset)
+    return layout["python"] if layout else f"{VENV}/bin/python"
+
+
+def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
     """The head and worker commands for several nodes (None for one node).
 
     Both roles run the launcher: the head starts Ray's head, waits (bounded) until every node has joined,
@@ -335,7 +403,7 @@ def cluster_plan_for(preset: Preset, entrypoint: list[str], serve_args: list[str
     eng = preset.engine
     ranks_per_node = max(1, (eng.tp * eng.pp) // hw.nodes)
     _, server_port = server_listen_for(preset)
-    launcher = [entrypoint[0], f"{LAUNCHER_DIR}/{LAUNCHER_FILE}"]
+    launcher = [python, f"{LAUNCHER_DIR}/{LAUNCHER_FILE}"]
     head_options = [
         "head", "--nodes", str(hw.nodes), "--port", str(cl.ray_port), "--dashboard-port", str(cl.dashboard_port),
         "--join-timeout", str(cl.join_timeout), "--node-grace", str(cl.node_grace),
@@ -370,16 +438,14 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
     else:
         model_mount, model_arg = None, preset.model.id
 
-    if img.strategy == "official":
-        entrypoint = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
-    else:
-        # The `vllm` console script is not usable in every build (the CPU wheel lacks the metadata it reads).
-        entrypoint = [f"{VENV}/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    server = server_command_for(preset)
+    entrypoint = server.argv
+    python = python_for(preset)
 
     start_period, start_reason = healthcheck_start_period_for(preset)
     runtime_packages, runtime_packages_reason = runtime_packages_for(preset)
-    serve_args = serve_args_for(preset, served, model_arg)
-    cluster = cluster_plan_for(preset, entrypoint, serve_args)
+    serve_args = serve_args_for(preset, served, model_arg, server)
+    cluster = cluster_plan_for(preset, python, entrypoint, serve_args)
     if cluster is not None:
         start_period += cluster.join_timeout
         start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
@@ -425,12 +491,15 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         pip_index_url=img.pip_index_url,
         image_repository=repository,
         entrypoint=entrypoint,
-        fetch_command=fetch_command_for(preset, entrypoint[0], model_arg),
+        python=python,
+        run_user=run_user_for(preset, chosen is not None),
+        official_layout=official_layout_for(preset),
+        fetch_command=fetch_command_for(preset, python, model_arg),
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,
         serve_args=serve_args,
-        pod_serve_args=serve_args_for(preset, served, model_arg, listen=("0.0.0.0", CONTAINER_PORT)),
+        pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
         jetson_runtime=img.strategy == "jetson",

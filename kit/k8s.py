@@ -72,7 +72,8 @@ def probes(d: dep.Deployment) -> dict[str, Any]:
 
 
 def pod_security(d: dep.Deployment) -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": dep.APP_UID, "runAsGroup": dep.APP_UID, "fsGroup": dep.APP_UID,
+    return {"runAsNonRoot": True, "runAsUser": d.run_user.uid, "runAsGroup": d.run_user.gid,
+            "fsGroup": d.run_user.gid,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 

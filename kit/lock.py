@@ -334,7 +334,7 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
                            extra_args=extra)
     result = build_image(request, out_dir / KIT_DIR, progress=say)
     try:
-        found = installed_in(building, d.entrypoint[0])
+        found = installed_in(building, d.python)
         mismatches = check_installed(lock, found)
         if mismatches:
             raise BuildError(f"built image does not match {where}: {'; '.join(mismatches[:5])}",

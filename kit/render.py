@@ -65,7 +65,7 @@ class RenderContext:
     @property
     def healthcheck_test(self) -> list[str]:
         probe = f"import urllib.request; urllib.request.urlopen('{self.health_url}', timeout=5)"
-        return ["CMD", self.d.entrypoint[0], "-c", probe]
+        return ["CMD", self.d.python, "-c", probe]
 
 
 def requirements_text(d: Deployment) -> str:

@@ -49,10 +49,15 @@ def infra_host(container_id: str):  # noqa: ANN201 - testinfra Host
     return testinfra.get_host(f"docker://{container_id}")
 
 
-def server_pids(host) -> list[int]:  # noqa: ANN001
+def server_marker(entrypoint: list[str]) -> str:
+    """What the server's command line contains: the API server module, or the `vllm` script's path."""
+    return SERVER_MODULE if SERVER_MODULE in entrypoint else "bin/vllm"
+
+
+def server_pids(host, marker: str = SERVER_MODULE) -> list[int]:  # noqa: ANN001
     """PIDs whose command line runs the API server, without the container's init (PID 1)."""
     # "[v]llm" keeps grep's own command line from matching.
-    out = host.run(f"grep -l -a '[{SERVER_MODULE[0]}]{SERVER_MODULE[1:]}' /proc/[0-9]*/cmdline").stdout
+    out = host.run(f"grep -l -a '[{marker[0]}]{marker[1:]}' /proc/[0-9]*/cmdline").stdout
     pids = sorted(int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", out))
     return [p for p in pids if p != 1 and host.file(f"/proc/{p}/status").exists]
 
@@ -119,7 +124,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         checks.append(Check(name, bool(ok), detail))
 
     def non_root():
-        pids = server_pids(host)
+        pids = server_pids(host, server_marker(d.entrypoint))
         if not pids:
             return False, "no API server process found"
         server_uids = sorted({uid_of(host, pid) for pid in pids})

@@ -45,9 +45,10 @@ def server_container(pod_spec: dict) -> dict:
     return next(c for c in pod_spec["containers"] if c["name"] == "vllm")
 
 
-def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: bool = True) -> None:
+def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: bool = True,
+                      user: tuple[int, int] = (APP_UID, APP_UID)) -> None:
     security = pod_spec["securityContext"]
-    assert security["runAsNonRoot"] is True and security["runAsUser"] == APP_UID and security["fsGroup"] == APP_UID
+    assert security["runAsNonRoot"] is True and (security["runAsUser"], security["fsGroup"]) == user
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": shm}
     container = pod_spec["containers"][0]
@@ -83,8 +84,10 @@ def test_single_node_gpu_deployment():
     deployment = by_kind(docs, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert_pod_basics(spec, shm="3072Mi", gpus=2)  # 2 GiB + 1 GiB for the second rank
+    # The official image's own user, vllm (uid 2000, gid 0): its home and caches are group 0 writable.
+    assert_pod_basics(spec, shm="3072Mi", gpus=2, user=(2000, 0))  # 2 GiB + 1 GiB for the second rank
     container = server_container(spec)
+    assert container["command"] == ["vllm", "serve"] and container["args"][0] == "Qwen/Qwen2.5-14B-Instruct"
     assert container["args"][container["args"].index("--tensor-parallel-size") + 1] == "2"
     assert container["args"][container["args"].index("--port") + 1] == "8000"
     startup = container["startupProbe"]
@@ -118,8 +121,8 @@ def test_several_nodes_render_a_leaderworkerset():
     validate_pod_template(worker)
     shm = k8s_quantity(prepare("a100x8", ["hardware.nodes=2"], target="k8s").deployment.shm.shm_size)
     assert shm == "19456Mi"  # 8 ranks on the node: 2 + 7 GiB, +10 GiB for Ray's object store
-    assert_pod_basics(leader["spec"], shm=shm, gpus=8)
-    assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False)
+    assert_pod_basics(leader["spec"], shm=shm, gpus=8, user=(2000, 0))
+    assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False, user=(2000, 0))
     head = server_container(leader["spec"])
     assert head["command"] == ["python3", f"{LAUNCHER_DIR}/ray_node.py"]
     args = head["args"]

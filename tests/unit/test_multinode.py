@@ -47,7 +47,8 @@ def test_two_nodes_render_a_head_and_a_worker_stack():
     cmd = head["command"]
     assert cmd[:2] == ["head", "--nodes"] and cmd[2] == "2"
     server = cmd[cmd.index("--") + 1:]
-    assert server[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    # The official image's own entrypoint, the model positional (`--model` is deprecated for `vllm serve`).
+    assert server[:3] == ["vllm", "serve", "Qwen/Qwen3-32B-AWQ"] and "--model" not in server
     # vLLM's guide: tensor parallel within a node (8 GPUs), pipeline parallel across the 2 nodes, on Ray.
     assert server[server.index("--tensor-parallel-size") + 1] == "8"
     assert server[server.index("--pipeline-parallel-size") + 1] == "2"

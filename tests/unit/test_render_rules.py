@@ -32,7 +32,9 @@ def test_dockerfile_contract(rendered, name):
     if rendered[name].deployment.strategy != "official":
         assert len(froms) == 2, "multi-stage: builder + runtime"
     runtime = dockerfile.split("\nFROM ")[-1]
-    assert re.search(r"^USER 10001:10001$", runtime, re.M), "non-root user"
+    # Official images run as upstream's own user (vllm, uid 2000, gid 0); the kit's images as uid 10001.
+    user = "2000:0" if rendered[name].deployment.strategy == "official" else "10001:10001"
+    assert re.findall(r"^USER (\S+)$", runtime, re.M)[-1] == user, "non-root user, last"
     entry = re.search(r"^ENTRYPOINT (.+)$", runtime, re.M).group(1)
     assert isinstance(json.loads(entry), list), "exec-form entrypoint"
     for label in ("org.opencontainers.image.version", "io.vllm-kit.preset", "org.opencontainers.image.source"):
@@ -127,10 +129,13 @@ def test_bind_address_is_opt_in():
 
 def test_serve_arguments_are_a_list_with_served_name(rendered):
     cmd = compose_of(rendered["rtx4090-awq"].files)["command"]
-    assert cmd[:4] == ["--model", "Qwen/Qwen3-8B-AWQ", "--served-model-name", "Qwen/Qwen3-8B-AWQ"]
+    # `vllm serve MODEL`: the model positional (`--model` is deprecated for `vllm serve`).
+    assert cmd[:3] == ["Qwen/Qwen3-8B-AWQ", "--served-model-name", "Qwen/Qwen3-8B-AWQ"]
+    assert "--model" not in cmd
     assert cmd[cmd.index("--max-model-len") + 1] == "8192"
     assert "serve" not in cmd  # the entrypoint already starts the server
     cpu = compose_of(rendered["cpu"].files)
+    # The CPU build starts the API server module (its `vllm` script fails), which takes --model.
     assert cpu["command"][:4] == ["--model", "/models/tiny-llama", "--served-model-name", "tiny-llama"]
     assert "./models/tiny-llama:/models/tiny-llama:ro" in cpu["volumes"]
 
@@ -165,3 +170,45 @@ def test_cpu_environment(rendered):
     env = compose_of(rendered["cpu"].files)["environment"]
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert env["HF_HUB_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_entrypoint_command_and_probes_agree(rendered, name):
+    """Compose, Kubernetes and the Dockerfile start the same server the same way; probes use the image's Python."""
+    prepared = rendered[name]
+    d = prepared.deployment
+    entry = json.loads(re.findall(r"^ENTRYPOINT (.+)$", prepared.files["Dockerfile"], re.M)[-1])
+    assert entry == d.entrypoint
+    if d.strategy == "cpu":
+        assert entry == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+        assert d.serve_args[:2] == ["--model", d.model_arg]
+    else:
+        assert entry[-1] == "serve" and entry[0].endswith("vllm")
+        assert d.serve_args[0] == d.model_arg and "--model" not in d.serve_args
+    assert d.fetch_command[0] == d.python
+    if "compose.yaml" in prepared.files:
+        svc = compose_of(prepared.files)
+        assert "entrypoint" not in svc and svc["command"] == d.serve_args
+        assert svc["healthcheck"]["test"][:3] == ["CMD", d.python, "-c"]
+    k8s = prepare(name, target="k8s").files
+    if "k8s/deployment.yaml" in k8s:
+        pod = yaml.safe_load(k8s["k8s/deployment.yaml"])["spec"]["template"]["spec"]
+        server = next(c for c in pod["containers"] if c["name"] == "vllm")
+        assert server["command"] == d.entrypoint and server["args"][0] == d.pod_serve_args[0]
+        assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
+            d.run_user.uid, d.run_user.gid)
+
+
+def test_official_image_user_is_not_created_twice(rendered):
+    """The pinned official images already have user vllm (useradd on it fails); other bases get it if missing."""
+    for name in ("a100x8", "rtx3090x2-fp16"):
+        dockerfile = rendered[name].files["Dockerfile"]
+        assert "useradd --" not in dockerfile and "groupadd" not in dockerfile
+        assert "chown -R 2000:0 /home/vllm/.cache" in dockerfile and "chmod -R g+rwX" in dockerfile
+        assert "pip install" not in dockerfile.replace("uv pip install --system", "")
+    # Ray goes in with the installer the image has, into its system Python (it has no venv).
+    assert "RUN uv pip install --system --no-cache ${PIP_NO_INDEX:+--no-index}" in rendered["a100x8"].files["Dockerfile"]
+    overridden = prepare("a100x8", base_image="site/hardened-vllm:1.0").files["Dockerfile"]
+    assert "if ! id -u vllm" in overridden and "useradd --uid 2000 --gid 0" in overridden
+    older = prepare("a100x8", ["image.vllm_version=0.16.0"]).files["Dockerfile"]  # predates the upstream user
+    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.16.0" in older and "if ! id -u vllm" in older
