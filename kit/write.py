@@ -164,6 +164,9 @@ def _write_synced(path: Path, data: bytes) -> None:
             view = view[os.write(fd, view):]
         os.fchmod(fd, FILE_MODE)  # the umask must not make a rendered file unreadable in the image
         os.fsync(fd)
+    except OSError as error:
+        # os.write and os.fsync name no file: name it, so the user's one line says where (ENOSPC, EIO).
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         os.close(fd)
 
@@ -206,13 +209,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _relative(rel: str, where: str, reserved: frozenset[str] = RESERVED) -> PurePosixPath:
+def _plain_relative(rel: str, reserved: frozenset[str] = RESERVED) -> bool:
     """A rendered or journalled path: relative, inside the directory, not one of the writer's own names."""
-    path = PurePosixPath(rel)
-    if (not rel or path.is_absolute() or any(part in ("", ".", "..") for part in rel.split("/"))
-            or path.parts[0] in reserved):
-        raise WriteError(f"{where}: {rel!r}: not a plain relative path inside the directory")
-    return path
+    return bool(rel) and not rel.startswith("/") and all(part not in ("", ".", "..") for part in rel.split("/")) \
+        and rel.split("/")[0] not in reserved
+
+
+def _rendered_path(rel: str) -> PurePosixPath:
+    if not _plain_relative(rel):
+        raise WriteError(f"rendered file {rel!r}: not a plain relative path inside the directory")
+    return PurePosixPath(rel)
 
 
 def _check_target(out_dir: Path, rel: PurePosixPath) -> bool:
@@ -314,7 +320,8 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
         for move in moves:
             if set(move) != {"staged", "target", "sha256"} or not all(isinstance(v, str) for v in move.values()):
                 raise ValueError("bad move")
-            _relative(move["target"], str(path), JOURNAL_RESERVED)
+            if not _plain_relative(move["target"], JOURNAL_RESERVED):
+                raise ValueError(f"target {move['target']!r} is outside the directory")
             if PurePosixPath(move["staged"]).name != move["staged"]:
                 raise ValueError("bad staged name")
         return moves
@@ -352,7 +359,7 @@ def _apply(out_dir: Path, moves: list[dict[str, str]], steps: Callable[[], None]
         if sha256_bytes(data) != move["sha256"]:
             raise WriteError(f"{source}: does not match its journal entry for {move['target']}",
                              hint=f"delete {JOURNAL} and {STAGING}/ and render again")
-        _check_target(out_dir, _relative(move["target"], str(out_dir / JOURNAL), JOURNAL_RESERVED))
+        _check_target(out_dir, PurePosixPath(move["target"]))  # checked by _load_journal
         _make_parents(out_dir, target.parent)
         os.rename(source, target)
         parents.add(target.parent)
@@ -395,7 +402,7 @@ def plan_writes(files: dict[str, str], out_dir: Path, force: bool = False) -> li
     manifest = read_manifest(out_dir)
     results = []
     for rel, text in sorted(files.items()):
-        if not _check_target(out_dir, _relative(rel, "rendered file")):
+        if not _check_target(out_dir, _rendered_path(rel)):
             results.append(FileResult(rel, "create"))
             continue
         current = _read_regular(out_dir / rel)
