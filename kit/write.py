@@ -272,7 +272,14 @@ class _Lock:
     def __enter__(self) -> _Lock:
         wait = _env_number(LOCK_WAIT_ENV, float)
         deadline = time.monotonic() + (DEFAULT_LOCK_WAIT_S if wait is None else wait)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | flags, FILE_MODE)
+        except OSError as error:
+            if error.errno not in (errno.EROFS, errno.EACCES) or not os.path.isfile(self.path):
+                raise
+            # A read-only directory can still be checked (a render with nothing to change succeeds there).
+            fd = os.open(self.path, os.O_RDONLY | flags)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise WriteError(f"{self.path}: is {_kind(os.fstat(fd).st_mode)}; the kit keeps its lock file here",
@@ -463,6 +470,7 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
             _say(notify, recover(out_dir, steps))
             results = plan_writes(files, out_dir, force)
             _refuse_conflicts(results, out_dir)
+            _check_target(out_dir, PurePosixPath(MANIFEST))  # a folder there would block the commit for good
             old = read_manifest(out_dir)
             new = {**old, **{rel: sha256_text(text) for rel, text in files.items()}}
             changes = [(r.path, files[r.path]) for r in results if r.status != "identical"]

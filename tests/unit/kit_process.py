@@ -66,6 +66,17 @@ def start_kit(args: list[str], env: dict[str, str] | None = None) -> tuple[int, 
     return pid, err
 
 
+def warm_up(renders: list[list[str]], scratch: Path) -> None:
+    """Import and cache in the test process what the children need, so each forked child starts warm."""
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+
+    for args in renders:
+        result = CliRunner().invoke(cli, [*args, "--dry-run", "--out", str(scratch / "warm")])
+        assert result.exit_code == 0, result.output
+
+
 def wait_kit(pid: int, err, timeout: float = 60.0) -> Run:
     deadline = time.monotonic() + timeout
     while True:

@@ -14,11 +14,8 @@ import time
 
 import pytest
 
-from click.testing import CliRunner
-
-from kit.cli.main import cli
-from kit.write import JOURNAL, LOCK_FILE, MANIFEST, STAGING, CRASH_ENV, DELAY_ENV, LOCK_WAIT_ENV
-from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit
+from kit.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_ENV, MANIFEST, STAGING
+from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit, warm_up
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 OLD = ["render", "preset=cpu"]
@@ -42,8 +39,7 @@ def with_user_files(directory):
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     """The directory as the old render leaves it, and as the new render over it leaves it."""
-    for args in (OLD, NEW):  # warm imports and data caches once, so every forked child starts warm
-        assert CliRunner().invoke(cli, [*args, "--dry-run", "--out", str(tmp_path_factory.mktemp("warm"))]).exit_code == 0
+    warm_up([OLD, NEW], tmp_path_factory.mktemp("warm"))
     ref = tmp_path_factory.mktemp("ref")
     with_user_files(ref)
     render(OLD, ref)
@@ -115,6 +111,30 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     # Kills before the commit point, then after it, then after the journal is gone; in that order.
     assert states == sorted(states, key=["old", "committed", "new"].index), seen
     assert states.count("old") >= 3 and states.count("committed") >= 3, seen
+
+
+def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
+    """A committed write interrupted, then its recovery interrupted at every step: still old-or-new, then new."""
+    old, new = sets
+    out = fresh_old(tmp_path, "first", old)
+    for step in range(1, MAX_STEPS):  # the first kill that leaves a committed journal
+        assert run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)}).code == -9
+        if (out / JOURNAL).exists():
+            break
+        out = fresh_old(tmp_path, f"first{step}", old)
+    committed = snapshot(out)
+    for step in range(2, MAX_STEPS):  # step 1 is taking the lock; recovery starts at step 2
+        again = fresh_old(tmp_path, f"again{step}", committed)
+        run = run_kit([*NEW, "--out", str(again)], {CRASH_ENV: str(step)})
+        if run.code == 0:
+            assert snapshot(again) == new
+            break
+        assert run.code == -9, run.stderr
+        assert check_after_crash(again, old, new, step) in ("committed", "new")
+        assert run_kit([*NEW, "--out", str(again)]).code == 0
+        assert snapshot(again) == new
+    else:
+        pytest.fail("the recovery never finished")
 
 
 @pytest.mark.parametrize("step", [3, 15])  # before and after the commit point (of about 23 steps)

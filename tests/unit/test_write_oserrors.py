@@ -14,11 +14,16 @@ import sys
 import pytest
 
 from kit.write import JOURNAL, LOCK_FILE, STAGING
-from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot
+from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, warm_up
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 OLD = ["render", "preset=cpu"]
 NEW = ["render", "preset=rtx4090-awq", "--target", "k8s"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm(tmp_path_factory):
+    warm_up([OLD, NEW], tmp_path_factory.mktemp("warm"))
 
 
 def refused(run, path):
@@ -122,13 +127,15 @@ def test_a_journal_the_kit_did_not_write_is_one_line(tmp_path):
 
 # --- a real read-only and a real full filesystem ---------------------------------------------------
 
-# In the child's own mount namespace: mount a tmpfs on $2 (options $1), seed it from $3, run the kit,
-# copy what it left into $4 for the test to look at. The mount dies with the namespace.
+# In the child's own mount namespace: mount a tmpfs on $2 (options $1), seed it from $3, make it read-only
+# unless $5 is rw, run the kit, copy what it left into $4 for the test to look at. The mount dies with
+# the namespace.
 IN_NAMESPACE = ('mount -t tmpfs -o "$1" tmpfs "$2" || exit 99; [ -z "$(ls -A "$3")" ] || cp -a "$3"/. "$2"/ || exit 99; '
-                'mnt=$2; snap=$4; shift 4; "$@"; rc=$?; cp -a "$mnt"/. "$snap"/; exit $rc')
+                '[ "$5" = rw ] || mount -o remount,ro "$2" || exit 99; '
+                'mnt=$2; snap=$4; shift 5; "$@"; rc=$?; cp -a "$mnt"/. "$snap"/; exit $rc')
 
 
-def run_on_tmpfs(options, mount_point, seed, snap, args, out):
+def run_on_tmpfs(options, mount_point, seed, snap, args, out, *, writable=True):
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True)
@@ -138,7 +145,7 @@ def run_on_tmpfs(options, mount_point, seed, snap, args, out):
         folder.mkdir(exist_ok=True)
     proc = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", IN_NAMESPACE, "sh",
-         options, str(mount_point), str(seed), str(snap),
+         options, str(mount_point), str(seed), str(snap), "rw" if writable else "ro",
          sys.executable, "-m", "kit.cli.main", *args, "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
@@ -149,7 +156,7 @@ def run_on_tmpfs(options, mount_point, seed, snap, args, out):
 
 def test_read_only_out(tmp_path):
     mnt = tmp_path / "mnt"
-    proc = run_on_tmpfs("ro,size=1m", mnt, tmp_path / "seed", tmp_path / "snap", OLD, mnt / "sub")
+    proc = run_on_tmpfs("size=1m", mnt, tmp_path / "seed", tmp_path / "snap", OLD, mnt / "sub", writable=False)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0] == f"{mnt / 'sub'}: Read-only file system (EROFS)"
@@ -167,3 +174,24 @@ def test_full_disk_leaves_the_old_set(tmp_path):
     assert lines[0].startswith(str(mnt / STAGING)) and lines[0].endswith("No space left on device (ENOSPC)"), lines
     assert "none of the rendered files was changed" in proc.stderr
     assert snapshot(tmp_path / "snap") == old  # the old set, no staging folder, no journal
+
+
+def test_something_else_at_the_manifest_path_is_refused_before_anything_is_staged(tmp_path):
+    out = rendered(tmp_path)
+    (out / ".vllm-kit.json").unlink()
+    (out / ".vllm-kit.json").mkdir()
+    run = run_kit([*OLD, "runtime.port=8202", "--out", str(out), "--force"])
+    assert "is a directory" in refused(run, out / ".vllm-kit.json")
+    assert not (out / STAGING).exists() and not (out / JOURNAL).exists()
+
+
+def test_a_read_only_directory_with_nothing_to_change_renders(tmp_path):
+    """The lock file is opened read-only there; the render finds every file identical and writes nothing."""
+    seed = rendered(tmp_path, "seed")
+    mnt = tmp_path / "mnt"
+    proc = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap", OLD, mnt, writable=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("identical") == 5
+    changed = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap2", [*OLD, "runtime.port=8203"], mnt, writable=False)
+    assert changed.returncode == 1 and changed.stderr.splitlines()[0].endswith("Read-only file system (EROFS)")
+    assert snapshot(tmp_path / "snap2") == snapshot(seed)
