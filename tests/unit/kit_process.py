@@ -30,8 +30,9 @@ class Run:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def start_kit(args: list[str], env: dict[str, str] | None = None) -> tuple[int, tempfile._TemporaryFileWrapper]:
-    """Fork a child running `kit ARGS`; returns its pid and the file its stderr goes to."""
+def start_kit(args: list[str], env: dict[str, str] | None = None,
+              uid: int | None = None) -> tuple[int, tempfile._TemporaryFileWrapper]:
+    """Fork a child running `kit ARGS` (as ``uid`` when given); returns its pid and the file its stderr goes to."""
     err = tempfile.NamedTemporaryFile(prefix="kit-stderr-")
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
@@ -48,6 +49,10 @@ def start_kit(args: list[str], env: dict[str, str] | None = None) -> tuple[int, 
                         os.close(fd)
                     except OSError:
                         pass
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
             # pytest's capture replaced sys.stdout/stderr; the CLI must write to the real fds.
             sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
             sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
@@ -94,8 +99,8 @@ def wait_kit(pid: int, err, timeout: float = 60.0) -> Run:
     return Run(os.waitstatus_to_exitcode(status), text)
 
 
-def run_kit(args: list[str], env: dict[str, str] | None = None, timeout: float = 60.0) -> Run:
-    return wait_kit(*start_kit(args, env), timeout=timeout)
+def run_kit(args: list[str], env: dict[str, str] | None = None, timeout: float = 60.0, uid: int | None = None) -> Run:
+    return wait_kit(*start_kit(args, env, uid), timeout=timeout)
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

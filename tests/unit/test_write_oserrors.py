@@ -10,13 +10,15 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from kit.write import JOURNAL, LOCK_FILE, STAGING
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, warm_up
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 OLD = ["render", "preset=cpu"]
 NEW = ["render", "preset=rtx4090-awq", "--target", "k8s"]
 
@@ -85,6 +87,28 @@ def test_a_directory_where_a_file_goes_is_refused(tmp_path):
     out = tmp_path / "out"
     (out / "compose.yaml").mkdir(parents=True)
     assert "is a directory" in refused(run_kit([*OLD, "--out", str(out), "--force"]), out / "compose.yaml")
+
+
+@pytest.fixture
+def world_readable_dir():
+    """A folder an unprivileged user can reach (pytest's tmp_path sits under a root-only folder)."""
+    path = Path(tempfile.mkdtemp(prefix="kit-write-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the kit as another user")
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_permission_denied_for_an_ordinary_user(world_readable_dir, sub):
+    """Root ignores permission bits, so the kit runs as `nobody` against a folder it may not write."""
+    locked = world_readable_dir / "locked"
+    locked.mkdir(mode=0o555)
+    out = locked / sub if sub else locked
+    run = run_kit([*OLD, "--out", str(out)], uid=65534)
+    line = refused(run, out if sub else out / LOCK_FILE)
+    assert line.endswith("Permission denied (EACCES)")
+    assert list(locked.iterdir()) == []
 
 
 def test_a_symlink_pointing_outside_is_refused_even_with_force(tmp_path):
