@@ -201,12 +201,12 @@ def _read_regular(path: Path) -> bytes | None:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "an unknown kind of file"
 
 
 def _plain_relative(rel: str, reserved: frozenset[str] = RESERVED) -> bool:
@@ -272,7 +272,7 @@ class _Lock:
     def __enter__(self) -> _Lock:
         wait = _env_number(LOCK_WAIT_ENV, float)
         deadline = time.monotonic() + (DEFAULT_LOCK_WAIT_S if wait is None else wait)
-        flags = os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO put here must not hang us
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | flags, FILE_MODE)
         except OSError as error:
@@ -329,7 +329,7 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
                 raise ValueError("bad move")
             if not _plain_relative(move["target"], JOURNAL_RESERVED):
                 raise ValueError(f"target {move['target']!r} is outside the directory")
-            if PurePosixPath(move["staged"]).name != move["staged"]:
+            if not move["staged"].isdecimal():  # staged files are numbered
                 raise ValueError("bad staged name")
         return moves
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:

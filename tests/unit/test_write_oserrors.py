@@ -46,7 +46,7 @@ def rendered(tmp_path, name="out"):
 def test_out_is_a_file(tmp_path):
     target = tmp_path / "file"
     target.write_text("mine\n")
-    assert "not a directory" in refused(run_kit([*OLD, "--out", str(target)]), target)
+    assert refused(run_kit([*OLD, "--out", str(target)]), target) == f"--out {target}: is a regular file, not a directory"
     assert target.read_text() == "mine\n"
 
 
@@ -140,6 +140,13 @@ def test_out_itself_may_be_a_link_the_user_chose(tmp_path):
     (tmp_path / "link").symlink_to(real)
     assert run_kit([*OLD, "--out", str(tmp_path / "link")]).code == 0
     assert (real / "Dockerfile").is_file() and manifest_matches_disk(real)
+
+
+def test_a_fifo_as_the_lock_file_is_refused_without_blocking(tmp_path):
+    out = rendered(tmp_path)
+    (out / LOCK_FILE).unlink()
+    os.mkfifo(out / LOCK_FILE)
+    assert "is a FIFO" in refused(run_kit([*OLD, "--out", str(out)], timeout=20), out / LOCK_FILE)
 
 
 def test_a_journal_the_kit_did_not_write_is_one_line(tmp_path):
