@@ -108,7 +108,7 @@ def manifest_text(hashes: dict[str, str]) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """One file, replaced atomically (a temp file beside it, fsync, rename). For single files outside a set."""
+    """One file replaced atomically (temp file beside it, fsync, rename); for single files outside a set."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -202,8 +202,9 @@ def _read_regular(path: Path) -> bytes | None:
 
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
     return "an unknown kind of file"
@@ -211,8 +212,9 @@ def _kind(mode: int) -> str:
 
 def _plain_relative(rel: str, reserved: frozenset[str] = RESERVED) -> bool:
     """A rendered or journalled path: relative, inside the directory, not one of the writer's own names."""
-    return bool(rel) and not rel.startswith("/") and all(part not in ("", ".", "..") for part in rel.split("/")) \
-        and rel.split("/")[0] not in reserved
+    parts = rel.split("/")
+    return bool(rel) and not rel.startswith("/") and all(p not in ("", ".", "..") for p in parts) \
+        and parts[0] not in reserved
 
 
 def _rendered_path(rel: str) -> PurePosixPath:
@@ -281,8 +283,9 @@ class _Lock:
             # A read-only directory can still be checked (a render with nothing to change succeeds there).
             fd = os.open(self.path, os.O_RDONLY | flags)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise WriteError(f"{self.path}: is {_kind(os.fstat(fd).st_mode)}; the kit keeps its lock file here",
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise WriteError(f"{self.path}: is {_kind(mode)}; the kit keeps its lock file here",
                                  hint="move it away")
             while True:
                 try:
@@ -290,10 +293,11 @@ class _Lock:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
+                        waited = wait if wait is not None else DEFAULT_LOCK_WAIT_S
                         raise WriteError(
-                            f"{self.path}: another kit command is writing into {self.path.parent}; gave up waiting "
-                            f"after {wait if wait is not None else DEFAULT_LOCK_WAIT_S:g} s",
-                            hint=f"run it again when the other one has finished (${LOCK_WAIT_ENV} sets the wait)",
+                            f"{self.path}: another kit command is writing into {self.path.parent}; "
+                            f"gave up waiting after {waited:g} s",
+                            hint=f"run it again when the other one is done (${LOCK_WAIT_ENV} sets the wait)",
                         ) from None
                     time.sleep(0.05)
         except BaseException:
@@ -322,10 +326,11 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
     try:
         journal = json.loads(data.decode("utf-8"))
         moves = journal["moves"]
-        if journal.get("version") != JOURNAL_VERSION or not isinstance(moves, list):
-            raise ValueError("unknown version")
+        if journal.get("version") != JOURNAL_VERSION or not isinstance(moves, list) or not moves:
+            raise ValueError("unknown version, or no moves")
         for move in moves:
-            if set(move) != {"staged", "target", "sha256"} or not all(isinstance(v, str) for v in move.values()):
+            if not isinstance(move, dict) or set(move) != {"staged", "target", "sha256"} \
+                    or not all(isinstance(v, str) for v in move.values()):
                 raise ValueError("bad move")
             if not _plain_relative(move["target"], JOURNAL_RESERVED):
                 raise ValueError(f"target {move['target']!r} is outside the directory")
@@ -333,8 +338,8 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
                 raise ValueError("bad staged name")
         return moves
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        raise WriteError(f"{path}: not a journal this kit wrote ({error})",
-                         hint=f"if no kit command is running, delete {JOURNAL} and {STAGING}/ and render again") from None
+        hint = f"if no kit command is running, delete {JOURNAL} and {STAGING}/ and render again"
+        raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
 
 
 def recover(out_dir: Path, steps: Callable[[], None] = lambda: None) -> str | None:
@@ -349,7 +354,7 @@ def recover(out_dir: Path, steps: Callable[[], None] = lambda: None) -> str | No
             return None
         _remove(staging)
         _fsync_dir(out_dir)
-        return "removed the staged files of an interrupted write that had not been committed (the old files stand)"
+        return "removed the staged files of an interrupted write that was not committed (the old files stand)"
     _apply(out_dir, moves, steps)
     return f"completed an interrupted write of {len(moves) - 1} file(s) (its journal was committed)"
 
@@ -428,7 +433,8 @@ def _refuse_conflicts(results: list[FileResult], out_dir: Path) -> None:
         raise KitError(
             f"{out_dir}: files changed since the kit wrote them",
             problems=[
-                Problem(str(out_dir / r.path), "changed since the kit wrote it (or not written by the kit); not overwritten",
+                Problem(str(out_dir / r.path),
+                        "changed since the kit wrote it (or not written by the kit); not overwritten",
                         "keep your edit in the preset instead, or re-run with --force to overwrite")
                 for r in conflicts
             ],
@@ -459,7 +465,9 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
                 # A committed write must be completed before a plan against the disk means anything.
                 with _Lock(out_dir):
                     _say(notify, recover(out_dir))
-            results = plan_writes(files, out_dir, force) if exists else [FileResult(r, "create") for r in sorted(files)]
+            if not exists:
+                return [FileResult(rel, "create") for rel in sorted(files)]
+            results = plan_writes(files, out_dir, force)
             _refuse_conflicts(results, out_dir)
             return results
         if not exists:
