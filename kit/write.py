@@ -46,6 +46,7 @@ if the lock did not hold them apart. ``VLLM_KIT_LOCK_WAIT=S`` bounds the wait fo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -461,13 +462,16 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
     try:
         exists = _check_out_dir(out_dir)
         if dry_run:
-            if exists and os.path.lexists(out_dir / JOURNAL):
-                # A committed write must be completed before a plan against the disk means anything.
-                with _Lock(out_dir):
-                    _say(notify, recover(out_dir))
             if not exists:
                 return [FileResult(rel, "create") for rel in sorted(files)]
-            results = plan_writes(files, out_dir, force)
+            # A dry run reads under the lock too, so it never plans against a write half-way through its
+            # renames; where no writer ever ran (no lock file) it creates nothing.
+            journal = os.path.lexists(out_dir / JOURNAL)
+            locked = journal or os.path.lexists(out_dir / LOCK_FILE)
+            with _Lock(out_dir) if locked else contextlib.nullcontext():
+                if journal:  # a committed write is completed first, or the plan would be against a mix
+                    _say(notify, recover(out_dir))
+                results = plan_writes(files, out_dir, force)
             _refuse_conflicts(results, out_dir)
             return results
         if not exists:

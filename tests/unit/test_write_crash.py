@@ -171,7 +171,9 @@ def test_two_renders_at_once_leave_one_complete_set(tmp_path):
     assert manifest_matches_disk(out)
 
 
-def test_a_held_lock_makes_the_second_writer_refuse_after_its_bounded_wait(tmp_path):
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_held_lock_makes_the_second_writer_refuse_after_its_bounded_wait(tmp_path, dry_run):
+    """A dry run waits too: it must not plan against a directory half-way through another write."""
     out = tmp_path / "out"
     out.mkdir()
     render(OLD, out)
@@ -179,7 +181,7 @@ def test_a_held_lock_makes_the_second_writer_refuse_after_its_bounded_wait(tmp_p
     with open(out / LOCK_FILE, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         started = time.monotonic()
-        refused = run_kit([*OLD, "runtime.port=8111", "--out", str(out)], {LOCK_WAIT_ENV: "0.3"})
+        refused = run_kit([*OLD, "runtime.port=8111", *dry_run, "--out", str(out)], {LOCK_WAIT_ENV: "0.3"})
         waited = time.monotonic() - started
     assert refused.code == 1
     assert refused.lines[0].startswith(str(out / LOCK_FILE)) and "another kit command" in refused.lines[0]
