@@ -20,23 +20,29 @@ How one write goes (every step under the lock)
        last) into the staging folder, fsync, and rename it to ``.vllm-kit.journal``; fsync the
        directory. From here on the write always completes.
     5. Apply: rename each staged file over its target (rename is atomic per file, on one filesystem),
-       manifest last; fsync the folders; delete the journal, then the staging folder.
+       manifest last; fsync the folders; delete the (now empty) staging folder, then the journal.
 
 Recovery, at the start of every write (and of a dry run that finds a journal)
     A journal means the write was committed: each move whose staged file still exists is renamed into
-    place (its hash checked first), the others were done already; then the journal and the staging
-    folder go. No journal means it was not committed: the staging folder is deleted and the old set,
-    never touched, stands. Recovery is idempotent, so a crash during recovery is recovered the same way.
+    place (its hash checked first), the others were done already; then the staging folder goes, then
+    the journal. A staging folder without a journal means it was not committed: the folder is deleted
+    and the old set, never touched, stands. Recovery is idempotent, so a crash during recovery is
+    recovered the same way. A dry run takes the lock too (where a lock file exists), so it never plans
+    against a directory half-way through another write.
 
 So after a ``kill -9`` at any instant the directory holds the old set, or the new set, or (only while
-a journal exists) a mix that the journal names exactly and that every kit command which writes there
-completes to the new set before it reads anything. The manifest always describes the files as the
-last completed write left them. Files the user keeps in the directory are never moved or read beyond
-a stat. Files are staged inside the directory, not in /tmp, so every rename stays on one filesystem.
+a journal exists) a mix that the journal names exactly and that every kit command rendering there
+(render, build, lock, fetch, up, smoke all write through here) completes to the new set before it
+reads anything. Outside that window the manifest matches the files exactly. Files the user keeps in
+the directory are never moved or read beyond a stat. Files are staged inside the directory, not in
+/tmp, so every rename stays on one filesystem. The one window no rename order can close: a program
+other than the kit that reads the directory between a crash after the commit point and the next kit
+run sees the mix (the journal beside it says so).
 
 Why not write the set into a sibling directory and swap it in: the user's ``--out`` directory holds
-their own files (``.env``, models, caches) and must stay where it is, and a directory of symlinks
-into a swapped folder breaks Docker build contexts (COPY does not follow them) and editors.
+their own files (``.env``, models, caches) and must stay where it is; making the rendered names
+symlinks into a swapped folder would put links where Docker build contexts, kubectl and editors
+expect files.
 
 Debug hooks for the crash and concurrency tests (environment, never set in normal use):
 ``VLLM_KIT_DEBUG_WRITE_CRASH_AT=N`` sends the process SIGKILL at the Nth step of a write;
