@@ -196,10 +196,11 @@ def test_read_only_out(tmp_path):
 def test_full_disk_leaves_the_old_set(tmp_path):
     seed = rendered(tmp_path, "seed")
     old = snapshot(seed)
-    pages = sum(-(-len(data) // 4096) for data in old.values())
-    # Two pages more than the old set needs: the new set's staging runs out of space part way.
+    page = os.sysconf("SC_PAGE_SIZE")  # tmpfs charges whole pages
+    pages = sum(-(-len(data) // page) for data in old.values())
+    # Two pages more than the old set needs: the new set's staging (8 files) runs out of space part way.
     mnt = tmp_path / "mnt"
-    proc = run_on_tmpfs(f"size={(pages + 2) * 4}k", mnt, seed, tmp_path / "snap", NEW, mnt)
+    proc = run_on_tmpfs(f"size={(pages + 2) * page}", mnt, seed, tmp_path / "snap", NEW, mnt)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith(str(mnt / STAGING)) and lines[0].endswith("No space left on device (ENOSPC)"), lines
