@@ -57,3 +57,7 @@ class SmokeError(KitError):
 
 class PlanError(KitError):
     """The memory planner cannot plan these inputs (missing model field, impossible parallelism)."""
+
+
+class WriteError(KitError):
+    """The output directory cannot take the write (an OS error, something else at a target path, the lock held)."""

@@ -28,7 +28,7 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...]."""
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target)
-    results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run)
+    results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:

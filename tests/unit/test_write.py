@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kit.errors import KitError
-from kit.write import MANIFEST, write_files
+from kit.write import LOCK_FILE, MANIFEST, write_files
 
 
 def statuses(results):
@@ -59,7 +59,8 @@ def test_dry_run_writes_nothing(tmp_path):
 def test_no_temporary_files_left(tmp_path):
     write_files({"a.txt": "one\n"}, tmp_path)
     write_files({"a.txt": "two\n"}, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST, "a.txt"]
+    # The lock file stays (it is empty and only ever flock'ed); nothing else of the writer's does.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST, LOCK_FILE, "a.txt"]
 
 
 def test_out_must_be_a_directory(tmp_path):

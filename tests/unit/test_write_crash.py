@@ -1,0 +1,213 @@
+"""All or nothing across files: `kit render` killed with SIGKILL at every step of its write, and two
+renders racing into one directory.
+
+The old set is the `cpu` preset's compose files; the new set is the `rtx4090-awq` preset as Kubernetes
+manifests: it changes files, creates a new folder (k8s/) with files in it, and leaves others alone.
+The user's own files in the directory must come through every crash untouched.
+"""
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kit.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_ENV, MANIFEST, STAGING
+from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit, warm_up
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+OLD = ["render", "preset=cpu"]
+NEW = ["render", "preset=rtx4090-awq", "--target", "k8s"]
+USER_FILES = {".env": "HF_TOKEN=secret\n", "notes/mine.txt": "keep me\n"}
+MAX_STEPS = 200  # a bound on the loop below, far above the write's real step count
+
+
+def render(args, out, env=None):
+    result = run_kit([*args, "--out", str(out)], env)
+    assert result.code == 0, result.stderr
+    return result
+
+
+def with_user_files(directory):
+    for rel, text in USER_FILES.items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        (directory / rel).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    """The directory as the old render leaves it, and as the new render over it leaves it."""
+    warm_up([OLD, NEW], tmp_path_factory.mktemp("warm"))
+    ref = tmp_path_factory.mktemp("ref")
+    with_user_files(ref)
+    render(OLD, ref)
+    old = snapshot(ref)
+    render(NEW, ref)
+    new = snapshot(ref)
+    assert old != new and "k8s/deployment.yaml" in new and "k8s/deployment.yaml" not in old
+    changed = {rel for rel in new if old.get(rel) != new[rel]}
+    assert {"Dockerfile", "k8s/service.yaml", MANIFEST} <= changed  # changes, creations, the manifest
+    assert any(old.get(rel) == new[rel] for rel in new if rel.endswith(".yaml"))  # and files it keeps
+    return old, new
+
+
+def fresh_old(tmp_path, name, old):
+    """A directory holding exactly what the old render left (copied from its snapshot)."""
+    out = tmp_path / name
+    for rel, data in old.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    return out
+
+
+def check_after_crash(out, old, new, step):
+    """Right after the kill: the old set (plus, at most, a staging folder), or a committed journal."""
+    now = snapshot(out)
+    if (out / JOURNAL).exists():
+        # Committed: every file is already new or still old, and the journal names what is left to do.
+        for rel in set(old) | set(new):
+            if not rel.startswith((STAGING + "/", JOURNAL)):
+                assert now.get(rel) in (old.get(rel), new.get(rel)), f"step {step}: {rel} is neither old nor new"
+        return "committed"
+    # Not committed (the old set, perhaps beside staged files) or finished (the new set).
+    rest = {rel: data for rel, data in now.items() if not rel.startswith(STAGING + "/")}
+    assert rest in (old, new), f"step {step}: neither the old nor the new set"
+    assert manifest_matches_disk(out), f"step {step}"
+    assert rest == old or now == new, f"step {step}: staged files left beside a finished write"
+    return "old" if rest == old else "new"
+
+
+def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
+    """Kill the write at step 1, 2, 3, ... until it runs to the end; after each kill, the next kit run
+    (a render of the new set, a render of the old set, or a dry run) starts by recovering."""
+    old, new = sets
+    seen = {}
+    for step in range(1, MAX_STEPS + 1):
+        out = fresh_old(tmp_path, f"step{step}", old)
+        crashed = run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)})
+        if crashed.code == 0:  # the write has fewer steps than this: it ran to the end
+            assert snapshot(out) == new
+            break
+        assert crashed.code == -9, crashed.stderr
+        state = check_after_crash(out, old, new, step)
+        seen[step] = state
+        # The next run rolls back (not committed) or forward (committed), then does its own work.
+        # Which run comes next varies with the step, so every recovery path meets every state.
+        if step % 2 and state == "committed":
+            after, want = [*OLD, "--dry-run"], new  # a dry run completes the committed write, writes nothing else
+        elif step % 2 and state == "old":
+            after, want = OLD, old  # rolled back, the old render has nothing to change
+        else:
+            after, want = NEW, new
+        again = run_kit([*after, "--out", str(out)])
+        assert again.code == 0, f"step {step}: {again.stderr}"
+        assert snapshot(out) == want, f"step {step}: after {after}"  # no staging, no journal, no temp file
+        assert manifest_matches_disk(out)
+    else:
+        pytest.fail(f"the write did not finish within {MAX_STEPS} steps")
+    states = list(seen.values())
+    moved = sum(old.get(rel) != data for rel, data in new.items())
+    print(f"a write of {moved} files (manifest included) killed at each of its {len(seen)} steps: "  # pytest -s
+          + ", ".join(f"{states.count(k)} {k}" for k in ("old", "committed", "new")))
+    # Kills before the commit point, then after it, then after the journal is gone; in that order.
+    assert states == sorted(states, key=["old", "committed", "new"].index), seen
+    assert states.count("old") >= 3 and states.count("committed") >= 3, seen
+
+
+def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
+    """A committed write interrupted, then its recovery interrupted at every step: still old-or-new, then new."""
+    old, new = sets
+    out = fresh_old(tmp_path, "first", old)
+    for step in range(1, MAX_STEPS):  # the first kill that leaves a committed journal
+        assert run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)}).code == -9
+        if (out / JOURNAL).exists():
+            break
+        out = fresh_old(tmp_path, f"first{step}", old)
+    committed = snapshot(out)
+    for step in range(2, MAX_STEPS):  # step 1 is taking the lock; recovery starts at step 2
+        again = fresh_old(tmp_path, f"again{step}", committed)
+        run = run_kit([*NEW, "--out", str(again)], {CRASH_ENV: str(step)})
+        if run.code == 0:
+            assert snapshot(again) == new
+            break
+        assert run.code == -9, run.stderr
+        assert check_after_crash(again, old, new, step) in ("committed", "new")
+        assert run_kit([*NEW, "--out", str(again)]).code == 0
+        assert snapshot(again) == new
+    else:
+        pytest.fail("the recovery never finished")
+
+
+def test_the_console_entry_point_honours_the_crash_hook(tmp_path, sets):
+    """The same kill through a fresh interpreter (`python -m kit.cli.main`), not a fork of the tests."""
+    old, new = sets
+    step = 15  # after the commit point (of 23 steps): the hardest state to leave behind
+    out = fresh_old(tmp_path, f"proc{step}", old)
+    proc = subprocess.run([sys.executable, "-m", "kit.cli.main", *NEW, "--out", str(out)], cwd=REPO,
+                          env={**os.environ, CRASH_ENV: str(step)}, capture_output=True, timeout=120)
+    assert proc.returncode == -9
+    check_after_crash(out, old, new, step)
+    render(NEW, out)
+    assert snapshot(out) == new
+
+
+def test_two_renders_at_once_leave_one_complete_set(tmp_path):
+    """Both writers crawl (a delay at every step) so that, without the lock, their renames would interleave."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for ref, port in ((a, "8101"), (b, "8102")):
+        ref.mkdir()
+        render(OLD, ref)
+        render([*OLD, f"runtime.port={port}", "engine.max_model_len=1024"], ref)
+    want_a, want_b = snapshot(a), snapshot(b)
+    assert want_a != want_b
+    out = tmp_path / "race"
+    out.mkdir()
+    render(OLD, out)
+    slow = {DELAY_ENV: "0.03"}
+    children = [start_kit([*OLD, f"runtime.port={port}", "engine.max_model_len=1024", "--out", str(out)], slow)
+                for port in ("8101", "8102")]
+    runs = [wait_kit(*child) for child in children]
+    assert [r.code for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert snapshot(out) in (want_a, want_b)
+    assert manifest_matches_disk(out)
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_held_lock_makes_the_second_writer_refuse_after_its_bounded_wait(tmp_path, dry_run):
+    """A dry run waits too: it must not plan against a directory half-way through another write."""
+    out = tmp_path / "out"
+    out.mkdir()
+    render(OLD, out)
+    before = snapshot(out)
+    with open(out / LOCK_FILE, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        started = time.monotonic()
+        refused = run_kit([*OLD, "runtime.port=8111", *dry_run, "--out", str(out)], {LOCK_WAIT_ENV: "0.3"})
+        waited = time.monotonic() - started
+    assert refused.code == 1
+    assert refused.lines[0].startswith(str(out / LOCK_FILE)) and "another kit command" in refused.lines[0]
+    assert "Traceback" not in refused.stderr
+    assert 0.3 <= waited < 10
+    assert snapshot(out) == before
+
+
+def test_a_writer_waits_for_the_lock_and_then_writes(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    render(OLD, out)
+    before = snapshot(out)
+    held = open(out / LOCK_FILE, "a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        pid, err = start_kit([*OLD, "runtime.port=8112", "--out", str(out)])
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # it must not write while the lock is held
+            assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the writer finished while the lock was held"
+            assert snapshot(out) == before
+            time.sleep(0.05)
+    finally:
+        held.close()
+    assert wait_kit(pid, err).code == 0
+    assert b"8112" in snapshot(out)["compose.yaml"]
