@@ -219,3 +219,55 @@ def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, t
     finally:
         stack.down(volumes=True)
         remove_image(docker_client, pinned)
+
+
+TINY_DOCKERFILE = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE} AS runtime
+ARG PIP_NO_INDEX
+ARG KIT_MARK
+LABEL io.vllm-kit.test.offline=${PIP_NO_INDEX} io.vllm-kit.test.mark=${KIT_MARK}
+ENV KIT_MARK=${KIT_MARK}
+RUN echo "built with ${KIT_MARK}" > /kit-mark
+
+FROM runtime AS extra
+RUN echo "a later stage the target leaves out" > /extra
+"""
+
+
+def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
+    """`.kit/build.sh` rebuilds exactly what the SDK built: same builder (classic), build args, target, platform,
+    Dockerfile and tags. Run after the SDK build, every step comes from the layer cache, so the script must end on
+    the very same image ID; a missing build arg, target or -f would build something else."""
+    from kit.build import BuildRequest, build_image
+
+    context = tmp_path / "context with space"
+    context.mkdir()
+    (context / "Dockerfile.tiny").write_text(TINY_DOCKERFILE)
+    tags = [f"vllm-kit/buildscript:{os.getpid()}", f"vllm-kit/buildscript:{os.getpid()}-second"]
+    request = BuildRequest(context, tags, base_image=BASE_IMAGE, offline=True, platform="linux/amd64",
+                           extra_args={"KIT_MARK": "a value with spaces and $dollar"}, dockerfile="Dockerfile.tiny",
+                           target="runtime")
+    try:
+        built = build_image(request, tmp_path / ".kit")
+        script = built.script_path.read_text()
+        assert "DOCKER_BUILDKIT=0 docker build" in script
+        env = {k: v for k, v in os.environ.items() if k != "DOCKER_BUILDKIT"}
+        run = subprocess.run(["sh", str(built.script_path)], capture_output=True, text=True, timeout=300, env=env)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert "Step 1/" in run.stdout and "Using cache" in run.stdout  # the classic builder's log, from its cache
+        again = docker_client.images.get(tags[0])
+        assert again.id == built.image_id, run.stdout[-2000:]
+        assert docker_client.images.get(tags[1]).id == built.image_id
+        config = again.attrs["Config"]
+        assert config["Labels"]["io.vllm-kit.test.offline"] == "1"
+        assert config["Labels"]["io.vllm-kit.test.mark"] == "a value with spaces and $dollar"
+        assert again.attrs["Architecture"] == "amd64"
+        # The target stopped at `runtime`: the later stage's file is not in the image.
+        out = docker_client.containers.run(
+            built.image_id, ["sh", "-c", "cat /kit-mark; if [ -e /extra ]; then echo extra; else echo no-extra; fi"],
+            remove=True).decode()
+        assert out.splitlines() == ["built with a value with spaces and $dollar", "no-extra"]
+    finally:
+        for tag in tags:
+            remove_image(docker_client, tag)
