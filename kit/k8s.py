@@ -47,7 +47,7 @@ FALLBACK_MODEL_CACHE_GIB = 50  # no plan (the model's shape is unknown offline):
 
 
 def k8s_quantity(size: str) -> str:
-    """A Docker size (10.24g, 4096m, 4GiB, bytes) as a Kubernetes quantity: whole Gi/Mi/Ki where exact, else bytes."""
+    """A Docker size (10.24g, 4096m, 4GiB, bytes) as a Kubernetes quantity: whole Gi/Mi/Ki if exact, else bytes."""
     value = ram_in_bytes(size)
     for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if value and value % unit == 0:
@@ -92,7 +92,8 @@ def resources_for(d: dep.Deployment, plan: Any, *, serves: bool) -> dict[str, An
     """requests (cpu, memory) and limits (memory, GPUs) of the server or Ray-worker container."""
     rule = rules()["resources"]
     ranks = ranks_in_pod(d)
-    processes = ranks + (2 if serves else 0) + (rule["ray_processes"] if d.preset.engine.distributed_executor_backend == "ray" else 0)
+    ray = d.preset.engine.distributed_executor_backend == "ray"
+    processes = ranks + (2 if serves else 0) + (rule["ray_processes"] if ray else 0)
     memory = processes * rule["process_gib"]
     if plan is not None:
         memory += plan.weights_gib * ranks  # loading (GPU: page cache) or for good (CPU backend)
@@ -239,6 +240,10 @@ def claim(d: dep.Deployment, name: str, size: str, mode: str) -> dict[str, Any]:
     }
 
 
+def compile_claim(d: dep.Deployment, mode: str) -> dict[str, Any]:
+    return claim(d, compile_claim_name(d), gib(rules()["compile_cache_gib"]), mode)
+
+
 def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -272,7 +277,7 @@ def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str,
         "deployment.yaml": deployment,
         "service.yaml": service(d, selector),
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteOnce"),
-        "compile-cache-pvc.yaml": claim(d, compile_claim_name(d), gib(rules()["compile_cache_gib"]), "ReadWriteOnce"),
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteOnce"),
     }
 
 
@@ -318,7 +323,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
         # Every pod loads its own layers: a claim all nodes can mount (an RWX storage class: NFS, CephFS, ...).
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteMany"),
         # Each rank writes its own subdirectory of the compile cache (rank_<i>_<j>), so the pods can share one claim.
-        "compile-cache-pvc.yaml": claim(d, compile_claim_name(d), gib(rules()["compile_cache_gib"]), "ReadWriteMany"),
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteMany"),
     }
 
 
@@ -326,7 +331,8 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
     weights = model_weights_gib(plan, d)
     model_rule = rules()["model_cache"]
     sized = (f"~{weights:.1f} GiB of weights x {model_rule['copies']} + {model_rule['extra_gib']} GiB"
-             if weights is not None else f"the model's size is unknown offline: {FALLBACK_MODEL_CACHE_GIB} GiB, adjust it")
+             if weights is not None
+             else f"the model's size is unknown offline: {FALLBACK_MODEL_CACHE_GIB} GiB, adjust it")
     lines = [
         f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}.",
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
@@ -337,7 +343,8 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
     ]
     if d.preset.runtime.k8s_runtime_class:
-        lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: the cluster needs that RuntimeClass.")
+        lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
+                     "the cluster needs that RuntimeClass.")
     if d.cluster is not None:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:

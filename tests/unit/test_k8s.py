@@ -180,16 +180,21 @@ def test_quantities():
                                                                    "sizeLimit": k8s_quantity("10.24g")}}]}})
 
 
+def claim_gib(preset: str) -> int:
+    found = claims(manifests(preset))[f"vllm-{preset}-hf-cache"]
+    return gib(found["spec"]["resources"]["requests"]["storage"])
+
+
 def test_model_cache_claim_is_sized_from_the_plan():
     """27.5 GiB of fp16 weights no longer get the old flat 20Gi: weights x 2 + 5 GiB (kit/data/k8s.yaml)."""
     prepared = prepare("rtx3090x2-fp16", target="k8s")
     plan, engine = prepared.report.plan, prepared.preset.engine
     weights = plan.weights_gib * engine.tp * engine.pp
     assert 27 < weights < 28
-    size = gib(claims(manifests("rtx3090x2-fp16"))["vllm-rtx3090x2-fp16-hf-cache"]["spec"]["resources"]["requests"]["storage"])
+    size = claim_gib("rtx3090x2-fp16")
     assert size == math.ceil(weights * 2 + 5)
     # A smaller model gets a smaller claim: the size follows the model, not a constant.
-    small = gib(claims(manifests("rtx4090-awq"))["vllm-rtx4090-awq-hf-cache"]["spec"]["resources"]["requests"]["storage"])
+    small = claim_gib("rtx4090-awq")
     assert small < size
 
 
