@@ -8,6 +8,8 @@ The registry is Debian's `docker-registry` (Distribution 2.8) on 127.0.0.1:5000 
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -39,21 +42,24 @@ OVERRIDES = [f"image.repository={REPOSITORY}"]
 EXPECTED_DIFFERENCES: set[str] = set()
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    """A real registry on 127.0.0.1:5000, storage in a temp dir; stopped at the end even on failure."""
+@contextlib.contextmanager
+def running_registry(root, address: str, htpasswd: str | None = None):
+    """Debian's docker-registry on ``address`` (loopback), storage under ``root``; stopped even on failure."""
     binary = shutil.which("docker-registry")
     if binary is None:
         if os.environ.get("CI"):
             pytest.fail("docker-registry is not installed; scripts/setup-host.sh installs it")
         pytest.skip("docker-registry not installed (scripts/setup-host.sh installs it)")
-    root = tmp_path_factory.mktemp("registry")
     config = root / "config.yml"
+    auth = ""
+    if htpasswd is not None:
+        (root / "htpasswd").write_text(htpasswd)
+        auth = f"auth: {{htpasswd: {{realm: kit-test, path: {root / 'htpasswd'}}}}}\n"
     config.write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: '{REGISTRY}'}}\n"
+        f"http: {{addr: '{address}'}}\n" + auth
     )
     log = (root / "registry.log").open("w")
     process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
@@ -61,15 +67,17 @@ def registry(tmp_path_factory):
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=2) as response:
-                    if response.status == 200:
-                        break
+                with urllib.request.urlopen(f"http://{address}/v2/", timeout=2):
+                    break
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:  # up, and asking for credentials
+                    break
             except (urllib.error.URLError, OSError):
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"registry did not start: {(root / 'registry.log').read_text()[-500:]}")
             time.sleep(0.5)
-        yield REGISTRY
+        yield address
     finally:
         process.terminate()
         try:
@@ -78,6 +86,13 @@ def registry(tmp_path_factory):
             process.kill()
             process.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real registry on 127.0.0.1:5000, storage in a temp dir, no auth."""
+    with running_registry(tmp_path_factory.mktemp("registry"), REGISTRY) as address:
+        yield address
 
 
 def remove_image(client, ref: str) -> None:
@@ -271,3 +286,39 @@ def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
     finally:
         for tag in tags:
             remove_image(docker_client, tag)
+
+
+def test_push_to_a_registry_that_needs_credentials(docker_client, tmp_path):
+    """`kit push` authenticates as `docker push` does: with the Docker client's stored credentials (the
+    config.json `docker login` writes). Without them the push is one error; with them the digest the kit
+    records is the one the registry serves to an authenticated client."""
+    from kit.registry import push_image
+
+    with warnings.catch_warnings():  # deprecated in 3.11; bcrypt via the system's libcrypt, no apache2-utils
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    user, password = "kit", "a-test-password"
+    address = f"127.0.0.1:{free_port()}"
+    entry = f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n"  # htpasswd's bcrypt form
+    repository, tag = "vllm-kit/authcheck", f"t{os.getpid()}"
+    target = f"{address}/{repository}:{tag}"
+    with running_registry(tmp_path, address, htpasswd=entry):
+        try:
+            with pytest.raises(KitError) as refused:
+                push_image(BASE_IMAGE, address, repository, tag)
+            assert address in refused.value.message and "\n" not in refused.value.message
+            config = tmp_path / "docker-config.json"
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            config.write_text(json.dumps({"auths": {address: {"auth": token}}}))
+            docker_client.api.reload_config(str(config))
+            pushed = push_image(BASE_IMAGE, address, repository, tag)
+            request = urllib.request.Request(
+                f"http://{address}/v2/{repository}/manifests/{tag}", method="HEAD",
+                headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json",
+                         "Authorization": f"Basic {token}"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.headers["Docker-Content-Digest"] == pushed.digest
+            assert pushed.pinned == f"{address}/{repository}@{pushed.digest}"
+        finally:
+            docker_client.api.reload_config()  # back to the user's own credentials
+            remove_image(docker_client, target)
