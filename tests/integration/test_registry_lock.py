@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -102,6 +103,22 @@ def remove_image(client, ref: str) -> None:
         pass
 
 
+def step_images(log_text: str) -> set[str]:
+    """The image IDs a classic-builder log names (` ---> <id>` after each step), builder stages included."""
+    return set(re.findall(r"---> ([0-9a-f]{12})$", log_text, flags=re.MULTILINE))
+
+
+def remove_untagged(client, image_ids: set[str]) -> None:
+    """Remove those of our builds' step images that nothing tags any more (a builder stage's result stays
+    behind otherwise, 3 GB for the cpu image); images other builds still use are refused and kept."""
+    for image_id in image_ids:
+        try:
+            if not client.images.get(image_id).tags:
+                client.images.remove(image_id)
+        except Exception:  # noqa: BLE001 - gone already, or a parent of an image in use
+            pass
+
+
 @pytest.fixture(scope="module")
 def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
     """The locked `cpu` image built twice with --no-cache: (prepared, out dir, lock, build A, build B)."""
@@ -112,17 +129,20 @@ def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
                      wheelhouse=cpu_wheelhouse, progress=session_progress)
     write_lock(lock, out / LOCK_FILE)
     builds = []
+    made: set[str] = set()
     try:
         for name in ("a", "b"):
             started = time.monotonic()
             built = build_locked(prepared, out, lock_path=out / LOCK_FILE, wheelhouse=cpu_wheelhouse, offline=True,
                                  no_cache=True, extra_tags=[f"{REPOSITORY}:{name}"], progress=session_progress)
+            made |= step_images(built.result.log_path.read_text())
             session_progress(f"locked no-cache build {name}: {built.image_id} in {time.monotonic() - started:.0f} s")
             builds.append(built)
         yield prepared, out, lock, builds[0], builds[1]
     finally:
         for tag in (f"{REPOSITORY}:a", f"{REPOSITORY}:b", prepared.image_ref, f"{REPOSITORY}:0.32.0"):
             remove_image(docker_client, tag)
+        remove_untagged(docker_client, made)
 
 
 def test_lock_pins_the_base_and_every_wheel(locked_builds, docker_client, cpu_wheelhouse):
@@ -267,6 +287,7 @@ def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
         built = build_image(request, tmp_path / ".kit")
         script = built.script_path.read_text()
         assert "DOCKER_BUILDKIT=0 docker build" in script
+        assert built.image_id.removeprefix("sha256:")[:12] in step_images(built.log_path.read_text())
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_BUILDKIT"}
         run = subprocess.run(["sh", str(built.script_path)], capture_output=True, text=True, timeout=300, env=env)
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -286,6 +307,7 @@ def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
     finally:
         for tag in tags:
             remove_image(docker_client, tag)
+        remove_untagged(docker_client, step_images((tmp_path / ".kit" / "build.log").read_text()))
 
 
 def test_push_to_a_registry_that_needs_credentials(docker_client, tmp_path):
