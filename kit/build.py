@@ -39,6 +39,8 @@ class BuildResult:
 
 @dataclass
 class BuildRequest:
+    """One build, as both the SDK call and the equivalent `docker build` command read it (they cannot drift)."""
+
     context_dir: Path
     tags: list[str]
     base_image: str | None = None
@@ -46,6 +48,9 @@ class BuildRequest:
     offline: bool = False  # PIP_NO_INDEX=1: wheels from the build context only
     platform: str | None = None
     extra_args: dict[str, str] = field(default_factory=dict)
+    dockerfile: str = "Dockerfile"  # relative to the context, as the Engine API takes it
+    target: str | None = None  # a stage of a multi-stage Dockerfile (None: the last)
+    pull: bool = False  # pull a newer base first (off: the base is pinned or local)
 
     def buildargs(self) -> dict[str, str]:
         args = dict(self.extra_args)
@@ -56,18 +61,33 @@ class BuildRequest:
         return args
 
     def command(self) -> list[str]:
-        """The `docker build` command that does the same as the SDK call, for re-running by hand."""
-        argv = ["docker", "build"]
-        for tag in self.tags:
-            argv += ["-t", tag]
-        for key, value in sorted(self.buildargs().items()):
-            argv += ["--build-arg", f"{key}={value}"]
+        """The `docker build` argv that does what ``build_image``'s SDK call does, for re-running by hand.
+
+        The SDK posts to the Engine's /build endpoint, which is the classic builder; the CLI picks BuildKit by
+        default, so the script sets DOCKER_BUILDKIT=0 (see ``script()``). rm/forcerm and pull are stated,
+        not left to the CLI's defaults."""
+        argv = ["docker", "build", "--rm", "--force-rm", f"--pull={'true' if self.pull else 'false'}"]
         if self.no_cache:
             argv.append("--no-cache")
         if self.platform:
             argv += ["--platform", self.platform]
-        argv.append(str(self.context_dir))
+        if self.target:
+            argv += ["--target", self.target]
+        for key, value in sorted(self.buildargs().items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for tag in self.tags:
+            argv += ["-t", tag]
+        argv += ["-f", str(self.context_dir / self.dockerfile), str(self.context_dir)]
         return argv
+
+    def script(self) -> str:
+        """build.sh: the same builder (classic), the same arguments, quoted for the shell."""
+        return ("#!/bin/sh\n"
+                "# The build `kit build` ran, for re-running by hand: the classic builder the Docker SDK drives\n"
+                "# (DOCKER_BUILDKIT=0), with the same build args, platform, tags, cache and pull flags, target,\n"
+                "# Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
+                "set -eu\n"
+                f"DOCKER_BUILDKIT=0 {shlex.join(self.command())}\n")
 
 
 def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None) -> Path:
@@ -135,24 +155,26 @@ def build_image(request: BuildRequest, log_dir: Path,
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "build.log"
     script_path = log_dir / "build.sh"
-    script_path.write_text("#!/bin/sh\n# The build `kit build` ran, for re-running by hand.\n"
-                           + shlex.join(request.command()) + "\n")
+    script_path.write_text(request.script())
     script_path.chmod(0o755)
     lines: list[str] = []
     image_id = None
     cached = total = 0
     started = time.monotonic()
     with log_path.open("w", encoding="utf-8") as log:
-        log.write("$ " + shlex.join(request.command()) + "\n")
+        log.write("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command()) + "\n")
         stream = client.api.build(
             path=str(request.context_dir),
             tag=request.tags[0],
+            dockerfile=request.dockerfile,
             buildargs=request.buildargs(),
             nocache=request.no_cache,
+            pull=request.pull,
             rm=True,
             forcerm=True,
             decode=True,
             platform=request.platform,
+            target=request.target,
         )
         for chunk in stream:
             if "stream" in chunk:

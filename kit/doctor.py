@@ -470,6 +470,7 @@ def check_gpus(facts: HostFacts, preset: Any | None, where: str = "preset") -> l
 
 def check_shm(facts: HostFacts, preset: Any | None) -> Check:
     from kit.deployment import shm_size_for
+    from kit.preset import ram_in_bytes
 
     name = "shared memory"
     if facts.shm_bytes is None:
@@ -485,7 +486,7 @@ def check_shm(facts: HostFacts, preset: Any | None) -> Check:
     if shm.ipc == "host":
         # The container shares the host's /dev/shm: it must hold what the rule would have given it.
         private = shm_size_for(preset.model_copy(update={"runtime": preset.runtime.model_copy(update={"ipc": None})}))
-        need_mib = int(private.shm_size.rstrip("m")) if private.shm_size and private.shm_size.endswith("m") else floor
+        need_mib = -(-ram_in_bytes(private.shm_size) // (1 << 20)) if private.shm_size else floor
         if host_mib < need_mib:
             return Check(name, FAIL, f"ipc: host shares the host's /dev/shm ({host_mib} MiB); the stack wants {need_mib} MiB",
                          f"`mount -o remount,size={need_mib}m /dev/shm`, or drop runtime.ipc to use shm_size")

@@ -7,7 +7,10 @@ from the same Deployment as the compose files.
 
 One node: a Deployment, a Service and PersistentVolumeClaims. Several nodes: a LeaderWorkerSet (the leader
 runs Ray's head and the server, workers join it; the whole group restarts together when a pod fails), the
-launcher as a ConfigMap, a Service on the leader, and a ReadWriteMany claim for the shared HF cache.
+launcher as a ConfigMap, a Service on the leader, and ReadWriteMany claims for the shared HF and compile caches.
+
+Sizes come from the memory plan (``ctx.plan``, kit/plan.py) and the rules in kit/data/k8s.yaml: the model cache
+from the planner's weights, memory and CPU requests from the processes vLLM runs and what they hold.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 import yaml
 
 from kit import deployment as dep
+from kit.datafiles import load_yaml
+from kit.preset import ram_in_bytes
 
 K8S_DIR = "k8s"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -37,16 +42,69 @@ def secret_name(d: dep.Deployment) -> str:
     return f"{app_name(d)}-secrets"
 
 
+GIB = 1 << 30
+FALLBACK_MODEL_CACHE_GIB = 50  # no plan (the model's shape is unknown offline): vLLM's own k8s guide's claim
+
+
 def k8s_quantity(size: str) -> str:
-    """compose sizes (1024m, 4g, 512k, bytes) as Kubernetes binary quantities (1024Mi, 4Gi)."""
-    number, unit = re.fullmatch(r"(\d+)([bkmg]?)", size.lower()).groups()
-    return number + {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
+    """A Docker size (10.24g, 4096m, 4GiB, bytes) as a Kubernetes quantity: whole Gi/Mi/Ki if exact, else bytes."""
+    value = ram_in_bytes(size)
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if value and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)
 
 
-def cache_claim_size(d: dep.Deployment) -> str:
-    """The HF cache claim: the weights with room for a second revision, at least 20 GiB."""
-    weights = dep.weights_gib_estimate(d.preset) or 0
-    return f"{max(20, math.ceil(weights * 2 + 10))}Gi"
+def gib(value: float) -> str:
+    return f"{max(1, math.ceil(value))}Gi"
+
+
+def rules() -> dict[str, Any]:
+    return load_yaml("k8s.yaml")
+
+
+def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
+    """The whole model's weights as the planner counts them: one rank's weights times the ranks."""
+    if plan is None:
+        return None
+    eng = d.preset.engine
+    return plan.weights_gib * eng.tp * eng.pp
+
+
+def model_cache_size(plan: Any, d: dep.Deployment) -> str:
+    """The model-cache claim: the model's weights x copies + extra (kit/data/k8s.yaml says why)."""
+    weights = model_weights_gib(plan, d)
+    if weights is None:
+        return gib(FALLBACK_MODEL_CACHE_GIB)
+    rule = rules()["model_cache"]
+    return gib(weights * rule["copies"] + rule["extra_gib"])
+
+
+def ranks_in_pod(d: dep.Deployment) -> int:
+    """Engine ranks one pod runs: its GPUs, or every rank on the CPU backend (one pod)."""
+    eng, hw = d.preset.engine, d.preset.hardware
+    if hw.gpu is None:
+        return eng.tp * eng.pp
+    return min(eng.tp * eng.pp, hw.count)
+
+
+def resources_for(d: dep.Deployment, plan: Any, *, serves: bool) -> dict[str, Any]:
+    """requests (cpu, memory) and limits (memory, GPUs) of the server or Ray-worker container."""
+    rule = rules()["resources"]
+    ranks = ranks_in_pod(d)
+    ray = d.preset.engine.distributed_executor_backend == "ray"
+    processes = ranks + (2 if serves else 0) + (rule["ray_processes"] if ray else 0)
+    memory = processes * rule["process_gib"]
+    if plan is not None:
+        memory += plan.weights_gib * ranks  # loading (GPU: page cache) or for good (CPU backend)
+        if d.preset.hardware.gpu is None:
+            memory += plan.kv_cache_gib * ranks  # VLLM_CPU_KVCACHE_SPACE per rank, in host memory
+    requests = {"cpu": str(processes), "memory": gib(memory)}
+    limit = memory + (ram_in_bytes(d.shm.shm_size) / GIB if d.shm.shm_size else 0)
+    limits: dict[str, Any] = {"memory": gib(limit)}
+    if d.preset.hardware.gpu is not None:
+        limits[GPU_RESOURCE] = d.preset.hardware.count
+    return {"requests": requests, "limits": limits}
 
 
 def labels(d: dep.Deployment, **extra: str) -> dict[str, str]:
@@ -85,13 +143,6 @@ def container_security(d: dep.Deployment) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
 
 
-def gpu_resources(d: dep.Deployment) -> dict[str, Any]:
-    hw = d.preset.hardware
-    if hw.gpu is None:
-        return {}
-    return {"limits": {GPU_RESOURCE: hw.count}}
-
-
 def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in d.environment.items()] + list(extra or [])
 
@@ -101,11 +152,20 @@ def secret_env(d: dep.Deployment) -> list[dict[str, Any]]:
     return [{"secretRef": {"name": secret_name(d), "optional": True}}]
 
 
-def volumes(d: dep.Deployment, hf_claim: str, launcher_map: str | None = None) -> tuple[list, list]:
+def hf_claim_name(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-hf-cache"
+
+
+def compile_claim_name(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-vllm-cache"
+
+
+def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, list]:
     """(pod volumes, server volume mounts)."""
     vols: list[dict[str, Any]] = [
-        {"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_claim}},
-        {"name": "vllm-cache", "emptyDir": {}},
+        {"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_claim_name(d)}},
+        # VLLM_CACHE_ROOT on a claim, as compose keeps it on a named volume: torch.compile artefacts survive restarts.
+        {"name": "vllm-cache", "persistentVolumeClaim": {"claimName": compile_claim_name(d)}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "hf-cache", "mountPath": dep.HF_HOME},
@@ -137,9 +197,9 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
     }
 
 
-def pod_spec(d: dep.Deployment, image: str, *, command: list[str], args: list[str], hf_claim: str,
-             serves: bool, launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
-    vols, mounts = volumes(d, hf_claim, launcher_map)
+def pod_spec(d: dep.Deployment, image: str, plan: Any, *, command: list[str], args: list[str], serves: bool,
+             launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
+    vols, mounts = volumes(d, launcher_map)
     server: dict[str, Any] = {
         "name": "vllm" if serves else "ray-worker",
         "image": image,
@@ -155,10 +215,10 @@ def pod_spec(d: dep.Deployment, image: str, *, command: list[str], args: list[st
         server.update(probes(d))
     if d.cluster is not None and serves:
         server["ports"].append({"name": "ray-gcs", "containerPort": d.cluster.ray_port})
-    resources = gpu_resources(d)
-    if resources:
-        server["resources"] = resources
+    server["resources"] = resources_for(d, plan, serves=serves)
     spec: dict[str, Any] = {
+        # vLLM never calls the Kubernetes API: no service-account token in the pod for a compromise to use.
+        "automountServiceAccountToken": False,
         "securityContext": pod_security(d),
         "initContainers": [fetch_container(d, image, mounts)],
         "containers": [server],
@@ -167,6 +227,8 @@ def pod_spec(d: dep.Deployment, image: str, *, command: list[str], args: list[st
     }
     if d.shm.ipc == "host":
         spec["hostIPC"] = True
+    if d.preset.runtime.k8s_runtime_class:
+        spec["runtimeClassName"] = d.preset.runtime.k8s_runtime_class
     return spec
 
 
@@ -179,6 +241,10 @@ def claim(d: dep.Deployment, name: str, size: str, mode: str) -> dict[str, Any]:
     }
 
 
+def compile_claim(d: dep.Deployment, mode: str) -> dict[str, Any]:
+    return claim(d, compile_claim_name(d), gib(rules()["compile_cache_gib"]), mode)
+
+
 def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -189,7 +255,7 @@ def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def single_node(d: dep.Deployment, image: str) -> dict[str, dict[str, Any]]:
+def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str, Any]]:
     name = app_name(d)
     selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "server"}
     deployment = {
@@ -203,31 +269,31 @@ def single_node(d: dep.Deployment, image: str) -> dict[str, dict[str, Any]]:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": labels(d, **{"app.kubernetes.io/component": "server"})},
-                "spec": pod_spec(d, image, command=list(d.entrypoint), args=list(d.pod_serve_args),
-                                 hf_claim=f"{name}-hf-cache", serves=True),
+                "spec": pod_spec(d, image, plan, command=list(d.entrypoint), args=list(d.pod_serve_args),
+                                 serves=True),
             },
         },
     }
     return {
         "deployment.yaml": deployment,
         "service.yaml": service(d, selector),
-        "pvc.yaml": claim(d, f"{name}-hf-cache", cache_claim_size(d), "ReadWriteOnce"),
+        "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteOnce"),
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteOnce"),
     }
 
 
-def multi_node(d: dep.Deployment, image: str, launcher: str) -> dict[str, dict[str, Any]]:
+def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[str, dict[str, Any]]:
     cl = d.cluster
     assert cl is not None
     name = app_name(d)
     launcher_map = f"{name}-ray-node"
     node_ip = [{"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    hf_claim = f"{name}-hf-cache"
-    leader = pod_spec(d, image, command=list(cl.launcher),
+    leader = pod_spec(d, image, plan, command=list(cl.launcher),
                       args=[*cl.head_options, "--", *d.entrypoint, *d.pod_serve_args],
-                      hf_claim=hf_claim, serves=True, launcher_map=launcher_map, extra_env=node_ip)
+                      serves=True, launcher_map=launcher_map, extra_env=node_ip)
     # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
-    worker = pod_spec(d, image, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
-                      hf_claim=hf_claim, serves=False, launcher_map=launcher_map, extra_env=node_ip)
+    worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
+                      serves=False, launcher_map=launcher_map, extra_env=node_ip)
     role = "leaderworkerset.sigs.k8s.io/name"
     lws = {
         "apiVersion": LWS_API,
@@ -256,17 +322,30 @@ def multi_node(d: dep.Deployment, image: str, launcher: str) -> dict[str, dict[s
         "ray-node-configmap.yaml": config_map,
         "service.yaml": service(d, {role: name, "role": "leader"}),
         # Every pod loads its own layers: a claim all nodes can mount (an RWX storage class: NFS, CephFS, ...).
-        "pvc.yaml": claim(d, hf_claim, cache_claim_size(d), "ReadWriteMany"),
+        "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteMany"),
+        # Each rank writes its own subdirectory of the compile cache (rank_<i>_<j>), so the pods can share one claim.
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteMany"),
     }
 
 
-def header(d: dep.Deployment, image: str) -> str:
+def header(d: dep.Deployment, image: str, plan: Any) -> str:
+    weights = model_weights_gib(plan, d)
+    model_rule = rules()["model_cache"]
+    sized = (f"~{weights:.1f} GiB of weights x {model_rule['copies']} + {model_rule['extra_gib']} GiB"
+             if weights is not None
+             else f"the model's size is unknown offline: {FALLBACK_MODEL_CACHE_GIB} GiB, adjust it")
     lines = [
         f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}.",
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
         f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
         "  kubectl apply -k k8s/",
+        f"Model cache claim: {sized} (rules: kit/data/k8s.yaml).",
+        "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
+        + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
     ]
+    if d.preset.runtime.k8s_runtime_class:
+        lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
+                     "the cluster needs that RuntimeClass.")
     if d.cluster is not None:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
@@ -288,11 +367,14 @@ def dump(doc: dict[str, Any]) -> str:
 def render_manifests(ctx: Any, launcher: str) -> dict[str, str]:
     """``ctx`` is kit.render.RenderContext; returns {k8s/<file>: text}."""
     d: dep.Deployment = ctx.d
-    docs = single_node(d, ctx.image_ref) if d.cluster is None else multi_node(d, ctx.image_ref, launcher)
+    plan = ctx.plan
+    docs = single_node(d, ctx.image_ref, plan) if d.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
     if d.model_mount:
-        docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", "10Gi", "ReadOnlyMany" if d.cluster else "ReadWriteOnce")
+        # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
+        docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
+                                        "ReadOnlyMany" if d.cluster else "ReadWriteOnce")
     files = {f"{K8S_DIR}/{rel}": dump(doc) for rel, doc in docs.items()}
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": sorted(docs)}
-    files[f"{K8S_DIR}/kustomization.yaml"] = header(d, ctx.image_ref) + dump(kustomization)
+    files[f"{K8S_DIR}/kustomization.yaml"] = header(d, ctx.image_ref, plan) + dump(kustomization)
     return files

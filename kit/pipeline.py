@@ -39,5 +39,5 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
             force: bool = False, target: str = "compose") -> Prepared:
     name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
     deployment = plan_deployment(name, preset, base_image=base_image)
-    files = render(deployment, plan_lines=report.plan_lines, target=target)
+    files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan)
     return Prepared(name, path, preset, report, deployment, files)

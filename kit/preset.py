@@ -15,12 +15,62 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
+from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
 from kit.errors import PresetError, Problem
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
-SIZE_RE = r"^\d+[bkmg]?$"
+
+# Docker's size grammar for memory and /dev/shm (docker/go-units size.go, RAMInBytes -> parseSize, v0.5.0): a
+# number, then an optional unit, either after one space or directly; units are case-insensitive, binary
+# (k=1024 ... p=1024**5), may end in "b" or "ib" ("4g", "4G", "4gb", "4GiB"), a bare "b" is bytes, and the
+# product is truncated to whole bytes. Go's ParseFloat reads the number: decimal with an optional sign and
+# exponent, or a hexadecimal float with a p exponent, "_" between digits. The kit refuses Inf/NaN and sizes past
+# int64, which Docker turns into garbage.
+_RAM_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_DIGITS = r"\d(?:_?\d)*"  # Go literals allow "_" between digits ("1_000")
+_HEX_DIGITS = r"[0-9a-fA-F](?:_?[0-9a-fA-F])*"
+_GO_DECIMAL = re.compile(rf"[+-]?(?:{_DIGITS}\.?(?:{_DIGITS})?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?")
+_GO_HEX = re.compile(rf"[+-]?0[xX](?:_?{_HEX_DIGITS}\.?(?:{_HEX_DIGITS})?|\.{_HEX_DIGITS})[pP][+-]?{_DIGITS}")
+_INT64_MAX = (1 << 63) - 1
+
+
+def ram_in_bytes(text: str | int) -> int:
+    """A size as Docker reads ``--shm-size``, ``--memory`` and compose's ``shm_size``; ValueError otherwise."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ValueError("a size is a string such as 10.24g, 4G, 4gb, 4096m or a number of bytes")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"invalid size {text!r}: negative")
+        return text
+    number, space, suffix = text.partition(" ")
+    if not space:
+        last = max((text.rfind(ch) for ch in "0123456789."), default=-1)
+        if last == -1:
+            raise ValueError(f"invalid size {text!r}: no number")
+        number, suffix = text[: last + 1], text[last + 1 :]
+    if _GO_DECIMAL.fullmatch(number):
+        value = float(number)
+    elif _GO_HEX.fullmatch(number):
+        value = float.fromhex(number.replace("_", ""))
+    else:
+        raise ValueError(f"invalid size {text!r}: {number!r} is not a number")
+    if value < 0 or value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"invalid size {text!r}: must be a finite number >= 0")
+    unit = suffix.lower()
+    if unit in ("", "b"):
+        return _whole_bytes(text, value)
+    if len(unit) > 3 or unit[0] not in _RAM_UNITS or unit[1:] not in ("", "b", "ib"):
+        raise ValueError(f"invalid size {text!r}: unknown unit {suffix!r} (use b, k, m, g, t, p, optionally "
+                         "followed by b or ib)")
+    return _whole_bytes(text, value * _RAM_UNITS[unit[0]])
+
+
+def _whole_bytes(text: str, value: float) -> int:
+    # Go truncates toward zero when it converts to int64; past int64 the result is garbage, so refuse.
+    if value > _INT64_MAX:
+        raise ValueError(f"invalid size {text!r}: larger than 8 EiB")
+    return int(value)
 
 
 class Strict(BaseModel):
@@ -173,7 +223,10 @@ class Image(Strict):
 class Runtime(Strict):
     port: int = Field(8000, ge=1, le=65535, description="Host port the API is published on")
     bind_address: str = Field("127.0.0.1", description="Host address to publish on; 0.0.0.0 exposes it to the network")
-    shm_size: str | None = Field(None, pattern=SIZE_RE, description="/dev/shm size (default: computed from the plan)")
+    shm_size: str | None = Field(
+        None, description="/dev/shm size in any form Docker accepts: 10.24g, 4G, 4gb, 4096m, bytes "
+        "(default: computed from the plan)",
+    )
     ipc: Literal["host", "private", "shareable"] | None = Field(None, description="IPC mode (default: private + shm_size)")
     restart: Literal["no", "always", "on-failure", "unless-stopped"] = "unless-stopped"
     hf_cache_volume: str = Field("hf-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -184,6 +237,20 @@ class Runtime(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
     cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
     cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
+    k8s_runtime_class: str | None = Field(
+        None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,
+        description="Kubernetes target: the pods' runtimeClassName (e.g. nvidia where the NVIDIA runtime is not "
+        "the node's default; Jetson presets default to nvidia; an empty string sets none)",
+    )
+
+    @field_validator("shm_size", mode="before")
+    @classmethod
+    def _docker_size(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        if ram_in_bytes(value) == 0:
+            raise ValueError("shm_size 0 gives Docker's 64 MiB default; omit it to let the kit size /dev/shm")
+        return str(value)
 
     @field_validator("bind_address")
     @classmethod
@@ -250,6 +317,13 @@ class Preset(Strict):
                 self.engine.pipeline_parallel_size = self.hardware.nodes
             if self.engine.distributed_executor_backend is None:
                 self.engine.distributed_executor_backend = "ray"
+        return self
+
+    @model_validator(mode="after")
+    def _jetson_runtime_class(self) -> Preset:
+        # Jetson runs under the NVIDIA runtime (compose: `runtime: nvidia`); on Kubernetes that is a RuntimeClass.
+        if self.image.strategy == "jetson" and self.runtime.k8s_runtime_class is None:
+            self.runtime.k8s_runtime_class = load_yaml("k8s.yaml")["jetson_runtime_class"]
         return self
 
     @model_validator(mode="after")

@@ -2,6 +2,10 @@
 
 Public entry points: ``resolve_base_digest(ref, offline)`` and ``push_image(source, registry, repository, tag)``.
 
+Every registry question goes through the Docker engine (the SDK's push stream and its distribution inspect), with
+the credentials the Docker client holds (``docker login``, credential helpers), so private registries and Docker
+Hub answer the kit as they answer ``docker pull``; the kit never speaks the registry's HTTP API itself.
+
 A ``docker import``ed image has no repo digest (it never came from a registry). Offline, the kit then pins
 its image ID: the sha256 of the image's config, which names every layer's content (diff_ids), so it is a
 content digest too, but it only resolves on an engine that has the image. Pushing the base to a registry
@@ -11,8 +15,6 @@ gives it a repo digest (the manifest's sha256) that any engine can pull by.
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,13 +22,6 @@ from kit.docker_engine import docker_client
 from kit.errors import KitError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-])
 
 
 @dataclass(frozen=True)
@@ -80,30 +75,24 @@ def resolve_base_digest(ref: str, *, offline: bool) -> BaseDigest:
             return BaseDigest(ref, pinned.split("@", 1)[1], "repo-digest", pinned)
         # Imported (or locally built) and never pushed: pin the content-addressed image ID.
         return BaseDigest(ref, image.id, "image-id", image.id)
-    try:
-        data = client.images.get_registry_data(ref)
-    except (APIError, OSError) as exc:
-        registry = split_registry(ref)[0] or "the default registry"
-        raise KitError(f"base image {ref}: registry {registry} unreachable or refused: {short_error(exc)}",
-                       hint="use --offline to pin the local image instead") from None
-    digest = data.id
+    digest = registry_digest(ref, hint="use --offline to pin the local image instead")
     return BaseDigest(ref, digest, "repo-digest", f"{repository_of(ref)}@{digest}")
 
 
-def manifest_digest(registry: str, name: str, tag: str, *, timeout: float = 30) -> str:
-    """``Docker-Content-Digest`` of ``/v2/<name>/manifests/<tag>`` (plain HTTP only for loopback registries)."""
-    host = registry.rsplit(":", 1)[0] if not registry.startswith("[") else registry.split("]")[0] + "]"
-    scheme = "http" if host in LOOPBACK_HOSTS else "https"
-    url = f"{scheme}://{registry}/v2/{name}/manifests/{tag}"
-    request = urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES})
+def registry_digest(ref: str, *, hint: str | None = None) -> str:
+    """The manifest digest the registry serves for ``ref``, asked through the engine (``GET /distribution/<ref>/json``)
+    with the Docker client's credentials for that registry."""
+    from docker.errors import APIError
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            digest = response.headers.get("Docker-Content-Digest", "")
-    except (urllib.error.URLError, OSError) as exc:
-        raise KitError(f"registry {registry} unreachable: {short_error(exc)}") from None
-    if not DIGEST_RE.match(digest):
-        raise KitError(f"registry {registry}: no Docker-Content-Digest for {name}:{tag}")
-    return digest
+        data = docker_client().images.get_registry_data(ref)
+    except (APIError, OSError) as exc:
+        registry = split_registry(ref)[0] or "the default registry"
+        raise KitError(f"image {ref}: registry {registry} unreachable or refused: {short_error(exc)}",
+                       hint=hint or "`docker login` to it if it needs credentials") from None
+    if not DIGEST_RE.match(data.id or ""):
+        raise KitError(f"image {ref}: the registry reported no manifest digest")
+    return data.id
 
 
 @dataclass(frozen=True)
@@ -116,7 +105,10 @@ class Pushed:
 
 def push_image(source: str, registry: str, repository: str, tag: str,
                progress: Callable[[str], None] | None = None) -> Pushed:
-    """Tag ``source`` as ``registry/repository:tag``, push it, and read its digest back from the registry API."""
+    """Tag ``source`` as ``registry/repository:tag``, push it, and read back the digest the registry serves.
+
+    The push stream's aux record carries the digest of the manifest the engine pushed; the registry is then asked
+    for the tag's digest (through the engine) and the two must agree, so what the kit records is what pulls get."""
     from docker.errors import APIError, ImageNotFound
 
     client = docker_client()
@@ -130,6 +122,7 @@ def push_image(source: str, registry: str, repository: str, tag: str,
     pushed_digest = None
     try:
         seen: set[str] = set()
+        # auth_config None: the SDK sends the Docker client's credentials for this registry (docker login).
         for chunk in client.api.push(target, tag=tag, stream=True, decode=True):
             if "error" in chunk:
                 raise KitError(f"push to {registry} failed: {' '.join(chunk['error'].split())[:240]}",
@@ -140,13 +133,16 @@ def push_image(source: str, registry: str, repository: str, tag: str,
             if progress and status in ("Pushed", "Layer already exists", "Mounted from") and layer not in seen:
                 seen.add(layer)
                 progress(f"{layer}: {status.lower()}")
-        digest = manifest_digest(registry, name, tag)
+        digest = registry_digest(f"{target}:{tag}")
     except APIError as exc:
         client.api.remove_image(f"{target}:{tag}")
         raise KitError(f"push to {registry} failed: {short_error(exc)}") from None
     except KitError:
         client.api.remove_image(f"{target}:{tag}")
         raise
-    if pushed_digest and pushed_digest != digest:
+    if not pushed_digest:
+        client.api.remove_image(f"{target}:{tag}")
+        raise KitError(f"push to {registry}: the engine reported no digest for {target}:{tag}")
+    if pushed_digest != digest:
         raise KitError(f"{target}:{tag}: the engine pushed {pushed_digest} but the registry serves {digest}")
     return Pushed(f"{target}:{tag}", digest, f"{target}@{digest}", image.id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kit import deployment as dep
 from kit.deployment import Deployment
@@ -24,6 +25,7 @@ class RenderContext:
     d: Deployment
     image_ref: str
     plan_lines: list[str] = field(default_factory=list)
+    plan: Any = None  # kit.plan.Plan when the planner ran (sizes the Kubernetes claims and requests)
     cap_add: list[str] = field(default_factory=list)
     cap_add_reason: str = ""
     user: str = dep.APP_USER
@@ -96,7 +98,8 @@ def launcher_text() -> str:
     return resources.files("kit.launch").joinpath(dep.LAUNCHER_FILE).read_text(encoding="utf-8")
 
 
-def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose") -> dict[str, str]:
+def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
+           plan: Any = None) -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes.
     k8s: Kubernetes manifests in k8s/ (see kit/k8s.py). The image's files are the same for both."""
     if target not in TARGETS:
@@ -114,6 +117,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         d=d,
         image_ref=image_ref_for(d, dockerfile, requirements),
         plan_lines=list(plan_lines or []),
+        plan=plan,
         cap_add=cap_add,
         cap_add_reason=cap_reason,
     )

@@ -87,9 +87,10 @@ def shm_kib(host) -> int:  # noqa: ANN001
 
 
 def expected_shm_kib(size: str) -> int:
-    units = {"b": 1 / 1024, "k": 1, "m": 1024, "g": 1024 * 1024}
-    number, unit = (size[:-1], size[-1]) if size[-1] in units else (size, "b")
-    return int(int(number) * units[unit])
+    # Docker mounts the tmpfs with size=<bytes>; the kernel rounds that up to whole 4 KiB pages.
+    from kit.preset import ram_in_bytes
+
+    return -(-ram_in_bytes(size) // 4096) * 4
 
 
 def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[str, str]) -> Check:

@@ -24,6 +24,7 @@ VARIANTS = {
     "cpu@nodes2-bridge": ("cpu", ["hardware.nodes=2", "cluster.network=bridge"], "compose"),
     "cpu@k8s": ("cpu", [], "k8s"),
     "rtx3090x2-fp16@k8s": ("rtx3090x2-fp16", [], "k8s"),
+    "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
 }
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.

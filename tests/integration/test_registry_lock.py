@@ -8,13 +8,17 @@ The registry is Debian's `docker-registry` (Distribution 2.8) on 127.0.0.1:5000 
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -39,21 +43,24 @@ OVERRIDES = [f"image.repository={REPOSITORY}"]
 EXPECTED_DIFFERENCES: set[str] = set()
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    """A real registry on 127.0.0.1:5000, storage in a temp dir; stopped at the end even on failure."""
+@contextlib.contextmanager
+def running_registry(root, address: str, htpasswd: str | None = None):
+    """Debian's docker-registry on ``address`` (loopback), storage under ``root``; stopped even on failure."""
     binary = shutil.which("docker-registry")
     if binary is None:
         if os.environ.get("CI"):
             pytest.fail("docker-registry is not installed; scripts/setup-host.sh installs it")
         pytest.skip("docker-registry not installed (scripts/setup-host.sh installs it)")
-    root = tmp_path_factory.mktemp("registry")
     config = root / "config.yml"
+    auth = ""
+    if htpasswd is not None:
+        (root / "htpasswd").write_text(htpasswd)
+        auth = f"auth: {{htpasswd: {{realm: kit-test, path: {root / 'htpasswd'}}}}}\n"
     config.write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
-        f"http: {{addr: '{REGISTRY}'}}\n"
+        f"http: {{addr: '{address}'}}\n" + auth
     )
     log = (root / "registry.log").open("w")
     process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
@@ -61,15 +68,17 @@ def registry(tmp_path_factory):
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=2) as response:
-                    if response.status == 200:
-                        break
+                with urllib.request.urlopen(f"http://{address}/v2/", timeout=2):
+                    break
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401:  # up, and asking for credentials
+                    break
             except (urllib.error.URLError, OSError):
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"registry did not start: {(root / 'registry.log').read_text()[-500:]}")
             time.sleep(0.5)
-        yield REGISTRY
+        yield address
     finally:
         process.terminate()
         try:
@@ -80,11 +89,34 @@ def registry(tmp_path_factory):
         log.close()
 
 
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real registry on 127.0.0.1:5000, storage in a temp dir, no auth."""
+    with running_registry(tmp_path_factory.mktemp("registry"), REGISTRY) as address:
+        yield address
+
+
 def remove_image(client, ref: str) -> None:
     try:
         client.images.remove(ref, force=True)
     except Exception:  # noqa: BLE001 - already gone
         pass
+
+
+def step_images(log_text: str) -> set[str]:
+    """The image IDs a classic-builder log names (` ---> <id>` after each step), builder stages included."""
+    return set(re.findall(r"---> ([0-9a-f]{12})$", log_text, flags=re.MULTILINE))
+
+
+def remove_untagged(client, image_ids: set[str]) -> None:
+    """Remove those of our builds' step images that nothing tags any more (a builder stage's result stays
+    behind otherwise, 3 GB for the cpu image); images other builds still use are refused and kept."""
+    for image_id in image_ids:
+        try:
+            if not client.images.get(image_id).tags:
+                client.images.remove(image_id)
+        except Exception:  # noqa: BLE001 - gone already, or a parent of an image in use
+            pass
 
 
 @pytest.fixture(scope="module")
@@ -97,17 +129,20 @@ def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
                      wheelhouse=cpu_wheelhouse, progress=session_progress)
     write_lock(lock, out / LOCK_FILE)
     builds = []
+    made: set[str] = set()
     try:
         for name in ("a", "b"):
             started = time.monotonic()
             built = build_locked(prepared, out, lock_path=out / LOCK_FILE, wheelhouse=cpu_wheelhouse, offline=True,
                                  no_cache=True, extra_tags=[f"{REPOSITORY}:{name}"], progress=session_progress)
+            made |= step_images(built.result.log_path.read_text())
             session_progress(f"locked no-cache build {name}: {built.image_id} in {time.monotonic() - started:.0f} s")
             builds.append(built)
         yield prepared, out, lock, builds[0], builds[1]
     finally:
         for tag in (f"{REPOSITORY}:a", f"{REPOSITORY}:b", prepared.image_ref, f"{REPOSITORY}:0.32.0"):
             remove_image(docker_client, tag)
+        remove_untagged(docker_client, made)
 
 
 def test_lock_pins_the_base_and_every_wheel(locked_builds, docker_client, cpu_wheelhouse):
@@ -219,3 +254,93 @@ def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, t
     finally:
         stack.down(volumes=True)
         remove_image(docker_client, pinned)
+
+
+TINY_DOCKERFILE = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE} AS runtime
+ARG PIP_NO_INDEX
+ARG KIT_MARK
+LABEL io.vllm-kit.test.offline=${PIP_NO_INDEX} io.vllm-kit.test.mark=${KIT_MARK}
+ENV KIT_MARK=${KIT_MARK}
+RUN echo "built with ${KIT_MARK}" > /kit-mark
+
+FROM runtime AS extra
+RUN echo "a later stage the target leaves out" > /extra
+"""
+
+
+def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
+    """`.kit/build.sh` rebuilds exactly what the SDK built: same builder (classic), build args, target, platform,
+    Dockerfile and tags. Run after the SDK build, every step comes from the layer cache, so the script must end on
+    the very same image ID; a missing build arg, target or -f would build something else."""
+    from kit.build import BuildRequest, build_image
+
+    context = tmp_path / "context with space"
+    context.mkdir()
+    (context / "Dockerfile.tiny").write_text(TINY_DOCKERFILE)
+    tags = [f"vllm-kit/buildscript:{os.getpid()}", f"vllm-kit/buildscript:{os.getpid()}-second"]
+    request = BuildRequest(context, tags, base_image=BASE_IMAGE, offline=True, platform="linux/amd64",
+                           extra_args={"KIT_MARK": "a value with spaces and $dollar"}, dockerfile="Dockerfile.tiny",
+                           target="runtime")
+    try:
+        built = build_image(request, tmp_path / ".kit")
+        script = built.script_path.read_text()
+        assert "DOCKER_BUILDKIT=0 docker build" in script
+        assert built.image_id.removeprefix("sha256:")[:12] in step_images(built.log_path.read_text())
+        env = {k: v for k, v in os.environ.items() if k != "DOCKER_BUILDKIT"}
+        run = subprocess.run(["sh", str(built.script_path)], capture_output=True, text=True, timeout=300, env=env)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert "Step 1/" in run.stdout and "Using cache" in run.stdout  # the classic builder's log, from its cache
+        again = docker_client.images.get(tags[0])
+        assert again.id == built.image_id, run.stdout[-2000:]
+        assert docker_client.images.get(tags[1]).id == built.image_id
+        config = again.attrs["Config"]
+        assert config["Labels"]["io.vllm-kit.test.offline"] == "1"
+        assert config["Labels"]["io.vllm-kit.test.mark"] == "a value with spaces and $dollar"
+        assert again.attrs["Architecture"] == "amd64"
+        # The target stopped at `runtime`: the later stage's file is not in the image.
+        out = docker_client.containers.run(
+            built.image_id, ["sh", "-c", "cat /kit-mark; if [ -e /extra ]; then echo extra; else echo no-extra; fi"],
+            remove=True).decode()
+        assert out.splitlines() == ["built with a value with spaces and $dollar", "no-extra"]
+    finally:
+        for tag in tags:
+            remove_image(docker_client, tag)
+        remove_untagged(docker_client, step_images((tmp_path / ".kit" / "build.log").read_text()))
+
+
+def test_push_to_a_registry_that_needs_credentials(docker_client, tmp_path):
+    """`kit push` authenticates as `docker push` does: with the Docker client's stored credentials (the
+    config.json `docker login` writes). Without them the push is one error; with them the digest the kit
+    records is the one the registry serves to an authenticated client."""
+    from kit.registry import push_image
+
+    with warnings.catch_warnings():  # deprecated in 3.11; bcrypt via the system's libcrypt, no apache2-utils
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    user, password = "kit", "a-test-password"
+    address = f"127.0.0.1:{free_port()}"
+    entry = f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n"  # htpasswd's bcrypt form
+    repository, tag = "vllm-kit/authcheck", f"t{os.getpid()}"
+    target = f"{address}/{repository}:{tag}"
+    with running_registry(tmp_path, address, htpasswd=entry):
+        try:
+            with pytest.raises(KitError) as refused:
+                push_image(BASE_IMAGE, address, repository, tag)
+            assert address in refused.value.message and "\n" not in refused.value.message
+            config = tmp_path / "docker-config.json"
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            config.write_text(json.dumps({"auths": {address: {"auth": token}}}))
+            docker_client.api.reload_config(str(config))
+            pushed = push_image(BASE_IMAGE, address, repository, tag)
+            request = urllib.request.Request(
+                f"http://{address}/v2/{repository}/manifests/{tag}", method="HEAD",
+                headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json",
+                         "Authorization": f"Basic {token}"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.headers["Docker-Content-Digest"] == pushed.digest
+            assert pushed.pinned == f"{address}/{repository}@{pushed.digest}"
+        finally:
+            docker_client.api.reload_config()  # back to the user's own credentials
+            remove_image(docker_client, target)

@@ -6,10 +6,12 @@ and its own fields are asserted here.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 
-from kit.deployment import APP_UID, HF_HOME, LAUNCHER_DIR
+from kit.deployment import APP_UID, HF_HOME, LAUNCHER_DIR, VLLM_CACHE
 from kit.k8s import LWS_API, k8s_quantity
 from kit.pipeline import prepare
 from kit.preset import preset_names
@@ -45,8 +47,19 @@ def server_container(pod_spec: dict) -> dict:
     return next(c for c in pod_spec["containers"] if c["name"] == "vllm")
 
 
+def claims(docs: dict[str, dict]) -> dict[str, dict]:
+    return {doc["metadata"]["name"]: doc for doc in docs.values() if doc.get("kind") == "PersistentVolumeClaim"}
+
+
+def gib(quantity: str) -> int:
+    assert quantity.endswith("Gi"), quantity
+    return int(quantity.removesuffix("Gi"))
+
+
 def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: bool = True,
                       user: tuple[int, int] = (APP_UID, APP_UID)) -> None:
+    # vLLM never talks to the Kubernetes API: no service-account token mounted into the pod.
+    assert pod_spec["automountServiceAccountToken"] is False
     security = pod_spec["securityContext"]
     assert security["runAsNonRoot"] is True and (security["runAsUser"], security["fsGroup"]) == user
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
@@ -54,6 +67,9 @@ def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: boo
     container = pod_spec["containers"][0]
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/dev/shm"] == "dshm" and mounts[HF_HOME] == "hf-cache"
+    # The compile cache (VLLM_CACHE_ROOT) survives restarts on a claim, as compose keeps it on a named volume.
+    assert mounts[VLLM_CACHE] == "vllm-cache" and "persistentVolumeClaim" in volumes["vllm-cache"]
+    assert {"name": "VLLM_CACHE_ROOT", "value": VLLM_CACHE} in container["env"]
     limits = container.get("resources", {}).get("limits", {})
     assert limits.get("nvidia.com/gpu") == gpus
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -85,7 +101,7 @@ def test_single_node_gpu_deployment():
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     # The official image's own user, vllm (uid 2000, gid 0): its home and caches are group 0 writable.
-    assert_pod_basics(spec, shm="3072Mi", gpus=2, user=(2000, 0))  # 2 GiB + 1 GiB for the second rank
+    assert_pod_basics(spec, shm="3Gi", gpus=2, user=(2000, 0))  # 2 GiB + 1 GiB for the second rank
     container = server_container(spec)
     assert container["command"] == ["vllm", "serve"] and container["args"][0] == "Qwen/Qwen2.5-14B-Instruct"
     assert container["args"][container["args"].index("--tensor-parallel-size") + 1] == "2"
@@ -94,7 +110,7 @@ def test_single_node_gpu_deployment():
     d = prepare("rtx3090x2-fp16", target="k8s").deployment
     assert startup["periodSeconds"] * startup["failureThreshold"] >= d.healthcheck_start_period
     assert spec["initContainers"][0]["name"] == "model-fetch"
-    claim = by_kind(docs, "PersistentVolumeClaim")
+    claim = claims(docs)["vllm-rtx3090x2-fp16-hf-cache"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert {v["name"]: v for v in spec["volumes"]}["hf-cache"]["persistentVolumeClaim"]["claimName"] == \
         claim["metadata"]["name"]
@@ -104,7 +120,7 @@ def test_single_node_gpu_deployment():
 
 def test_cpu_deployment_has_no_gpu_and_adds_sys_nice():
     spec = by_kind(manifests("cpu"), "Deployment")["spec"]["template"]["spec"]
-    assert_pod_basics(spec, shm="4096Mi", gpus=None)
+    assert_pod_basics(spec, shm="4Gi", gpus=None)
     assert server_container(spec)["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
 
 
@@ -120,7 +136,7 @@ def test_several_nodes_render_a_leaderworkerset():
     validate_pod_template(leader)
     validate_pod_template(worker)
     shm = k8s_quantity(prepare("a100x8", ["hardware.nodes=2"], target="k8s").deployment.shm.shm_size)
-    assert shm == "19456Mi"  # 8 ranks on the node: 2 + 7 GiB, +10 GiB for Ray's object store
+    assert shm == "19Gi"  # 8 ranks on the node: 2 + 7 GiB, +10 GiB for Ray's object store
     assert_pod_basics(leader["spec"], shm=shm, gpus=8, user=(2000, 0))
     assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False, user=(2000, 0))
     head = server_container(leader["spec"])
@@ -143,7 +159,8 @@ def test_several_nodes_render_a_leaderworkerset():
     validate_core(service)
     assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": lws["metadata"]["name"],
                                            "role": "leader"}
-    assert by_kind(docs, "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert {name: c["spec"]["accessModes"] for name, c in claims(docs).items()} == {
+        "vllm-a100x8-hf-cache": ["ReadWriteMany"], "vllm-a100x8-vllm-cache": ["ReadWriteMany"]}
 
 
 def test_validator_catches_a_broken_manifest():
@@ -157,4 +174,77 @@ def test_validator_catches_a_broken_manifest():
 
 
 def test_quantities():
-    assert [k8s_quantity(s) for s in ("4096m", "4g", "512k", "100")] == ["4096Mi", "4Gi", "512Ki", "100"]
+    # Every Docker size form, as the exact Kubernetes quantity (whole binary units where exact, else bytes).
+    assert [k8s_quantity(s) for s in ("4096m", "4g", "4GiB", "512k", "100", "1536m", "10.24g")] == \
+        ["4Gi", "4Gi", "4Gi", "512Ki", "100", "1536Mi", "10995116277"]
+    validate_core({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
+                   "spec": {"containers": [{"name": "c", "image": "i"}],
+                            "volumes": [{"name": "s", "emptyDir": {"medium": "Memory",
+                                                                   "sizeLimit": k8s_quantity("10.24g")}}]}})
+
+
+def claim_gib(preset: str) -> int:
+    found = claims(manifests(preset))[f"vllm-{preset}-hf-cache"]
+    return gib(found["spec"]["resources"]["requests"]["storage"])
+
+
+def test_model_cache_claim_is_sized_from_the_plan():
+    """27.5 GiB of fp16 weights no longer get the old flat 20Gi: weights x 2 + 5 GiB (kit/data/k8s.yaml)."""
+    prepared = prepare("rtx3090x2-fp16", target="k8s")
+    plan, engine = prepared.report.plan, prepared.preset.engine
+    weights = plan.weights_gib * engine.tp * engine.pp
+    assert 27 < weights < 28
+    size = claim_gib("rtx3090x2-fp16")
+    assert size == math.ceil(weights * 2 + 5)
+    # A smaller model gets a smaller claim: the size follows the model, not a constant.
+    small = claim_gib("rtx4090-awq")
+    assert small < size
+
+
+def test_cpu_requests_hold_weights_kv_cache_and_processes():
+    prepared = prepare("cpu", ["runtime.cpu_kvcache_space_gib=6"], target="k8s")
+    plan = prepared.report.plan
+    spec = by_kind(manifests("cpu", "runtime.cpu_kvcache_space_gib=6"), "Deployment")["spec"]["template"]["spec"]
+    resources = server_container(spec)["resources"]
+    request, limit = gib(resources["requests"]["memory"]), gib(resources["limits"]["memory"])
+    assert plan.kv_cache_gib == 6
+    # 6 GiB KV + weights + 3 processes (API server, engine core, one worker) x 2 GiB
+    assert request == math.ceil(6 + plan.weights_gib + 3 * 2)
+    assert limit == request + 4  # + the 4 GiB /dev/shm emptyDir, which counts against the memory limit
+    assert resources["requests"]["cpu"] == "3" and "cpu" not in resources["limits"]
+    # More KV cache, more memory requested.
+    bigger = by_kind(manifests("cpu", "runtime.cpu_kvcache_space_gib=16"), "Deployment")["spec"]["template"]["spec"]
+    assert gib(server_container(bigger)["resources"]["requests"]["memory"]) == request + 10
+
+
+def test_gpu_requests_cover_loading_the_ranks_weights():
+    prepared = prepare("rtx3090x2-fp16", target="k8s")
+    spec = by_kind(manifests("rtx3090x2-fp16"), "Deployment")["spec"]["template"]["spec"]
+    resources = server_container(spec)["resources"]
+    assert resources["requests"]["cpu"] == "4"  # API server + engine core + a worker per GPU
+    memory = gib(resources["requests"]["memory"])
+    assert memory >= 2 * prepared.report.plan.weights_gib + 4 * 2
+    assert gib(resources["limits"]["memory"]) == memory + 3  # + /dev/shm 3 GiB
+    assert resources["limits"]["nvidia.com/gpu"] == 2
+
+
+def test_runtime_class_is_optional_and_jetson_defaults_to_nvidia():
+    orin = by_kind(manifests("orin"), "Deployment")["spec"]["template"]["spec"]
+    assert orin["runtimeClassName"] == "nvidia"
+    validate_core(by_kind(manifests("orin"), "Deployment"))
+    assert "runtimeClassName" not in by_kind(manifests("orin", 'runtime.k8s_runtime_class=""'), "Deployment")[
+        "spec"]["template"]["spec"]
+    assert "runtimeClassName" not in by_kind(manifests("rtx4090-awq"), "Deployment")["spec"]["template"]["spec"]
+    chosen = by_kind(manifests("rtx4090-awq", "runtime.k8s_runtime_class=nvidia-cdi"), "Deployment")
+    assert chosen["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia-cdi"
+    lws = by_kind(manifests("a100x8", "hardware.nodes=2", "runtime.k8s_runtime_class=nvidia"), "LeaderWorkerSet")
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert lws["spec"]["leaderWorkerTemplate"][role]["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_runtime_class_must_be_a_dns_name():
+    from kit.errors import PresetError
+
+    with pytest.raises(PresetError) as caught:
+        prepare("rtx4090-awq", ["runtime.k8s_runtime_class=Not_A_Name"], target="k8s")
+    assert any(p.where.endswith("runtime.k8s_runtime_class") for p in caught.value.problems)

@@ -201,3 +201,33 @@ def test_manifest_ignores_timestamps_but_not_modes_or_content():
     c = manifest_from_tar(tar_of({"opt/x": (b"2", 0o755, 1)}))
     assert a == b and list(a) == ["opt/x"]
     assert a["opt/x"].sha256 != c["opt/x"].sha256 and a["opt/x"].mode != c["opt/x"].mode
+
+
+def test_build_script_states_every_input_of_the_sdk_build(tmp_path):
+    """build.sh runs the SDK's builder (classic: DOCKER_BUILDKIT=0) with every input of the SDK call, shell-quoted."""
+    import shlex
+
+    from kit.build import BuildRequest
+
+    request = BuildRequest(tmp_path / "ctx dir", ["vllm-kit/x:1", "vllm-kit/x:0.33.0"],
+                           base_image="base@sha256:" + "a" * 64, no_cache=True, offline=True, platform="linux/arm64", extra_args={"PIP_REQUIRE_HASHES": "1"},
+                           dockerfile="Dockerfile", target="runtime")
+    script = request.script()
+    assert script.startswith("#!/bin/sh\n")
+    line = script.strip().splitlines()[-1]
+    argv = shlex.split(line)
+    assert argv[:3] == ["DOCKER_BUILDKIT=0", "docker", "build"]
+    assert argv[3:] == request.command()[2:]
+    pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)
+             if argv[i].startswith("-") and not argv[i].startswith("--pull")}
+    assert pairs["--platform"] == "linux/arm64" and pairs["--target"] == "runtime"
+    assert pairs["-f"] == str(tmp_path / "ctx dir" / "Dockerfile") and argv[-1] == str(tmp_path / "ctx dir")
+    build_args = [argv[i + 1] for i, a in enumerate(argv) if a == "--build-arg"]
+    assert build_args == [f"{k}={v}" for k, v in sorted(request.buildargs().items())]
+    assert {"BASE_IMAGE", "PIP_NO_INDEX", "PIP_REQUIRE_HASHES"} == {a.split("=")[0] for a in build_args}
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-t"] == request.tags
+    assert "--no-cache" in argv and "--pull=false" in argv and "--force-rm" in argv
+    # Defaults stated, not left to the CLI: no --no-cache, no --target, no --platform when the SDK gets none.
+    plain = BuildRequest(tmp_path, ["t:1"]).command()
+    assert "--pull=false" in plain
+    assert not {"--no-cache", "--target", "--platform"} & set(plain)

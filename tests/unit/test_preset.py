@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kit.errors import PresetError
 from kit.preset import load_preset, parse_override, preset_names
@@ -131,3 +132,54 @@ def test_empty_and_non_mapping_files(tmp_path):
     with pytest.raises(PresetError) as info:
         load_preset(write(tmp_path, ""))
     assert "required field is missing" in "\n".join(problems(info.value))
+
+
+# Docker's size grammar (docker/go-units size.go RAMInBytes): one parser, used by the preset, k8s, doctor, smoke.
+@pytest.mark.parametrize("text, expected", [
+    ("10.24g", 10995116277),  # vLLM's run_cluster.sh: truncated to whole bytes, as Go's int64() does
+    ("4G", 4 << 30), ("4g", 4 << 30), ("4gb", 4 << 30), ("4GB", 4 << 30), ("4GiB", 4 << 30), ("4gib", 4 << 30),
+    ("4096m", 4 << 30), ("4096M", 4 << 30), ("512k", 512 << 10), ("1t", 1 << 40), ("1p", 1 << 50),
+    ("1073741824", 1 << 30), (1073741824, 1 << 30), ("100b", 100), ("100B", 100),
+    ("4 GiB", 4 << 30), ("4 g", 4 << 30), ("4 ", 4),  # one space between number and unit
+    ("4.g", 4 << 30), (".5k", 512), ("+2k", 2048), ("1e3", 1000), ("1.5e3k", 1500 << 10),
+    ("1_024", 1024), ("0x1p10", 1024), ("0", 0),
+])
+def test_ram_in_bytes_reads_every_form_docker_reads(text, expected):
+    from kit.preset import ram_in_bytes
+
+    assert ram_in_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "", "g", "gb", "-1", "-1g", "4x", "4kbb", "4bb", "4bi", "4gi", "4mib ", " 4g", "4  g", "4 g b", "4g4",
+    "4..5g", "1__0", "_10", "0x10", "inf", "inf g", "nan g", "1e30g", "4,5g", True, 4.5, None,
+])
+def test_ram_in_bytes_refuses_what_docker_refuses(text):
+    from kit.preset import ram_in_bytes
+
+    with pytest.raises(ValueError):
+        ram_in_bytes(text)
+
+
+@pytest.mark.parametrize("size", ["10.24g", "4G", "4gb", "4096m", "4294967296"])
+def test_shm_size_accepts_docker_forms_and_renders_them(size):
+    from kit.k8s import k8s_quantity
+    from kit.pipeline import prepare
+    from kit.preset import ram_in_bytes
+
+    prepared = prepare("rtx4090-awq", [f"runtime.shm_size={size}"])
+    assert prepared.deployment.shm.shm_size == size  # compose reads it with the same parser
+    compose = yaml.safe_load(prepared.files["compose.yaml"])
+    assert compose["services"]["vllm"]["shm_size"] == size
+    quantity = k8s_quantity(size)  # the emptyDir gets the same byte count
+    units = {"Gi": 1 << 30, "Mi": 1 << 20, "Ki": 1 << 10}
+    number, unit = (quantity[:-2], quantity[-2:]) if quantity[-2:] in units else (quantity, "")
+    assert int(number) * units.get(unit, 1) == ram_in_bytes(size)
+
+
+@pytest.mark.parametrize("size", ["4x", "10.24.1g", "-4g", "0", "4 g b"])
+def test_bad_shm_size_names_file_and_field(size):
+    with pytest.raises(PresetError) as caught:
+        load_preset("rtx4090-awq", [f"runtime.shm_size={size}"])
+    lines = problems(caught.value)
+    assert any("presets/rtx4090-awq.yaml: runtime.shm_size" in line for line in lines), lines
