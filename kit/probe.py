@@ -415,3 +415,46 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{row['label']:<28}{show(row['planned']):>14}{show(row['measured']):>14}"
                      f"{show(row['difference']):>14}{pct}")
     return "\n".join(lines)
+
+
+def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
+    """The planner's prediction for the run that happened: the probed model directory's shape, the GPU memory and
+    vLLM version the log reports (the preset's own where the log is silent)."""
+    from kit.modelinfo import load_model_spec
+    from kit.plan import plan
+    from kit.preset_plan import plan_inputs_for
+
+    try:
+        inputs = plan_inputs_for(preset)
+        if inputs is None:
+            return {"error": "no plan: the model's shape is unknown"}
+        update: dict[str, Any] = {}
+        if (result.command.model_dir / "config.json").is_file():
+            update["model"] = load_model_spec(str(result.command.model_dir))
+        if result.log.total_gib:
+            update["gpu_memory_gib"] = result.log.total_gib
+        if result.log.vllm_version:
+            update["vllm_version"] = result.log.vllm_version
+        return plan(inputs.model_copy(update=update)).to_json()
+    except KitError as exc:
+        return {"error": exc.message}
+
+
+def report(name: str, preset: Any, result: ProbeResult) -> dict[str, Any]:
+    """Everything `kit probe` prints: measured figures, the plan, the comparison (rows and a table)."""
+    planned = plan_for_probe(preset, result)
+    rows = compare(planned, result.log) if "kv_cache_tokens" in planned else []
+    table = format_rows(rows) if rows else f"no comparison: {planned.get('error')}"
+    return {
+        "preset": name,
+        "ready": result.ready,
+        "seconds_to_ready": result.seconds_to_ready,
+        "timed_out": result.timed_out,
+        "exit_code": result.exit_code,
+        "command": result.command.argv if result.command.mode == "native" else result.command.docker,
+        "measured": result.log.to_json(),
+        "plan": planned,
+        "rows": rows,
+        "table": table,
+        "checks": result.checks,
+    }
