@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import lzma
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -83,33 +82,20 @@ def test_docker_command_keeps_device_ids(tmp_path: Path) -> None:
     assert request == [{"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": [["gpu"]]}]
 
 
-STAND_IN = textwrap.dedent('''
-    import http.server, lzma, sys
-    log, port, code = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    print(lzma.open(log, "rt").read(), flush=True)
-    if code:
-        sys.exit(code)
-    class Health(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-        def do_GET(self):
-            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-''')
+REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
 
 
-def _stand_in(tmp_path: Path, log: str, code: int) -> probe.ProbeCommand:
+def _stand_in(log: str, code: int) -> probe.ProbeCommand:
     """A process that prints a real vLLM log and then serves /health (or exits with ``code``)."""
-    script = tmp_path / "server.py"
-    script.write_text(STAND_IN)
     port = probe.free_port()
-    argv = [sys.executable, str(script), str(LOGS / log), str(port), str(code)]
-    return probe.ProbeCommand("native", argv, {}, port, "m", tmp_path, False)
+    env = {"KIT_TEST_REPLAY_LOG": str(LOGS / log), "KIT_TEST_REPLAY_EXIT": str(code) if code else ""}
+    return probe.ProbeCommand("native", [sys.executable, str(REPLAY), "--port", str(port)], env, port, "m",
+                              LOGS, False)
 
 
 def test_run_waits_for_health_parses_the_log_and_stops_the_server(tmp_path: Path) -> None:
     messages: list[str] = []
-    result = probe.run(_stand_in(tmp_path, "q8-bf16-eager.log.xz", 0), timeout=60, log_path=tmp_path / "s.log",
+    result = probe.run(_stand_in("q8-bf16-eager.log.xz", 0), timeout=60, log_path=tmp_path / "s.log",
                        progress=messages.append, poll_s=0.2)
     assert result.ready and not result.timed_out and result.seconds_to_ready < 60
     assert result.log.kv_cache_tokens and result.log.model_runner == "V2"
@@ -118,7 +104,7 @@ def test_run_waits_for_health_parses_the_log_and_stops_the_server(tmp_path: Path
 
 
 def test_run_reports_a_failed_start_with_vllms_error(tmp_path: Path) -> None:
-    result = probe.run(_stand_in(tmp_path, "q8-16g-oom.log.xz", 1), timeout=60, log_path=tmp_path / "s.log",
+    result = probe.run(_stand_in("q8-16g-oom.log.xz", 1), timeout=60, log_path=tmp_path / "s.log",
                        poll_s=0.2)
     assert not result.ready and result.exit_code == 1 and not result.timed_out
     assert result.log.fatal.startswith("ValueError: No available memory for the cache blocks")

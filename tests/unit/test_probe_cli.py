@@ -5,7 +5,6 @@ starts, the wait, the parse, the plan for the same GPU and version, the table an
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,21 +15,7 @@ from kit.cli.main import cli
 pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).resolve().parents[2] / "kit" / "data" / "calibration" / "h200-vllm-0.26.0"
-REPLAY = textwrap.dedent('''
-    import http.server, lzma, os, sys
-    args = sys.argv[1:]
-    port = int(args[args.index("--port") + 1])
-    assert "--load-format" in args and args[args.index("--load-format") + 1] == "dummy"
-    print(lzma.open(os.environ["KIT_TEST_REPLAY_LOG"], "rt").read(), flush=True)
-    if os.environ.get("KIT_TEST_REPLAY_EXIT"):
-        sys.exit(int(os.environ["KIT_TEST_REPLAY_EXIT"]))
-    class Health(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-        def do_GET(self):
-            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-''')
+REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
 
 
 @pytest.fixture
@@ -39,7 +24,7 @@ def stand_in_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     package.mkdir(parents=True)
     for folder in (package, package.parent, package.parent.parent):
         (folder / "__init__.py").write_text("")
-    (package / "api_server.py").write_text(REPLAY)
+    (package / "api_server.py").write_text(REPLAY.read_text())
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     return tmp_path
 
@@ -60,7 +45,9 @@ def test_probe_prints_measured_beside_planned(stand_in_vllm: Path, monkeypatch: 
     tokens = rows["kv_cache_tokens"]
     assert tokens["measured"] == report["measured"]["kv_cache_tokens"]
     assert abs(tokens["difference_pct"]) <= 3
-    assert report["command"][report["command"].index("--quantization") + 1] == "awq_marlin"
+    command = report["command"]
+    assert command[command.index("--quantization") + 1] == "awq_marlin"
+    assert command[command.index("--load-format") + 1] == "dummy" and "--skip-tokenizer-init" in command
 
 
 def test_probe_table_and_failed_start(stand_in_vllm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
