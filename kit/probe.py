@@ -440,6 +440,25 @@ def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
         return {"error": exc.message}
 
 
+def probe_notes(preset: Any, result: ProbeResult) -> list[str]:
+    """What makes this run differ from the preset's target card."""
+    from kit.datafiles import gpu_catalog
+
+    notes: list[str] = []
+    gpu = gpu_catalog().get(preset.hardware.gpu or "")
+    total = result.log.total_gib
+    if gpu and total and abs(total - gpu["memory_gib"]) > 0.05 * gpu["memory_gib"]:
+        notes.append(f"probed on a {total:.2f} GiB GPU; the preset is for {gpu['name']} ({gpu['memory_gib']} GiB): "
+                     "scale engine.gpu_memory_utilization to emulate its budget")
+        unset = [f for f in ("max_num_seqs", "max_num_batched_tokens") if getattr(preset.engine, f, None) is None]
+        if unset and (total >= 70) != (gpu["memory_gib"] >= 70):
+            notes.append(f"{' and '.join(unset)} not set: vLLM's defaults differ between GPUs under and over 70 GiB "
+                         "(EngineArgs.get_batch_defaults); set them to compare like with like")
+    if result.log.vllm_version and result.log.vllm_version != preset.image.vllm_version:
+        notes.append(f"the engine that ran is vLLM {result.log.vllm_version}; the preset pins {preset.image.vllm_version}")
+    return notes
+
+
 def report(name: str, preset: Any, result: ProbeResult) -> dict[str, Any]:
     """Everything `kit probe` prints: measured figures, the plan, the comparison (rows and a table)."""
     planned = plan_for_probe(preset, result)
@@ -447,6 +466,7 @@ def report(name: str, preset: Any, result: ProbeResult) -> dict[str, Any]:
     table = format_rows(rows) if rows else f"no comparison: {planned.get('error')}"
     return {
         "preset": name,
+        "notes": probe_notes(preset, result),
         "ready": result.ready,
         "seconds_to_ready": result.seconds_to_ready,
         "timed_out": result.timed_out,

@@ -36,6 +36,8 @@ def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_
         status("no tokenizer files in the model directory: the engine starts with --skip-tokenizer-init")
     result = probing.run(command, timeout=timeout, log_path=log_path or work / "server.log", progress=status)
     report = probing.report(name, preset, result)
+    for note in report["notes"]:
+        status(f"note: {note}")
     if as_json:
         print_json(report)
     else:

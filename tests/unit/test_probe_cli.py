@@ -39,6 +39,8 @@ def test_probe_prints_measured_beside_planned(stand_in_vllm: Path, monkeypatch: 
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["ready"] and report["measured"]["vllm_version"] == "0.26.0"
+    assert any("RTX 4090" in n for n in report["notes"]) and any("pins 0.33.0" in n for n in report["notes"])
+    assert not any("defaults differ" in n for n in report["notes"])  # the batch sizes were set
     assert report["plan"]["inputs"]["vllm_version"] == "0.26.0"  # planned for the vLLM that ran ...
     assert report["plan"]["inputs"]["gpu_memory_gib"] == report["measured"]["total_gib"]  # ... on that GPU
     rows = {r["metric"]: r for r in report["rows"]}
