@@ -390,6 +390,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         cpu_space = 4.0  # "VLLM_CPU_KVCACHE_SPACE ... is not set, using 4 by default."
     charged = (
         inputs.device == "cuda" and not inputs.enforce_eager and _at_least(version, CUDA_GRAPH_CHARGED_SINCE)
+        and model_runner_for(inputs.model, version) == "V1"
     )
     resolved = _Resolved(
         model=inputs.model.name,
@@ -416,6 +417,29 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         cuda_graph_charged=charged,
     )
     return resolved, gpu, notes
+
+
+def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
+    """The V2-model-runner rule of the newest vllm.yaml release at or below ``version`` that records one."""
+    from kit.datafiles import vllm_table
+
+    best: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+    for name, entry in (vllm_table().get("versions") or {}).items():
+        rule = (entry.get("defaults") or {}).get("model_runner_v2")
+        ver = parse_version(name)
+        if rule and ver <= version and (best is None or ver > best[0]):
+            best = (ver, rule)
+    return best[1] if best else None
+
+
+def model_runner_for(model: ModelSpec, version: tuple[int, int, int]) -> str:
+    """"V2" where vLLM picks its V2 model runner (which charges no CUDA-graph memory to the KV budget), else "V1"."""
+    rule = _runner_rule(version)
+    if rule is None or model.is_hybrid:
+        return "V1"
+    if model.is_moe:
+        return "V2" if model.architecture in rule.get("moe_architectures", []) else "V1"
+    return "V2" if rule.get("dense") else "V1"
 
 
 # --------------------------------------------------------------------------- parallelism
@@ -617,6 +641,43 @@ def _stage_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last:
     return moe + max(forward, sampler)
 
 
+# vLLM 0.26 on an H200 (kit/data/calibration/h200-vllm-0.26.0/, 14 engines): the profiled peak is the MLP's
+# gate_up output and activation plus four hidden-size buffers per batched token, and a fixed ~0.03 GiB; the V2
+# runner's dummy sampler skips top-k/top-p ("the sampler may skip top_k, top_p" in vllm/v1/worker/gpu/model_runner.py),
+# about 2.2 bytes per logit (Qwen2.5-0.5B, 256 rows). torch.compile's first (cold-cache) profile run holds more:
+# +0.45 GiB (Qwen3-8B bf16) and +0.95 GiB (Qwen3-8B-AWQ) over eager; a warm compile cache gives it back. The plan
+# charges 0.75 GiB for compiled engines, i.e. plans the first start. Non-torch memory on one GPU: 0.22-0.24 GiB.
+ACCOUNTING_026_SINCE = (0, 26)  # first release measured this way; 0.21-0.25 not measured
+SAMPLER_BYTES_PER_LOGIT_026 = 2.2
+ACTIVATION_FIXED_GIB_026 = 0.03
+COMPILE_COLD_GIB_026 = 0.75
+NON_TORCH_GIB_SINGLE_026 = 0.22
+
+
+def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, last: bool) -> float:
+    tokens = r.max_num_batched_tokens
+    tp = r.tensor_parallel_size
+    act = DTYPE_BYTES[r.dtype]
+    h = model.hidden_size
+    has_dense = any(not _layer_is_moe(model, i) for i in layers)
+    has_moe = any(_layer_is_moe(model, i) for i in layers)
+    dense = tokens * (4 * h + 3 * model.intermediate_size / tp) * act if has_dense else 0.0
+    attn = tokens * (h + model.num_attention_heads / tp * model.head_dim * 3) * act
+    forward = max(dense, attn)
+    moe = 0.0
+    if has_moe:
+        n = (model.moe_intermediate_size or model.intermediate_size) / tp
+        topk = model.num_experts_per_tok or 1
+        moe = tokens * topk * (3 * n + h) * act
+        forward = max(forward, tokens * 2 * h * act)
+    sampler = 0.0
+    if last:
+        rows = min(r.max_num_seqs, r.max_num_batched_tokens)
+        sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT_026
+    compiled = 0.0 if r.enforce_eager else COMPILE_COLD_GIB_026 * GIB
+    return moe + max(forward, sampler) + ACTIVATION_FIXED_GIB_026 * GIB + compiled
+
+
 def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_bytes: int) -> int:
     """Bytes of KV cache one token takes in one layer on one rank."""
     if model.is_mla:
@@ -789,8 +850,13 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
             stages.append(_Stage(weights=weights, activation=0, non_torch=0, cuda_graph=0, kv_bytes=kv,
                                  per_token=per_token, num_layers=len(layers), **extras))
             continue
-        activation = _stage_activation_bytes(r, model, layers, last)
-        non_torch = (NON_TORCH_GIB_TP if tp > 1 else NON_TORCH_GIB_PP_ONLY if pp > 1 else NON_TORCH_GIB_SINGLE) * GIB
+        if _at_least(parse_version(r.vllm_version), ACCOUNTING_026_SINCE):
+            activation = _stage_activation_bytes_026(r, model, layers, last)
+            single = NON_TORCH_GIB_SINGLE_026
+        else:
+            activation = _stage_activation_bytes(r, model, layers, last)
+            single = NON_TORCH_GIB_SINGLE
+        non_torch = (NON_TORCH_GIB_TP if tp > 1 else NON_TORCH_GIB_PP_ONLY if pp > 1 else single) * GIB
         graph = 0.0
         if r.cuda_graph_charged:
             graph = (CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_GRAPH_GIB * _cuda_graph_count(r.max_num_seqs)) * GIB

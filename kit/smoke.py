@@ -13,12 +13,12 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from kit import vllmlog
 from kit.docker_engine import docker_client
 from kit.pipeline import Prepared
 from kit.stack import Stack
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-KV_LOG = re.compile(r"(CPU|GPU) KV cache size: ([\d,]+) tokens")
 
 
 @dataclass(frozen=True)
@@ -179,14 +179,14 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def plan_matches():
         plan = prepared.report.plan
         logs = container.logs().decode("utf-8", errors="replace")
-        m = KV_LOG.search(logs)
-        if m is None:
+        found = vllmlog.kv_cache_tokens(logs)  # the one reader of vLLM's start-up log
+        if found is None:
             return False, "no 'KV cache size' line in the server log"
-        actual = int(m.group(2).replace(",", ""))
+        device, actual = found
         if plan is None:
             return True, f"server: {actual:,} tokens (no plan for this model)"
         predicted = plan.kv_cache_tokens
-        if m.group(1) == "CPU":
+        if device == "CPU":
             return actual == predicted, f"server {actual:,} tokens, planned {predicted:,}"
         error = abs(actual - predicted) / max(actual, 1)
         return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"

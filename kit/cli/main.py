@@ -34,7 +34,7 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _add_commands() -> None:
-    from kit.cli import (build, doctor, fetch, imagediff, lock, plan, presets, push, render, smoke, up, validate,
+    from kit.cli import (build, doctor, fetch, imagediff, lock, plan, presets, probe, push, render, smoke, up, validate,
                          wheelhouse)
 
     cli.add_command(render.render)
@@ -49,6 +49,7 @@ def _add_commands() -> None:
     cli.add_command(push.push)
     cli.add_command(imagediff.image_diff)
     cli.add_command(smoke.smoke)
+    cli.add_command(probe.probe)
     cli.add_command(fetch.fetch)
     cli.add_command(up.up)
     cli.add_command(up.down)

@@ -143,12 +143,25 @@ def test_exact_weights_bytes_from_local_safetensors(tmp_path):
 def test_cuda_graph_memory_charged_only_from_0_21():
     kw = dict(gpu="h100-80gb", gpu_memory_utilization=0.9, max_model_len=8192)
     old = plan(inputs(QWEN7B, vllm_version="0.19.0", **kw))
-    new = plan(inputs(QWEN7B, vllm_version="0.33.0", **kw))
-    eager = plan(inputs(QWEN7B, vllm_version="0.33.0", enforce_eager=True, **kw))
+    new = plan(inputs(QWEN7B, vllm_version="0.21.0", **kw))
+    eager = plan(inputs(QWEN7B, vllm_version="0.21.0", enforce_eager=True, **kw))
     assert old.cuda_graph_gib == 0 and eager.cuda_graph_gib == 0
     assert 0.2 < new.cuda_graph_gib < 2
     assert new.kv_cache_gib == pytest.approx(old.kv_cache_gib - new.cuda_graph_gib, abs=0.01)
     assert eager.kv_cache_gib == pytest.approx(old.kv_cache_gib, abs=0.01)
+
+
+def test_v2_model_runner_charges_no_cuda_graph_memory():
+    """0.26's V2 runner (dense models, a few MoE architectures) estimates 0 for CUDA graphs; V1 (Qwen3-MoE) charges."""
+    kw = dict(gpu="h200", gpu_memory_utilization=0.9, max_model_len=8192, vllm_version="0.26.0")
+    dense = plan(inputs("Qwen/Qwen3-8B", **kw))
+    moe = plan(inputs("Qwen/Qwen3-30B-A3B", **kw))
+    assert dense.cuda_graph_gib == 0 and dense.inputs["cuda_graph_charged"] is False
+    assert moe.cuda_graph_gib > 0.1 and moe.inputs["cuda_graph_charged"] is True
+    version = planner.parse_version("0.26.0")
+    assert planner.model_runner_for(load_model_spec("deepseek-ai/DeepSeek-V2-Lite-Chat"), version) == "V2"
+    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-30B-A3B"), version) == "V1"
+    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), planner.parse_version("0.25.0")) == "V1"
 
 
 def test_version_default_utilization_and_batch_sizes():

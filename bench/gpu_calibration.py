@@ -1,0 +1,256 @@
+"""Calibration matrix for the memory planner, run on a real GPU with `kit.probe` (native mode).
+
+Each case starts a real vLLM server with dummy weights from a config-only model directory, waits for the
+memory profile and /health, stops it, and keeps the raw log. Cases run one after another (two engines at once
+would pollute vLLM's non-torch memory measurement). Results accumulate in --work (default /root/calib), so a
+second call on the same, still warm machine carries on where the first stopped; every case's log, the
+results and the host facts are packed into OUT/calib.tar.xz after each case.
+
+Run on the GPU machine (vLLM importable):
+    python3 bench/gpu_calibration.py --out $OUT --budget 560 [--cases a,b]
+The raw logs it produced are committed under kit/data/calibration/; bench/plan_accuracy.py parses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kit import probe  # noqa: E402
+
+H200_TOTAL_GIB = 139.80  # torch's total for the lent H200 (../shared/GPU.md); only used to scale budgets
+
+# A budget that emulates a smaller card: the same bytes vLLM would request there at that utilization.
+def card_util(card_gib: float, util: float = 0.90) -> float:
+    return round(util * card_gib / H200_TOTAL_GIB, 4)
+
+
+GPTQ_MODULES = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
+                ["mlp.up_proj", "mlp.gate_proj"], ["mlp.down_proj"]]
+
+# name: model (catalog id, or "tiny"), engine flags (vLLM's names), graphs (compile + CUDA graphs; else
+# --enforce-eager), cache ("fresh" or the name of the case whose VLLM_CACHE_ROOT it reuses), checks (API).
+CASES: dict[str, dict] = {
+    "tiny-chat": dict(model="tiny", flags=dict(dtype="bfloat16", max_model_len=2048, max_num_seqs=16,
+                                               max_num_batched_tokens=2048, gpu_memory_utilization=0.05),
+                      checks=True),
+    "q8-bf16-eager": dict(model="Qwen/Qwen3-8B", flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=256,
+                                                           max_num_batched_tokens=8192, gpu_memory_utilization=0.90)),
+    "q8-bf16-graphs-cold": dict(model="Qwen/Qwen3-8B", graphs=True,
+                                flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=256,
+                                           max_num_batched_tokens=8192, gpu_memory_utilization=0.90)),
+    "q8-bf16-graphs-warm": dict(model="Qwen/Qwen3-8B", graphs=True, cache="q8-bf16-graphs-cold",
+                                flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=256,
+                                           max_num_batched_tokens=8192, gpu_memory_utilization=0.90)),
+    "moe-q30a3b-graphs": dict(model="Qwen/Qwen3-30B-A3B", graphs=True, timeout=330,
+                              flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=64,
+                                         max_num_batched_tokens=4096, gpu_memory_utilization=0.90)),
+    "rtx4090-awq-preset": dict(preset="rtx4090-awq", model="Qwen/Qwen3-8B-AWQ", graphs=True, checks=True,
+                               overrides=[f"engine.gpu_memory_utilization={card_util(23.64, 0.90)}",
+                                          "engine.max_num_batched_tokens=2048"]),  # a 4090 gets 2048 by default
+    "dsv2lite-mla": dict(model="deepseek-ai/DeepSeek-V2-Lite-Chat",
+                         flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=64,
+                                    max_num_batched_tokens=2048, gpu_memory_utilization=0.40)),
+    "q8-fp8ckpt": dict(model="Qwen/Qwen3-8B-FP8", flags=dict(max_model_len=16384, max_num_seqs=256,
+                                                            max_num_batched_tokens=4096, gpu_memory_utilization=0.30)),
+    "q7-gptq-24g": dict(model="Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", gptq_modules=True,
+                        flags=dict(dtype="float16", max_model_len=8192, max_num_seqs=32,
+                                   max_num_batched_tokens=2048, gpu_memory_utilization=card_util(23.64))),
+    "q7-kvfp8-48g": dict(model="Qwen/Qwen2.5-7B-Instruct",
+                         flags=dict(dtype="bfloat16", kv_cache_dtype="fp8", max_model_len=32768, max_num_seqs=64,
+                                    max_num_batched_tokens=4096, gpu_memory_utilization=card_util(47.38))),
+    "q15-fp16-16g": dict(model="Qwen/Qwen2.5-1.5B-Instruct",
+                         flags=dict(dtype="float16", max_model_len=8192, max_num_seqs=64,
+                                    max_num_batched_tokens=2048, gpu_memory_utilization=card_util(15.6))),
+    "q8-16g-oom": dict(model="Qwen/Qwen3-8B", expect_failure=True,
+                       flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=16,
+                                  max_num_batched_tokens=2048, gpu_memory_utilization=card_util(15.6))),
+    "llama8b-24g": dict(model="meta-llama/Llama-3.1-8B-Instruct",
+                        flags=dict(dtype="bfloat16", max_model_len=4096, max_num_seqs=16,
+                                   max_num_batched_tokens=2048, gpu_memory_utilization=card_util(23.64))),
+    "q14-48g": dict(model="Qwen/Qwen2.5-14B-Instruct",
+                    flags=dict(dtype="bfloat16", max_model_len=8192, max_num_seqs=64,
+                               max_num_batched_tokens=2048, gpu_memory_utilization=card_util(47.38))),
+    "q8-bf16-long": dict(model="Qwen/Qwen3-8B", flags=dict(dtype="bfloat16", max_model_len=40960, max_num_seqs=128,
+                                                          max_num_batched_tokens=16384, gpu_memory_utilization=0.50)),
+    "q05-bf16": dict(model="Qwen/Qwen2.5-0.5B-Instruct",
+                     flags=dict(dtype="bfloat16", max_model_len=4096, max_num_seqs=256,
+                                max_num_batched_tokens=2048, gpu_memory_utilization=0.20)),
+}
+
+
+def sh(argv: list[str], timeout: float = 120) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return f"$ {' '.join(argv)}\n(exit {done.returncode})\n{done.stdout}{done.stderr}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"$ {' '.join(argv)}\nfailed: {exc}\n"
+
+
+def flags_to_argv(flags: dict) -> list[str]:
+    argv: list[str] = []
+    for key in sorted(flags):
+        argv += ["--" + key.replace("_", "-"), str(flags[key])]
+    return argv
+
+
+def model_dir_for(case: dict, work: Path) -> Path:
+    if case["model"] == "tiny":
+        target = work / "models" / "tiny-llama"
+        if not (target / "config.json").is_file():
+            from kit.tinymodel import make_tiny_model
+
+            make_tiny_model(target)
+        return target
+    config = probe.catalog_config(case["model"])
+    if case.get("gptq_modules"):
+        config["quantization_config"]["modules_in_block_to_quantize"] = GPTQ_MODULES
+    return probe.write_dummy_model_dir(config, work / "models" / case["model"].replace("/", "--"))
+
+
+def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
+    if "preset" in case:
+        from kit.preset import load_preset
+
+        preset_name, _path, preset = load_preset(case["preset"], case.get("overrides", []))
+        return probe.prepare(preset_name, preset, model_dir, mode="native")
+    port = probe.free_port()
+    tokenizer = probe.has_tokenizer(model_dir)
+    args = ["--model", str(model_dir), "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
+    args += flags_to_argv(case["flags"])
+    if not case.get("graphs"):
+        args.append("--enforce-eager")
+    args = probe.dummy_serve_args(args, str(model_dir), tokenizer=tokenizer)
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args]
+    return probe.ProbeCommand("native", argv, dict(probe.NATIVE_ENV), port, name, model_dir, tokenizer)
+
+
+def gpu_used_mib() -> int | None:
+    out = sh(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], timeout=20)
+    try:
+        return int(out.strip().splitlines()[-1].split(",")[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def wait_gpu_idle(limit_s: float = 30) -> int | None:
+    deadline = time.monotonic() + limit_s
+    used = gpu_used_mib()
+    while used is not None and used > 1024 and time.monotonic() < deadline:
+        time.sleep(1)
+        used = gpu_used_mib()
+    return used
+
+
+def pack(work: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "calib.tar.xz.tmp"
+    with tarfile.open(tmp, "w:xz") as tar:
+        for path in sorted(work.iterdir()):
+            if path.name not in ("models", "cache"):
+                tar.add(path, arcname=f"calib/{path.name}")
+    tmp.replace(out / "calib.tar.xz")
+    shutil.copy(work / "results.json", out / "results.json") if (work / "results.json").exists() else None
+
+
+def host_facts(work: Path) -> None:
+    if (work / "nvidia-smi.txt").exists():
+        return
+    (work / "nvidia-smi.txt").write_text(sh(["nvidia-smi"]))
+    (work / "nvidia-smi-query.csv").write_text(sh(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"]))
+    (work / "nvidia-smi-query-full.csv").write_text(sh(
+        ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,driver_version,compute_cap,pci.bus_id",
+         "--format=csv"]))
+    (work / "python.txt").write_text(sh([sys.executable, "-c",
+        "import torch, vllm, sys; print(sys.version); print('torch', torch.__version__, torch.version.cuda); "
+        "print('vllm', vllm.__version__); print('total', torch.cuda.mem_get_info()[1])"], timeout=180))
+    (work / "flagsnap.txt").write_text(sh([sys.executable, "-m", "kit.flagsnap", str(work / "vllm-0.26.0.json")],
+                                          timeout=240))
+    (work / "doctor.txt").write_text(sh([sys.executable, "-m", "kit.cli.main", "doctor", "preset=rtx4090-awq",
+                                         "--json"], timeout=120))
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser()
+    cli.add_argument("--out", type=Path, required=True)
+    cli.add_argument("--work", type=Path, default=Path("/root/calib"))
+    cli.add_argument("--budget", type=float, default=560, help="seconds this call may take in all")
+    cli.add_argument("--cases", default="", help="comma-separated names (default: all, in order)")
+    cli.add_argument("--facts", action="store_true", help="record nvidia-smi, flag snapshot and kit doctor first")
+    args = cli.parse_args()
+    started = time.monotonic()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    results_path = work / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    names = [n for n in (args.cases.split(",") if args.cases else CASES) if n]
+    if args.facts:
+        host_facts(work)
+        pack(work, args.out)
+    for name in names:
+        case = CASES[name]
+        if results.get(name, {}).get("complete"):
+            continue
+        left = args.budget - (time.monotonic() - started)
+        need = 120 if case.get("graphs") else 60
+        if left < need:
+            print(f"[{name}] skipped: {left:.0f} s left, needs ~{need}", flush=True)
+            continue
+        timeout = min(case.get("timeout", 300 if case.get("graphs") else 170), left - 25)
+        try:
+            run_case(name, case, work, timeout, results)
+        except Exception as exc:  # noqa: BLE001 - one broken case must not cost the rest of the call
+            print(f"[{name}] driver error: {type(exc).__name__}: {exc}", flush=True)
+            results[name] = {"complete": False, "driver_error": f"{type(exc).__name__}: {exc}"}
+            results_path.write_text(json.dumps(results, indent=2, default=str))
+        pack(work, args.out)
+    pack(work, args.out)
+    done = sum(1 for r in results.values() if r.get("complete"))
+    print(f"complete: {done}/{len(CASES)}; left: {[n for n in CASES if not results.get(n, {}).get('complete')]}")
+    return 0
+
+
+def run_case(name: str, case: dict, work: Path, timeout: float, results: dict) -> None:
+    results_path = work / "results.json"
+    model_dir = model_dir_for(case, work)
+    command = command_for(name, case, model_dir)
+    cache = work / "cache" / case.get("cache", name)
+    if case.get("cache") is None and cache.exists():
+        shutil.rmtree(cache)
+    run_tmp = work / "cache" / f"{name}-tmp-{int(time.time())}"
+    # As in a container with only the kit's compile-cache volume: inductor and Triton caches start empty.
+    env = {**command.env, "VLLM_CACHE_ROOT": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(run_tmp / "inductor"),
+           "TRITON_CACHE_DIR": str(run_tmp / "triton")}
+    command = probe.ProbeCommand(command.mode, command.argv, env, command.port, command.served_name,
+                                 command.model_dir, command.tokenizer, command.docker)
+    print(f"[{name}] {command.shell_line()}", flush=True)
+    result = probe.run(command, timeout=timeout, log_path=work / f"{name}.log",
+                       progress=lambda m, n=name: print(f"[{n}] {m}", flush=True),
+                       after_ready=probe.api_checks if case.get("checks") else None)
+    used_after = wait_gpu_idle()
+    complete = result.ready or (result.exit_code is not None and not result.timed_out)
+    results[name] = {
+        "complete": complete, "ready": result.ready, "seconds_to_ready": result.seconds_to_ready,
+        "exit_code": result.exit_code, "timed_out": result.timed_out, "checks": result.checks,
+        "argv": command.argv, "env": command.env, "case": {k: v for k, v in case.items()},
+        "parsed": result.log.to_json(), "gpu_used_mib_after_stop": used_after,
+    }
+    results_path.write_text(json.dumps(results, indent=2, default=str))
+    (work / f"{name}.sh").write_text(command.shell_line() + "\n")
+    print(f"[{name}] ready={result.ready} t={result.seconds_to_ready} kv={result.log.kv_cache_tokens} "
+          f"fatal={result.log.fatal}", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""`kit probe`: start a preset's engine on this host's GPU with dummy weights; print what vLLM measured beside the plan."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+
+
+@click.command()
+@preset_arguments
+@click.option("--native", is_flag=True, help="Run the vLLM installed in this Python instead of the preset's image.")
+@click.option("--model-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="config.json (and tokenizer files) of the model; default: the catalog's config, no tokenizer.")
+@click.option("--timeout", type=float, default=900, show_default=True, help="Seconds to wait for /health.")
+@click.option("--port", type=int, help="Port on 127.0.0.1 (default: a free one).")
+@click.option("--image", metavar="REF", help="Image to run (default: the preset's repository:version).")
+@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False), help="Keep the server log here.")
+@click.option("--json", "as_json", is_flag=True)
+def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_dir: Path | None, timeout: float,
+          port: int | None, image: str | None, log_path: Path | None, as_json: bool) -> None:
+    """Measure a preset's real start-up: kit probe preset=NAME [KEY=VALUE ...] [--native]."""
+    from kit import probe as probing
+    from kit.preset import load_preset
+
+    ref, overrides, _ = split_args(args, preset_option)
+    name, _path, preset = load_preset(require_preset(ref), overrides)
+    work = Path(tempfile.mkdtemp(prefix="kit-probe-"))
+    if model_dir is None:
+        model_dir = probing.write_dummy_model_dir(probing.catalog_config(preset.model.id), work / "model")
+    command = probing.prepare(name, preset, model_dir, mode="native" if native else "docker", port=port, image=image)
+    if not command.tokenizer:
+        status("no tokenizer files in the model directory: the engine starts with --skip-tokenizer-init")
+    result = probing.run(command, timeout=timeout, log_path=log_path or work / "server.log", progress=status)
+    report = probing.report(name, preset, result)
+    for note in report["notes"]:
+        status(f"note: {note}")
+    if as_json:
+        print_json(report)
+    else:
+        click.echo(report["table"])
+        if result.seconds_to_ready is not None:
+            click.echo(f"ready in {result.seconds_to_ready:.0f} s (model runner {result.log.model_runner or '?'}, "
+                       f"vLLM {result.log.vllm_version or '?'})")
+    if not result.ready:
+        click.secho(f"vLLM did not start: {result.log.fatal or ('timed out' if result.timed_out else 'no error logged')}",
+                    fg="red", err=True)
+        for suggestion in report["plan"].get("suggestions", []):
+            click.echo(f"  fix: {suggestion['message']}", err=True)
+        raise SystemExit(1)

@@ -1,0 +1,181 @@
+"""Read what vLLM measured at start-up out of its server log.
+
+One reader for `kit smoke` (the KV cache size it compares with the plan), `kit probe` (the whole memory
+profile beside the plan) and the calibration data (raw logs parsed by tests and `make bench-plan`).
+The patterns follow vLLM's own messages (0.26.0: vllm/v1/worker/gpu_worker.py `determine_available_memory`
+and `compile_or_warm_up_model`, gpu_model_runner.py / gpu/model_runner.py `load_model` and `capture_model`,
+v1/core/kv_cache_utils.py, v1/engine/core.py); older and newer releases print the same figures, partly
+with other words, and a figure the log lacks stays None.
+
+Pure: text in, a StartupLog out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+_NUM = r"([\d.]+)"
+
+# "Model loading took 15.27 GiB memory and 3.2 seconds" (V1 runner) / "Model loading took 15.27 GiB and 3.2 seconds" (V2)
+WEIGHTS = re.compile(r"Model loading took " + _NUM + r" GiB( memory)? and " + _NUM + " seconds")
+AVAILABLE_KV = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+KV_TOKENS = re.compile(r"(CPU|GPU) KV cache size: ([\d,]+) tokens")
+CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+# compile_or_warm_up_model's summary (one line, after CUDA graph capture or warm-up):
+USAGE = re.compile(
+    r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\. Desired GPU memory utilization is "
+    r"\(" + _NUM + ", " + _NUM + r" GiB\)\. Actual usage is " + _NUM + r" GiB for weight, " + _NUM
+    + r" GiB for peak activation, " + _NUM + r" GiB for non-torch memory, and " + _NUM + r" GiB for CUDAGraph memory"
+)
+GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB total")
+GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _NUM + r" GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
+GRAPH_CAPTURE = re.compile(r"Graph capturing finished in " + _NUM + " secs, took " + _NUM + " GiB")
+GRAPH_CHARGED = re.compile(r"CUDA graph memory profiling is enabled")
+INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s"
+                         r"(?: \(compilation: " + _NUM + " s)?")
+RUNNER_V2 = re.compile(r"Using V2 Model Runner")
+RUNNER_V1_FALLBACK = re.compile(r"using the V1 model runner instead")
+READY = re.compile(r"Application startup complete")
+VERSION = re.compile(r"vLLM API server version ([\w.+-]+)|Initializing a V1 LLM engine \(v([\w.+-]+)\)")
+# vLLM's prefix: "INFO 12-01 03:20:11 [file.py:12] message", possibly behind "(EngineCore pid=7) ".
+LEVEL = re.compile(r"(?:^|\) )(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[^\]]*\] (.*)$")
+# The message line that ends a Python traceback ("ValueError: No available memory ...").
+EXCEPTION = re.compile(r"(?:^|\) )((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
+DEPRECATION = re.compile(r"deprecated", re.IGNORECASE)
+
+# Known memory errors first: they are the reason, the generic lines around them are consequences.
+_FATAL_HINTS = ("No available memory for the cache blocks", "To serve at least one request",
+                "Free memory on device", "CUDA out of memory", "OutOfMemoryError")
+
+
+@dataclass
+class StartupLog:
+    """What one server start logged; None where the log did not say."""
+
+    weights_gib: float | None = None
+    weights_seconds: float | None = None
+    peak_activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    cuda_graph_gib: float | None = None  # CUDA graph memory actually captured ("Actual usage ... CUDAGraph")
+    cuda_graph_estimate_gib: float | None = None  # profiled estimate ("Estimated CUDA graph memory")
+    cuda_graph_charged: bool = False  # the estimate was subtracted from the KV budget
+    kv_cache_gib: float | None = None  # "Available KV cache memory"
+    kv_cache_tokens: int | None = None
+    kv_device: str | None = None  # GPU or CPU
+    max_concurrency: float | None = None
+    concurrency_len: int | None = None
+    total_gib: float | None = None  # the device's total memory as vLLM saw it
+    free_at_start_gib: float | None = None
+    requested_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    model_runner: str | None = None  # "V1" or "V2"
+    init_engine_seconds: float | None = None
+    compile_seconds: float | None = None
+    log_seconds_to_ready: float | None = None  # first timestamp to "Application startup complete"
+    ready: bool = False
+    fatal: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    deprecations: list[str] = field(default_factory=list)
+    vllm_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _stamp(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, "%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+def _fatal(lines: list[str]) -> str | None:
+    exceptions: list[str] = []
+    errors: list[str] = []
+    for line in lines:
+        m = EXCEPTION.search(line)
+        if m and "Traceback" not in line:
+            exceptions.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
+        lm = LEVEL.search(line)
+        if lm and lm.group(1) in ("ERROR", "CRITICAL"):
+            errors.append(lm.group(3).strip())
+    for candidates in (exceptions, errors):
+        for hint in _FATAL_HINTS:
+            for text in candidates:
+                if hint in text:
+                    return text
+    if exceptions:
+        return exceptions[0]
+    return errors[0] if errors else None
+
+
+def parse(text: str) -> StartupLog:
+    """Parse one server log (all processes' lines interleaved, as vLLM writes them to one stream)."""
+    out = StartupLog()
+    lines = text.splitlines()
+    first_stamp: datetime | None = None
+    last_stamp: datetime | None = None
+    for line in lines:
+        lm = LEVEL.search(line)
+        if lm:
+            stamp = _stamp(lm.group(2))
+            if first_stamp is None:
+                first_stamp = stamp
+            if lm.group(1) == "WARNING":
+                message = lm.group(3).strip()
+                if message not in out.warnings:
+                    out.warnings.append(message)
+                if DEPRECATION.search(message) and message not in out.deprecations:
+                    out.deprecations.append(message)
+            if stamp:
+                last_stamp = stamp
+        if READY.search(line) and not out.ready:
+            out.ready = True  # uvicorn's line has no timestamp: the last vLLM line's stands in
+            if last_stamp and first_stamp:
+                out.log_seconds_to_ready = (last_stamp - first_stamp).total_seconds()
+        if out.weights_gib is None and (m := WEIGHTS.search(line)):
+            out.weights_gib, out.weights_seconds = float(m.group(1)), float(m.group(3))
+            if out.model_runner is None:
+                out.model_runner = "V1" if m.group(2) else "V2"
+        if out.kv_cache_gib is None and (m := AVAILABLE_KV.search(line)):
+            out.kv_cache_gib = float(m.group(1))
+        if out.kv_cache_tokens is None and (m := KV_TOKENS.search(line)):
+            out.kv_device, out.kv_cache_tokens = m.group(1), int(m.group(2).replace(",", ""))
+        if out.max_concurrency is None and (m := CONCURRENCY.search(line)):
+            out.concurrency_len, out.max_concurrency = int(m.group(1).replace(",", "")), float(m.group(2))
+        if m := USAGE.search(line):
+            (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
+                float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+            out.peak_activation_gib, out.non_torch_gib = float(m.group(6)), float(m.group(7))
+            out.cuda_graph_gib = float(m.group(8))
+            if out.weights_gib is None:
+                out.weights_gib = float(m.group(5))
+        if m := GRAPH_ESTIMATE.search(line):
+            out.cuda_graph_estimate_gib = float(m.group(1))
+        if (m := GRAPH_POOL.search(line)) and out.cuda_graph_estimate_gib is None:
+            out.cuda_graph_estimate_gib = float(m.group(2))
+        if out.cuda_graph_gib is None and (m := GRAPH_CAPTURE.search(line)):
+            out.cuda_graph_gib = float(m.group(2))
+        if GRAPH_CHARGED.search(line):
+            out.cuda_graph_charged = True
+        if out.init_engine_seconds is None and (m := INIT_ENGINE.search(line)):
+            out.init_engine_seconds = float(m.group(1))
+            out.compile_seconds = float(m.group(2)) if m.group(2) else None
+        if RUNNER_V2.search(line):
+            out.model_runner = "V2"
+        elif RUNNER_V1_FALLBACK.search(line):
+            out.model_runner = "V1"
+        if out.vllm_version is None and (m := VERSION.search(line)):
+            out.vllm_version = m.group(1) or m.group(2)
+    if not out.ready or out.kv_cache_tokens is None:
+        out.fatal = _fatal(lines)
+    return out
+
+
+def kv_cache_tokens(text: str) -> tuple[str, int] | None:
+    """("GPU"|"CPU", tokens) from the log's KV cache size line, or None before the engine has sized it."""
+    m = KV_TOKENS.search(text)
+    return (m.group(1), int(m.group(2).replace(",", ""))) if m else None

@@ -1,0 +1,121 @@
+"""kit probe: the command it runs in both modes (as data), and its run loop against a stand-in server process."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit import probe
+from kit.deployment import plan_deployment, serve_args_for
+from kit.preset import load_preset
+
+pytestmark = pytest.mark.unit
+
+LOGS = Path(__file__).resolve().parents[2] / "kit" / "data" / "calibration" / "h200-vllm-0.26.0"
+
+
+@pytest.fixture
+def awq(tmp_path: Path):
+    name, _path, preset = load_preset("rtx4090-awq")
+    model_dir = probe.write_dummy_model_dir(probe.catalog_config(preset.model.id), tmp_path / "Qwen3-8B-AWQ")
+    return name, preset, model_dir
+
+
+def test_dummy_model_dir_is_the_catalog_config_without_notes(awq) -> None:
+    _name, _preset, model_dir = awq
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"] and config["quantization_config"]["quant_method"] == "awq"
+    assert not any(key.startswith("_") for key in config)
+    assert not probe.has_tokenizer(model_dir)
+    (model_dir / "tokenizer.json").write_text("{}")
+    assert probe.has_tokenizer(model_dir)
+
+
+def test_dummy_serve_args_swap_the_model_and_ask_for_dummy_weights() -> None:
+    args = ["--model", "Qwen/X", "--load-format", "safetensors", "--max-model-len", "8192", "--tokenizer=tok"]
+    out = probe.dummy_serve_args(args, "/m", tokenizer=False)
+    assert out == ["--model", "/m", "--max-model-len", "8192", "--load-format", "dummy", "--skip-tokenizer-init"]
+    assert probe.dummy_serve_args(["--max-num-seqs", "4"], "/m", tokenizer=True) == [
+        "--model", "/m", "--max-num-seqs", "4", "--load-format", "dummy"]
+
+
+def test_native_command_is_the_presets_serve_command_in_this_python(awq) -> None:
+    name, preset, model_dir = awq
+    command = probe.prepare(name, preset, model_dir, mode="native", port=18123)
+    deployment = plan_deployment(name, preset)
+    assert command.argv[0] == sys.executable
+    assert command.argv[1:3] == deployment.entrypoint[1:]  # the module compose starts
+    expected = serve_args_for(preset, deployment.served_model_name, str(model_dir), listen=("127.0.0.1", 18123))
+    assert command.argv[3:] == expected + ["--load-format", "dummy", "--skip-tokenizer-init"]
+    assert command.env["HF_HUB_OFFLINE"] == "1" and command.port == 18123
+    for flag in ("--quantization", "--max-model-len", "--gpu-memory-utilization", "--dtype"):
+        assert flag in command.argv  # the preset's engine flags travel unchanged
+
+
+def test_docker_command_uses_the_image_gpu_request_and_loopback_port(awq) -> None:
+    name, preset, model_dir = awq
+    command = probe.prepare(name, preset, model_dir, mode="docker", port=18124)
+    deployment = plan_deployment(name, preset)
+    run = command.docker
+    assert run["image"] == f"{deployment.image_repository}:{deployment.vllm_version}"
+    assert run["entrypoint"] == deployment.entrypoint
+    assert run["ports"] == {"8000/tcp": ("127.0.0.1", 18124)}
+    assert run["volumes"] == {str(model_dir.resolve()): {"bind": "/models/Qwen3-8B-AWQ", "mode": "ro"}}
+    # the same request compose makes: deploy.resources.reservations.devices
+    assert deployment.gpu_devices == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    assert run["device_requests"] == [{"driver": "nvidia", "count": 1, "capabilities": [["gpu"]]}]
+    assert run["shm_size"] == deployment.shm.shm_size and run["detach"] is True
+    assert run["command"][:2] == ["--model", "/models/Qwen3-8B-AWQ"]
+    assert run["command"][-3:] == ["--load-format", "dummy", "--skip-tokenizer-init"]
+    assert run["environment"] == deployment.environment
+    assert probe.prepare(name, preset, model_dir, mode="docker", image="site/vllm:1").docker["image"] == "site/vllm:1"
+
+
+def test_docker_command_keeps_device_ids(tmp_path: Path) -> None:
+    name, _path, preset = load_preset("rtx3090x2-fp16", ["hardware.device_ids=[\"0\",\"1\"]"])
+    model_dir = probe.write_dummy_model_dir(probe.catalog_config(preset.model.id), tmp_path / "m")
+    request = probe.prepare(name, preset, model_dir, mode="docker").docker["device_requests"]
+    assert request == [{"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": [["gpu"]]}]
+
+
+REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
+
+
+def _stand_in(log: str, code: int) -> probe.ProbeCommand:
+    """A process that prints a real vLLM log and then serves /health (or exits with ``code``)."""
+    port = probe.free_port()
+    env = {"KIT_TEST_REPLAY_LOG": str(LOGS / log), "KIT_TEST_REPLAY_EXIT": str(code) if code else ""}
+    return probe.ProbeCommand("native", [sys.executable, str(REPLAY), "--port", str(port)], env, port, "m",
+                              LOGS, False)
+
+
+def test_run_waits_for_health_parses_the_log_and_stops_the_server(tmp_path: Path) -> None:
+    messages: list[str] = []
+    result = probe.run(_stand_in("q8-bf16-eager.log.xz", 0), timeout=60, log_path=tmp_path / "s.log",
+                       progress=messages.append, poll_s=0.2)
+    assert result.ready and not result.timed_out and result.seconds_to_ready < 60
+    assert result.log.kv_cache_tokens and result.log.model_runner == "V2"
+    assert any("KV cache sized" in m for m in messages) and any("ready" in m for m in messages)
+    assert not probe._health(result.command.port)  # stopped: nothing answers on its port any more
+
+
+def test_run_reports_a_failed_start_with_vllms_error(tmp_path: Path) -> None:
+    result = probe.run(_stand_in("q8-16g-oom.log.xz", 1), timeout=60, log_path=tmp_path / "s.log",
+                       poll_s=0.2)
+    assert not result.ready and result.exit_code == 1 and not result.timed_out
+    assert result.log.fatal.startswith("ValueError: No available memory for the cache blocks")
+
+
+def test_compare_rows_put_the_plan_beside_the_log() -> None:
+    with lzma.open(LOGS / "moe-q30a3b-graphs.log.xz", "rt") as handle:
+        log = probe.vllmlog.parse(handle.read())
+    rows = {r["metric"]: r for r in probe.compare({"kv_cache_tokens": 700000, "cuda_graph_gib": 0.4}, log)}
+    assert rows["kv_cache_tokens"]["measured"] == log.kv_cache_tokens
+    assert rows["kv_cache_tokens"]["difference"] == 700000 - log.kv_cache_tokens
+    assert rows["cuda_graph_gib"]["measured"] == log.cuda_graph_estimate_gib  # V1 runner: the charged estimate
+    assert rows["weights_gib"]["planned"] is None and rows["weights_gib"]["difference"] is None
+    assert "KV cache tokens" in probe.format_rows(list(rows.values()))
