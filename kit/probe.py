@@ -97,31 +97,41 @@ def catalog_config(model_id: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the command, as data
-def dummy_serve_args(serve_args: list[str], model_arg: str, *, tokenizer: bool) -> list[str]:
-    """The preset's serve arguments with the model swapped and dummy weights asked for."""
+def dummy_serve_args(serve_args: list[str], model_arg: str, *, tokenizer: bool,
+                     positional: bool = False) -> list[str]:
+    """The preset's serve arguments with the model swapped and dummy weights asked for.
+
+    ``positional``: the server takes the model as its first argument (`vllm serve MODEL`), which is then
+    ``serve_args[0]``; otherwise as ``--model`` (the API server module of the CPU build).
+    """
+    rest = serve_args[1:] if positional else serve_args
     out: list[str] = []
     skip = False
-    for i, arg in enumerate(serve_args):
+    for arg in rest:
         if skip:
             skip = False
             continue
         if arg in ("--model", "--load-format", "--tokenizer"):
             skip = True
-            if arg == "--model":
-                out += ["--model", model_arg]
             continue
-        if arg.startswith(("--load-format=", "--tokenizer=")) or arg == "--skip-tokenizer-init":
-            continue
-        if arg.startswith("--model="):
-            out += ["--model", model_arg]
+        if arg.startswith(("--model=", "--load-format=", "--tokenizer=")) or arg == "--skip-tokenizer-init":
             continue
         out.append(arg)
-    if "--model" not in out:
-        out = ["--model", model_arg, *out]
-    out += ["--load-format", "dummy"]
+    out = ([model_arg] if positional else ["--model", model_arg]) + out + ["--load-format", "dummy"]
     if not tokenizer:
         out.append("--skip-tokenizer-init")  # no tokenizer files: the engine still starts, prompts are token ids
     return out
+
+
+def native_module_argv(entrypoint: list[str]) -> list[str]:
+    """The image's entrypoint as a module of the current interpreter: `[-m, module, ...]`.
+
+    `[python, -m, module]` keeps its module; a console script (`.../vllm serve`) becomes vLLM's CLI module, which
+    is what the `vllm` script runs, so a host where vLLM is importable but has no script (PYTHONPATH installs) works.
+    """
+    if len(entrypoint) >= 3 and entrypoint[1] == "-m":
+        return list(entrypoint[1:])
+    return ["-m", "vllm.entrypoints.cli.main", *entrypoint[1:]]
 
 
 def free_port() -> int:
@@ -133,25 +143,25 @@ def free_port() -> int:
 def prepare(name: str, preset: Any, model_dir: Path, *, mode: str = "docker", port: int | None = None,
             image: str | None = None, python: str | None = None) -> ProbeCommand:
     """What the probe runs for a loaded preset: argv, environment, and for docker the SDK call's arguments."""
-    from kit.deployment import CONTAINER_PORT, plan_deployment, serve_args_for
+    from kit.deployment import CONTAINER_PORT, plan_deployment, serve_args_for, server_command_for
 
     deployment = plan_deployment(name, preset)
+    server = server_command_for(preset)
     model_dir = Path(model_dir)
     tokenizer = has_tokenizer(model_dir)
     port = port or free_port()
     served = deployment.served_model_name
     if mode == "native":
-        args = serve_args_for(preset, served, str(model_dir), listen=("127.0.0.1", port))
-        args = dummy_serve_args(args, str(model_dir), tokenizer=tokenizer)
-        # deployment.entrypoint is [python, -m, module]: the same module in this interpreter.
-        argv = [python or sys.executable, *deployment.entrypoint[1:], *args]
+        args = serve_args_for(preset, served, str(model_dir), server, listen=("127.0.0.1", port))
+        args = dummy_serve_args(args, str(model_dir), tokenizer=tokenizer, positional=server.model_positional)
+        argv = [python or sys.executable, *native_module_argv(deployment.entrypoint), *args]
         env = {**NATIVE_ENV, **dict(preset.runtime.env or {})}
         return ProbeCommand("native", argv, env, port, served, model_dir, tokenizer)
     if mode != "docker":
         raise ProbeError(f"unknown probe mode {mode!r}", hint="docker or native")
     container_model = str(PurePosixPath(CONTAINER_MODEL_DIR) / (model_dir.name or "model"))
-    args = serve_args_for(preset, served, container_model, listen=("0.0.0.0", CONTAINER_PORT))
-    args = dummy_serve_args(args, container_model, tokenizer=tokenizer)
+    args = serve_args_for(preset, served, container_model, server, listen=("0.0.0.0", CONTAINER_PORT))
+    args = dummy_serve_args(args, container_model, tokenizer=tokenizer, positional=server.model_positional)
     env = dict(deployment.environment)
     kwargs: dict[str, Any] = {
         "image": image or f"{deployment.image_repository}:{deployment.vllm_version}",

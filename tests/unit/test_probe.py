@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kit import probe
-from kit.deployment import plan_deployment, serve_args_for
+from kit.deployment import plan_deployment, serve_args_for, server_command_for
 from kit.preset import load_preset
 
 pytestmark = pytest.mark.unit
@@ -41,6 +41,17 @@ def test_dummy_serve_args_swap_the_model_and_ask_for_dummy_weights() -> None:
     assert out == ["--model", "/m", "--max-model-len", "8192", "--load-format", "dummy", "--skip-tokenizer-init"]
     assert probe.dummy_serve_args(["--max-num-seqs", "4"], "/m", tokenizer=True) == [
         "--model", "/m", "--max-num-seqs", "4", "--load-format", "dummy"]
+    # `vllm serve MODEL`: the positional model is swapped in place, never doubled by a --model
+    assert probe.dummy_serve_args(["Qwen/X", "--max-num-seqs", "4", "--load-format", "pt"], "/m",
+                                  tokenizer=True, positional=True) == [
+        "/m", "--max-num-seqs", "4", "--load-format", "dummy"]
+
+
+def test_native_module_argv_runs_the_same_server_in_this_python() -> None:
+    assert probe.native_module_argv(["/opt/venv/bin/vllm", "serve"]) == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    assert probe.native_module_argv(["vllm", "serve"]) == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    module = ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert probe.native_module_argv(module) == module[1:]
 
 
 def test_native_command_is_the_presets_serve_command_in_this_python(awq) -> None:
@@ -48,9 +59,13 @@ def test_native_command_is_the_presets_serve_command_in_this_python(awq) -> None
     command = probe.prepare(name, preset, model_dir, mode="native", port=18123)
     deployment = plan_deployment(name, preset)
     assert command.argv[0] == sys.executable
-    assert command.argv[1:3] == deployment.entrypoint[1:]  # the module compose starts
-    expected = serve_args_for(preset, deployment.served_model_name, str(model_dir), listen=("127.0.0.1", 18123))
-    assert command.argv[3:] == expected + ["--load-format", "dummy", "--skip-tokenizer-init"]
+    # compose starts `vllm serve MODEL`: here the same CLI as a module of this interpreter
+    assert deployment.entrypoint[1:] == ["serve"]
+    assert command.argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    server = server_command_for(preset)
+    expected = serve_args_for(preset, deployment.served_model_name, str(model_dir), server,
+                              listen=("127.0.0.1", 18123))
+    assert command.argv[4:] == expected + ["--load-format", "dummy", "--skip-tokenizer-init"]
     assert command.env["HF_HUB_OFFLINE"] == "1" and command.port == 18123
     for flag in ("--quantization", "--max-model-len", "--gpu-memory-utilization", "--dtype"):
         assert flag in command.argv  # the preset's engine flags travel unchanged
@@ -69,7 +84,7 @@ def test_docker_command_uses_the_image_gpu_request_and_loopback_port(awq) -> Non
     assert deployment.gpu_devices == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
     assert run["device_requests"] == [{"driver": "nvidia", "count": 1, "capabilities": [["gpu"]]}]
     assert run["shm_size"] == deployment.shm.shm_size and run["detach"] is True
-    assert run["command"][:2] == ["--model", "/models/Qwen3-8B-AWQ"]
+    assert run["command"][0] == "/models/Qwen3-8B-AWQ" and "--model" not in run["command"]  # positional
     assert run["command"][-3:] == ["--load-format", "dummy", "--skip-tokenizer-init"]
     assert run["environment"] == deployment.environment
     assert probe.prepare(name, preset, model_dir, mode="docker", image="site/vllm:1").docker["image"] == "site/vllm:1"

@@ -20,11 +20,13 @@ REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
 
 @pytest.fixture
 def stand_in_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    package = tmp_path / "site" / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    for folder in (package, package.parent, package.parent.parent):
+    # both ways a preset starts the server: `vllm serve` (its CLI module) and the CPU build's API server module
+    entrypoints = tmp_path / "site" / "vllm" / "entrypoints"
+    for folder in (entrypoints.parent, entrypoints, entrypoints / "openai", entrypoints / "cli"):
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "__init__.py").write_text("")
-    (package / "api_server.py").write_text(REPLAY.read_text())
+    (entrypoints / "openai" / "api_server.py").write_text(REPLAY.read_text())
+    (entrypoints / "cli" / "main.py").write_text(REPLAY.read_text())
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     return tmp_path
 
