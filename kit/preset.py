@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
 from kit.errors import PresetError, Problem
+from kit.inputfiles import decode_utf8, read_capped
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
@@ -24,7 +25,9 @@ SIZE_RE = r"^\d+[bkmg]?$"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "inf" and "nan" pass every range check pydantic makes (nan compares false), so
+    # they are refused as numbers outright.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Hardware(Strict):
@@ -91,7 +94,7 @@ class Engine(BaseModel):
     snapshot of the pinned vLLM version (kit/data/flags/).
     """
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(extra="allow", validate_assignment=True, allow_inf_nan=False)
 
     tensor_parallel_size: int | None = Field(None, ge=1)
     pipeline_parallel_size: int | None = Field(None, ge=1)
@@ -301,9 +304,9 @@ def find_preset(ref: str) -> Path:
     looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
     if looks_like_path:
         path = Path(ref).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise PresetError(f"{ref}: no such preset file")
-        return path
+        return path  # a directory, FIFO or device is refused when read, with what it is
     path = PRESETS_DIR / f"{ref}.yaml"
     if path.is_file():
         return path
@@ -320,15 +323,136 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+# A preset is a few KB of YAML; a megabyte is far beyond any real one and still parses in milliseconds.
+PRESET_MAX_BYTES = 1 << 20
+# Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.
+PRESET_MAX_DEPTH = 32
+
+
+class PresetLoader(yaml.SafeLoader):
+    """Safe YAML with a preset's rules.
+
+    - No aliases: ``*name`` can expand a few hundred bytes into gigabytes (the "billion laughs"), and a
+      preset this small gains nothing from them.
+    - YAML 1.1's extra scalar types are not guessed: ``yes``/``no``/``on``/``off``, ``0x1f``, ``0o17``,
+      ``1:30``, ``.inf``, ``.nan`` and dates stay text, so the field's type decides (pydantic reads
+      ``yes`` as true for a boolean field, and ``no`` stays the string "no" for a name). Only ``true``/``false``,
+      ``null``/``~``, decimal integers and decimal fractions are typed here.
+    """
+
+    yaml_implicit_resolvers: dict = {}
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML alias *{event.anchor} is not allowed in a preset; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+# At most 18 digits: longer numbers stay text (and fail as the field's type), never a giant int.
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]{0,17})$"), list("-+0123456789"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]{1,18}\.[0-9]{0,18}|\.[0-9]{1,18})(?:[eE][-+]?[0-9]{1,3})?$"),
+    list("-+0123456789."))
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """One line: where in the text, and what."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character #x{exc.character:04x} at offset {exc.position} is not allowed in YAML"
+    mark = getattr(exc, "problem_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return at + (getattr(exc, "problem", None) or "malformed YAML")
+
+
+def _duplicate_key(node: yaml.Node) -> str | None:
+    """The first mapping key given twice anywhere under ``node``, as 'path (lines a and b)'."""
+    stack: list[tuple[yaml.Node, str, int]] = [(node, "", 0)]
+    while stack:
+        current, path, depth = stack.pop()
+        if depth > PRESET_MAX_DEPTH:
+            raise RecursionError
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in current.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                if isinstance(key, yaml.ScalarNode) and name in seen:
+                    return (f"{path + '.' if path else ''}{name}: given twice (lines {seen[name] + 1} and "
+                            f"{key.start_mark.line + 1}); a later value would silently win")
+                seen[name] = key.start_mark.line
+                stack.append((value, f"{path + '.' if path else ''}{name}", depth + 1))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(current.value))
+    return None
+
+
+def load_preset_yaml(text: str, where: str) -> Any:
+    """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``."""
+    loader = PresetLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicate = _duplicate_key(node)
+        if duplicate:
+            raise PresetError(f"{where}: {duplicate}", hint="keep one of them")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax") from None
+    except RecursionError:
+        raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
+
+
+def _strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings_in(k), *_strings_in(v))]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings_in(item)]
+    return []
+
+
+def parse_override_value(raw: str, where: str) -> Any:
+    """The value of ``KEY=VALUE``, typed like a preset file's plain scalar.
+
+    A plain value is taken whole: ``#``, ``: ``, quotes inside, a leading ``*`` or ``!`` are text, never YAML
+    syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). Only a value in
+    brackets or braces is parsed as a YAML flow list or mapping, and one in matching quotes as a quoted
+    string, by the same rules as the file.
+    """
+    if raw == "":
+        return ""
+    flow = raw[0] in "[{" or (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"")
+    if not flow:
+        tag = PresetLoader.resolve(PresetLoader, yaml.ScalarNode, raw, (True, False))
+        loader = PresetLoader("")
+        try:
+            return loader.construct_object(yaml.ScalarNode(tag, raw))
+        finally:
+            loader.dispose()
+    value = load_preset_yaml(raw, where)
+    if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
+        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
+                          hint="quote the item that holds the #")
+    return value
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
+    if not sep or not key or any(not part.strip() for part in key.split(".")):
         raise PresetError(f"override {text!r}: expected SECTION.FIELD=VALUE, e.g. engine.max_model_len=16384")
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
+    return key.split("."), parse_override_value(raw, f"override {key}")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -353,15 +477,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def read_preset_file(path: Path) -> dict[str, Any]:
     where = display_path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise PresetError(f"{where}:{at}: {problem}", hint="fix the YAML syntax") from None
-    except OSError as exc:
-        raise PresetError(f"{where}: cannot read ({exc.strerror})") from None
+    raw = read_capped(path, where, PRESET_MAX_BYTES, error=PresetError, what="preset file")
+    data = load_preset_yaml(decode_utf8(raw, where, error=PresetError), where)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -380,6 +497,12 @@ def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """The offending value as the error quotes it: repr, cut short (an input may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'" if isinstance(value, str) else text[:limit] + "..."
+
+
 def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
     problems: list[Problem] = []
     for err in exc.errors():
@@ -395,7 +518,7 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
         else:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
-                message += f" (got {err['input']!r})"
+                message += f" (got {_shown(err['input'])})"
         problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
     return problems
 

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
 import click
 
-from kit.errors import KitError
+from kit.errors import KitError, one_line
+
+
+# The planner's arithmetic is in floats: integers beyond 2**53 lose exactness there, and far larger ones
+# overflow a float outright. No count the kit takes (GPUs, tokens, sequences) comes near.
+CLI_INT_MAX = 1 << 53
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing nan and inf: nan compares false, so it slips through any range check."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def count_option_type(minimum: int = 1) -> click.IntRange:
+    """A whole-number option: at least ``minimum``, at most CLI_INT_MAX (a usage error otherwise)."""
+    return click.IntRange(min=minimum, max=CLI_INT_MAX)
 
 
 def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: tuple[str, ...] = ()) -> tuple[
@@ -56,7 +77,7 @@ def fail(error: KitError) -> None:
     for line in error.lines():
         click.secho(line, fg="red", err=True)
     if error.hint:
-        click.echo(f"hint: {error.hint}", err=True)
+        click.echo(one_line(f"hint: {error.hint}"), err=True)
 
 
 def preset_arguments(func):  # noqa: ANN001 - click decorator
