@@ -1,4 +1,5 @@
-"""Reading files the user hands the kit (presets, model configs): regular files only, size-capped.
+"""Reading files the user hands the kit (presets, model configs, checkpoint headers): regular files only,
+size-capped, limits from kit/data/input_limits.yaml.
 
 A FIFO or a device would block or never end, a directory is not a file, and a huge file would make the
 kit hang on parsing: each is refused before anything is parsed, with the reason, as the caller's KitError.
@@ -8,13 +9,24 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+from kit.datafiles import load_yaml
 from kit.errors import KitError
 
 
-def read_capped(path: Path, where: str, limit: int, *, error: type[KitError] = KitError, what: str = "file") -> bytes:
-    """The bytes of the regular file at ``path``, at most ``limit`` of them; anything else is ``error``."""
+def input_limits() -> dict[str, Any]:
+    return load_yaml("input_limits.yaml")
+
+
+@contextmanager
+def open_regular(path: Path, where: str, *, error: type[KitError] = KitError, what: str = "file") -> Iterator[
+    tuple[int, int]
+]:
+    """(file descriptor, size) of the regular file at ``path``; a directory, FIFO or device is ``error``."""
     try:
         # O_NONBLOCK: opening a FIFO with no writer must not hang; the fstat below then refuses it.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -26,23 +38,29 @@ def read_capped(path: Path, where: str, limit: int, *, error: type[KitError] = K
             raise error(f"{where}: is a directory, not a {what}")
         if not stat.S_ISREG(info.st_mode):
             raise error(f"{where}: is not a regular file (a FIFO, socket or device); give a {what}")
-        if info.st_size > limit:
-            raise error(f"{where}: {info.st_size} bytes, larger than the {limit} bytes a {what} may have")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:  # the file may grow while we read: never read more than limit + 1 bytes
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise error(f"{where}: larger than the {limit} bytes a {what} may have")
-        return b"".join(chunks)
+        yield fd, info.st_size
     except OSError as exc:
         raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
+
+
+def read_capped(path: Path, where: str, limit: int, *, error: type[KitError] = KitError, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them; anything else is ``error``."""
+    with open_regular(path, where, error=error, what=what) as (fd, size):
+        if size > limit:
+            raise error(f"{where}: {size} bytes, larger than the {limit} bytes a {what} may have")
+        chunks: list[bytes] = []
+        read = 0
+        while read <= limit:  # the file may grow while we read: never read more than limit + 1 bytes
+            chunk = os.read(fd, min(1 << 20, limit + 1 - read))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            read += len(chunk)
+        if read > limit:
+            raise error(f"{where}: larger than the {limit} bytes a {what} may have")
+        return b"".join(chunks)
 
 
 def decode_utf8(data: bytes, where: str, *, error: type[KitError] = KitError) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
 from kit.errors import PresetError, Problem
-from kit.inputfiles import decode_utf8, read_capped
+from kit.inputfiles import decode_utf8, input_limits, read_capped
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
@@ -323,8 +323,6 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-# A preset is a few KB of YAML; a megabyte is far beyond any real one and still parses in milliseconds.
-PRESET_MAX_BYTES = 1 << 20
 # Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.
 PRESET_MAX_DEPTH = 32
 
@@ -477,7 +475,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def read_preset_file(path: Path) -> dict[str, Any]:
     where = display_path(path)
-    raw = read_capped(path, where, PRESET_MAX_BYTES, error=PresetError, what="preset file")
+    raw = read_capped(path, where, input_limits()["files"]["preset_max_bytes"], error=PresetError, what="preset file")
     data = load_preset_yaml(decode_utf8(raw, where, error=PresetError), where)
     if data is None:
         data = {}
