@@ -1,5 +1,5 @@
-"""Reading files the user hands the kit (presets, model configs, checkpoint headers): regular files only,
-size-capped, limits from kit/data/input_limits.yaml.
+"""Reading what the user hands the kit (presets, model configs, checkpoint headers, numbers): regular files
+only, size-capped, numbers bounded; the limits are in kit/data/input_limits.yaml.
 
 A FIFO or a device would block or never end, a directory is not a file, and a huge file would make the
 kit hang on parsing: each is refused before anything is parsed, with the reason, as the caller's KitError.
@@ -16,6 +16,12 @@ from typing import Any
 
 from kit.datafiles import load_yaml
 from kit.errors import KitError
+
+
+# The largest whole number a float (and so JSON and YAML readers in most languages, and the planner's
+# arithmetic) holds exactly. No count, size or time the kit takes comes near; beyond it a value is a typo or an
+# attack. Presets and CLI numbers are held to it.
+NUMBER_MAX = 1 << 53
 
 
 def input_limits() -> dict[str, Any]:

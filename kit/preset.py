@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
 from kit.errors import PresetError, Problem
-from kit.inputfiles import decode_utf8, input_limits, read_capped
+from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
@@ -521,6 +521,16 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
     return problems
 
 
+def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _out_of_range_numbers(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _out_of_range_numbers(item, f"{path}[{i}]")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:
+        return [path]
+    return []
+
+
 def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
     """Load, override and validate a preset. Returns (name, path, preset)."""
     path = find_preset(ref)
@@ -532,4 +542,9 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
         preset = Preset.model_validate(data)
     except ValidationError as exc:
         raise PresetError(f"{where}: invalid preset", problems=problems_from_validation(exc, where)) from None
+    huge = _out_of_range_numbers(preset.model_dump())
+    if huge:
+        raise PresetError(f"{where}: invalid preset", problems=[
+            Problem(f"{where}: {field}", f"beyond {NUMBER_MAX} (2**53), the largest number the kit takes")
+            for field in huge])
     return path.stem, path, preset

@@ -10,11 +10,7 @@ from typing import Any
 import click
 
 from kit.errors import KitError, one_line
-
-
-# The planner's arithmetic is in floats: integers beyond 2**53 lose exactness there, and far larger ones
-# overflow a float outright. No count the kit takes (GPUs, tokens, sequences) comes near.
-CLI_INT_MAX = 1 << 53
+from kit.inputfiles import NUMBER_MAX
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -28,8 +24,8 @@ class FiniteFloatRange(click.FloatRange):
 
 
 def count_option_type(minimum: int = 1) -> click.IntRange:
-    """A whole-number option: at least ``minimum``, at most CLI_INT_MAX (a usage error otherwise)."""
-    return click.IntRange(min=minimum, max=CLI_INT_MAX)
+    """A whole-number option: at least ``minimum``, at most NUMBER_MAX (a usage error otherwise)."""
+    return click.IntRange(min=minimum, max=NUMBER_MAX)
 
 
 def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: tuple[str, ...] = ()) -> tuple[
