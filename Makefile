@@ -10,7 +10,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup test test-unit test-golden test-integration run down bench bench-plan golden schema lint clean
+.PHONY: help install setup test test-unit test-golden test-integration run down bench bench-plan fuzz golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -45,6 +45,9 @@ bench: setup  ## build, size and start-up figures (printed, not asserted)
 
 bench-plan: install  ## memory planner error against real vLLM start-up logs
 	$(PYTHON) bench/plan_accuracy.py
+
+fuzz: install  ## hostile model configs, overrides, preset files and CLI numbers: cases, tracebacks (0), slowest
+	$(PYTHON) bench/fuzz.py
 
 golden: install  ## regenerate golden files after a reviewed change (then read the diff)
 	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -m golden -q

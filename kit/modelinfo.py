@@ -210,6 +210,9 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_byt
         # Shapes the checks above do not cover (e.g. a list where a mapping belongs deep in quantization_config).
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlanError(f"{source}: config.json has a value of an unexpected shape ({first[:120]})") from None
+    if spec.is_mla and not spec.qk_rope_head_dim:
+        raise PlanError(f"{source}: qk_rope_head_dim: missing, and a latent-attention model (kv_lora_rank "
+                        f"{spec.kv_lora_rank}) stores its RoPE key beside the latent")
     if spec.head_dim < 1:
         raise PlanError(f"{source}: head_dim: hidden_size {spec.hidden_size} / num_attention_heads "
                         f"{spec.num_attention_heads} is below 1")

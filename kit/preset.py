@@ -394,8 +394,9 @@ def _duplicate_key(node: yaml.Node) -> str | None:
 
 def load_preset_yaml(text: str, where: str) -> Any:
     """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``."""
-    loader = PresetLoader(text)
+    loader = None
     try:
+        loader = PresetLoader(text)  # refuses unprintable characters already
         node = loader.get_single_node()
         if node is None:
             return None
@@ -408,7 +409,8 @@ def load_preset_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _strings_in(value: Any) -> list[str]:
@@ -439,10 +441,15 @@ def parse_override_value(raw: str, where: str) -> Any:
             return loader.construct_object(yaml.ScalarNode(tag, raw))
         finally:
             loader.dispose()
-    value = load_preset_yaml(raw, where)
+    comment_hint = "a # after a space starts a YAML comment inside [...] or {...}: quote the item that holds it"
+    try:
+        value = load_preset_yaml(raw, where)
+    except PresetError as error:
+        if "#" in raw:
+            raise PresetError(error.message, hint=comment_hint) from None
+        raise
     if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
-        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
-                          hint="quote the item that holds the #")
+        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment", hint=comment_hint)
     return value
 
 

@@ -19,18 +19,20 @@ class KitGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
-        verbose = bool(ctx.obj and ctx.obj.get("verbose"))
+        def verbose() -> bool:  # read when it fails: the group's callback sets ctx.obj inside super().invoke
+            return bool(ctx.obj and ctx.obj.get("verbose"))
+
         try:
             return super().invoke(ctx)
         except KitError as error:
-            if verbose:
+            if verbose():
                 raise
             fail(error)
             ctx.exit(error.exit_code)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # usage errors (exit 2) and deliberate exits are click's to report
         except Exception as error:  # noqa: BLE001 - the last line of the one-line policy
-            if verbose:
+            if verbose():
                 raise
             click.secho(one_line(f"internal error: {type(error).__name__}: {error}"), fg="red", err=True)
             click.echo("hint: this is a bug in vllm-kit; run again with -v for the traceback and report it", err=True)
