@@ -1,8 +1,8 @@
 """Fuzz the kit's inputs and print the figures issue 11 asks for (points 3 and 4).
 
 Runs the generated cases of tests/unit/test_hostile_inputs.py many more times than the unit suite does:
-hostile model configs and number options for `kit plan`, hostile override strings and preset files for
-`kit validate`, each through the real click command. Prints cases tried, tracebacks (must be 0: a
+hostile model configs and number options for `kit plan`, hostile names and paths (presets, models, GPUs,
+versions), hostile override strings and preset files for `kit validate`, each through the real click command. Prints cases tried, tracebacks (must be 0: a
 traceback or "internal error" is any exception other than the kit's one-line errors), and the slowest
 input's CPU and wall time. Exit 1 when any case printed a traceback.
 
@@ -45,6 +45,11 @@ def main() -> int:
         record("plan: number options", cases.run_kit(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", *option]))
 
     @config
+    @given(argv=cases.reference_argv)
+    def references(argv):
+        record("names and paths", cases.run_kit(argv))
+
+    @config
     @given(overrides=st.lists(cases.override, min_size=1, max_size=3))
     def validate_overrides(overrides):
         record("validate: overrides", cases.validate_case(overrides))
@@ -54,7 +59,7 @@ def main() -> int:
     def validate_files(text):
         record("validate: preset files", cases.validate_case([], text))
 
-    for run in (plan_configs, plan_numbers, validate_overrides, validate_files):
+    for run in (plan_configs, plan_numbers, references, validate_overrides, validate_files):
         run()
 
     every = [o for group in outcomes.values() for o in group]

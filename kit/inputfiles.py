@@ -28,6 +28,21 @@ def input_limits() -> dict[str, Any]:
     return load_yaml("input_limits.yaml")
 
 
+def user_path(ref: str, *, error: type[KitError] = KitError) -> tuple[Path, os.stat_result | None]:
+    """The path the user typed (``~`` expanded) and its stat, None when nothing is there. A name the OS
+    refuses (too long, a NUL byte, an unknown ``~user``) is ``error``, not an exception from pathlib."""
+    where = ref if len(ref) <= 80 else ref[:77] + "..."
+    try:
+        path = Path(ref).expanduser()
+        return path, path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return path, None
+    except OSError as exc:
+        raise error(f"{where}: not a usable path ({exc.strerror or exc})") from None
+    except (ValueError, RuntimeError) as exc:  # NUL byte; "Could not determine home directory"
+        raise error(f"{where}: not a usable path ({exc})") from None
+
+
 @contextmanager
 def open_regular(path: Path, where: str, *, error: type[KitError] = KitError, what: str = "file") -> Iterator[
     tuple[int, int]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kit.errors import PlanError
-from kit.inputfiles import decode_utf8, input_limits, open_regular, read_capped
+from kit.inputfiles import decode_utf8, input_limits, open_regular, read_capped, user_path
 
 CATALOG_DIR = Path(__file__).parent / "data" / "models"
 
@@ -414,13 +415,13 @@ def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
         from kit.tinymodel import shape_config
 
         return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
-    path = Path(ref).expanduser()
-    if path.is_dir():
+    path, found = user_path(ref, error=PlanError)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         config = path / "config.json"
         if not config.is_file():
             raise PlanError(f"{path}: no config.json in this directory", hint="point --model at a model directory or its config.json")
         return spec_from_config(_load_json(config), name=path.name, source=str(config), weights_bytes=safetensors_bytes(path))
-    if path.is_file():
+    if found is not None:  # a file; a FIFO or device is refused when read
         return spec_from_config(_load_json(path), name=path.parent.name or path.stem, source=str(path),
                                 weights_bytes=safetensors_bytes(path.parent))
     if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
 from kit.errors import PresetError, Problem
-from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped
+from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
@@ -303,12 +304,12 @@ def find_preset(ref: str) -> Path:
     """A preset name from presets/, or a path to a preset file of the user's own."""
     looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
     if looks_like_path:
-        path = Path(ref).expanduser()
-        if not path.exists():
+        path, found = user_path(ref, error=PresetError)
+        if found is None:
             raise PresetError(f"{ref}: no such preset file")
         return path  # a directory, FIFO or device is refused when read, with what it is
-    path = PRESETS_DIR / f"{ref}.yaml"
-    if path.is_file():
+    path, found = user_path(str(PRESETS_DIR / f"{ref}.yaml"), error=PresetError)
+    if found is not None and stat.S_ISREG(found.st_mode):
         return path
     names = preset_names()
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)

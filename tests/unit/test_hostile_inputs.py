@@ -149,6 +149,20 @@ number_option = st.tuples(st.sampled_from(["--tp", "--pp", "--max-model-len", "-
                                            "--cpu-kvcache-space-gib", "--vllm-version"]), number_words)
 
 
+# Names and paths the user types: presets, models, GPUs, versions (NUL bytes, traversal, devices, FIFOs, odd text).
+reference = st.one_of(hostile_text, st.sampled_from([
+    "/dev/zero", "/dev/null", "/proc/self/mem", "/", "..", "../../etc/passwd", "a\x00b", "~nobody/x.yaml", "-", "--",
+    "Qwen/Qwen3-8B/../../x", "x/" * 200, "kit:tiny-llama", "kit:", "C:\\x", "Qwen/" + "q" * 5000,
+]))
+reference_argv = st.one_of(
+    reference.map(lambda r: ["validate", f"preset={r}"]),
+    reference.map(lambda r: ["plan", "--model", r, "--gpu", "h100"]),
+    reference.map(lambda r: ["plan", "--model", "Qwen/Qwen3-8B", "--gpu", r]),
+    reference.map(lambda r: ["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", r]),
+    reference.map(lambda r: ["plan", f"preset={r}"]),
+)
+
+
 def plan_case(config: dict, options: list[str], raw: bytes | None = None) -> Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.json"
@@ -193,6 +207,12 @@ def test_plan_over_hostile_model_configs(config, options):
 def test_plan_number_options_are_usage_errors_or_plans(option):
     outcome = run_kit(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", *option])
     assert_clean(outcome)
+
+
+@FUZZ
+@given(argv=reference_argv)
+def test_hostile_names_and_paths(argv):
+    assert_clean(run_kit(argv))
 
 
 @FUZZ
