@@ -393,8 +393,12 @@ def _duplicate_key(node: yaml.Node) -> str | None:
     return None
 
 
-def load_preset_yaml(text: str, where: str) -> Any:
-    """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``."""
+def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) -> Any:
+    """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``.
+
+    ``malformed_as_text``: text that is not well-formed YAML is returned as it is (an override value); aliases,
+    duplicate keys and too deep nesting are refused all the same.
+    """
     loader = None
     try:
         loader = PresetLoader(text)  # refuses unprintable characters already
@@ -406,6 +410,8 @@ def load_preset_yaml(text: str, where: str) -> Any:
             raise PresetError(f"{where}: {duplicate}", hint="keep one of them")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
+        if malformed_as_text and isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)):
+            return text
         raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax") from None
     except RecursionError:
         raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
@@ -430,7 +436,8 @@ def parse_override_value(raw: str, where: str) -> Any:
     A plain value is taken whole: ``#``, ``: ``, quotes inside, a leading ``*`` or ``!`` are text, never YAML
     syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). Only a value in
     brackets or braces is parsed as a YAML flow list or mapping, and one in matching quotes as a quoted
-    string, by the same rules as the file.
+    string, by the same rules as the file; one that is not well-formed stays text, and the field's type
+    judges it (a list field refuses ``[1, 2``; a JSON-string flag takes ``{not json`` to check later).
     """
     if raw == "":
         return ""
@@ -442,15 +449,10 @@ def parse_override_value(raw: str, where: str) -> Any:
             return loader.construct_object(yaml.ScalarNode(tag, raw))
         finally:
             loader.dispose()
-    comment_hint = "a # after a space starts a YAML comment inside [...] or {...}: quote the item that holds it"
-    try:
-        value = load_preset_yaml(raw, where)
-    except PresetError as error:
-        if "#" in raw:
-            raise PresetError(error.message, hint=comment_hint) from None
-        raise
+    value = load_preset_yaml(raw, where, malformed_as_text=True)
     if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
-        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment", hint=comment_hint)
+        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
+                          hint="quote the item that holds the #")
     return value
 
 
