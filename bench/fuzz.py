@@ -50,9 +50,9 @@ def main() -> int:
         record("names and paths", cases.run_kit(argv))
 
     @config
-    @given(overrides=st.lists(cases.override, min_size=1, max_size=3))
-    def validate_overrides(overrides):
-        record("validate: overrides", cases.validate_case(overrides))
+    @given(preset=cases.preset_name, overrides=st.lists(cases.override, min_size=1, max_size=3))
+    def validate_overrides(preset, overrides):
+        record("validate: overrides", cases.validate_case(overrides, preset=preset))
 
     @config
     @given(text=cases.preset_texts())

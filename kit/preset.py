@@ -527,6 +527,8 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
                 message += f" (got {_shown(err['input'])})"
+            if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+                hint = "YAML reads an unquoted number or true/false as one: quote the value"
         problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
     return problems
 

@@ -101,6 +101,7 @@ PRESET_PATHS = [p for p in _field_paths(Preset) if "." in p] + [
 override_key = st.one_of(st.sampled_from(PRESET_PATHS), hostile_text.map(lambda t: f"engine.{t}"),
                          st.text(min_size=1, max_size=12))
 override = st.tuples(override_key, hostile_text).map(lambda kv: f"{kv[0]}={kv[1]}")
+preset_name = st.sampled_from(sorted(p.stem for p in PRESETS_DIR.glob("*.yaml")))
 
 json_scalar = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.integers(-4, 10**6),
@@ -182,9 +183,9 @@ def preset_texts(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-def validate_case(argv_tail: list[str], text: str | bytes | None = None) -> Outcome:
+def validate_case(argv_tail: list[str], text: str | bytes | None = None, preset: str = "cpu") -> Outcome:
     if text is None:
-        return run_kit(["validate", "preset=cpu", *argv_tail])
+        return run_kit(["validate", f"preset={preset}", *argv_tail])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "hostile.yaml"
         path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
@@ -216,9 +217,9 @@ def test_hostile_names_and_paths(argv):
 
 
 @FUZZ
-@given(overrides=st.lists(override, min_size=1, max_size=3))
-def test_validate_over_hostile_overrides(overrides):
-    assert_clean(validate_case(overrides))
+@given(preset=preset_name, overrides=st.lists(override, min_size=1, max_size=3))
+def test_validate_over_hostile_overrides(preset, overrides):
+    assert_clean(validate_case(overrides, preset=preset))
 
 
 @FUZZ
@@ -283,6 +284,13 @@ def test_yaml_typed_words_are_read_as_the_fields_type():
         with pytest.raises(PresetError) as info:
             load_preset("cpu", [override])
         assert [line.split(": ")[1] for line in info.value.lines()] == [field], info.value.lines()
+
+
+def test_a_number_where_text_belongs_says_to_quote_it(tmp_path):
+    outcome = validate_case([], CPU_PRESET.replace('vllm_version: "0.32.0"', "vllm_version: 0.32"))
+    [line] = outcome.output.splitlines()
+    assert line.endswith("hostile.yaml: image.vllm_version: Input should be a valid string (got 0.32) "
+                         "(hint: YAML reads an unquoted number or true/false as one: quote the value)")
 
 
 def test_a_hash_in_an_override_value_is_text_not_a_comment():
