@@ -425,8 +425,11 @@ def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
         return spec_from_config(_load_json(path), name=path.parent.name or path.stem, source=str(path),
                                 weights_bytes=safetensors_bytes(path.parent))
     if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
-        bundled = catalog_path(ref)
-        if bundled.is_file():
+        try:
+            bundled, found = user_path(str(catalog_path(ref)), error=PlanError)
+        except PlanError:  # a name no file can have is not in the catalog
+            bundled, found = catalog_path(ref), None
+        if found is not None:
             return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
         if allow_hub:
             spec = _from_hub(ref)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from kit.errors import KitError, Problem
+from kit.inputfiles import user_path
 from kit.plan import Plan, PlanInputs, plan
 from kit.preset import Preset
 
@@ -15,12 +17,14 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
 
     model = preset.model
     if model.is_local:
-        candidates = [Path(model.id).expanduser()]
+        candidates = [model.id]
         if base_dir is not None and not Path(model.id).is_absolute():
-            candidates.insert(0, base_dir / model.id)
-        for path in candidates:
-            if (path / "config.json").is_file():
-                return load_model_spec(str(path))
+            candidates.insert(0, str(base_dir / model.id))
+        for candidate in candidates:
+            # user_path: a name the OS refuses (too long, an unknown ~user) is a KitError, not an OSError
+            config, found = user_path(f"{candidate}/config.json")
+            if found is not None and stat.S_ISREG(found.st_mode):
+                return load_model_spec(str(config.parent))
         if model.generate == "tiny-llama":
             return load_model_spec(TINY_MODEL_REF)
         return None

@@ -153,7 +153,8 @@ number_option = st.tuples(st.sampled_from(["--tp", "--pp", "--max-model-len", "-
 # Names and paths the user types: presets, models, GPUs, versions (NUL bytes, traversal, devices, FIFOs, odd text).
 reference = st.one_of(hostile_text, st.sampled_from([
     "/dev/zero", "/dev/null", "/proc/self/mem", "/", "..", "../../etc/passwd", "a\x00b", "~nobody/x.yaml", "-", "--",
-    "Qwen/Qwen3-8B/../../x", "x/" * 200, "kit:tiny-llama", "kit:", "C:\\x", "Qwen/" + "q" * 5000,
+    "Qwen/Qwen3-8B/../../x", "x/" * 200, "kit:tiny-llama", "kit:", "C:\\x", "Qwen/" + "q" * 5000, "org/" + "a" * 300,
+    "./" + "a" * 300, "~nosuchuser/m", "./" + "d/" * 3000,
 ]))
 reference_argv = st.one_of(
     reference.map(lambda r: ["validate", f"preset={r}"]),
@@ -161,6 +162,8 @@ reference_argv = st.one_of(
     reference.map(lambda r: ["plan", "--model", "Qwen/Qwen3-8B", "--gpu", r]),
     reference.map(lambda r: ["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", r]),
     reference.map(lambda r: ["plan", f"preset={r}"]),
+    st.tuples(st.sampled_from(["cpu", "rtx4090-awq"]), reference).map(
+        lambda pr: ["validate", f"preset={pr[0]}", f"model.id={pr[1]}"]),
 )
 
 
@@ -391,13 +394,16 @@ def test_planner_cost_does_not_grow_with_the_layer_count(tmp_path):
         config = {**CATALOG_CONFIG, "num_hidden_layers": layers, "num_experts": 8, "num_experts_per_tok": 2,
                   "moe_intermediate_size": 1024, "first_k_dense_replace": 3, "moe_layer_freq": 2}
         spec = load_model_spec(str(_write(tmp_path, f"c{layers}.json", config)))
-        start = time.process_time()
-        for _ in range(20):
-            plan(PlanInputs(model=spec, gpu_memory_gib=80, pipeline_parallel_size=2))
-        return time.process_time() - start
+        runs = []
+        for _ in range(3):  # the best of three: the machine is shared
+            start = time.process_time()
+            for _ in range(10):
+                plan(PlanInputs(model=spec, gpu_memory_gib=80, pipeline_parallel_size=2))
+            runs.append(time.process_time() - start)
+        return min(runs)
 
     few, many = cpu_seconds(4), cpu_seconds(4096)
-    assert many < few * 3 + 0.05, (few, many)  # per-layer loops would make this ~1000x
+    assert many < few * 5 + 0.05, (few, many)  # per-layer loops made this about 100x
 
 
 def _write(folder: Path, name: str, data: dict) -> Path:
