@@ -412,7 +412,8 @@ def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) 
     except yaml.YAMLError as exc:
         if malformed_as_text and isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)):
             return text
-        raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax") from None
+        syntax = not isinstance(exc, yaml.composer.ComposerError)  # an alias is refused, not misspelt
+        raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax" if syntax else None) from None
     except RecursionError:
         raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
     finally:
