@@ -6,13 +6,13 @@ import stat
 from pathlib import Path
 
 from kit.errors import KitError, Problem
-from kit.inputfiles import user_path
 from kit.plan import Plan, PlanInputs, plan
 from kit.preset import Preset
 
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
+    from kit.inputfiles import user_path
     from kit.modelinfo import TINY_MODEL_REF, load_model_spec
 
     model = preset.model
