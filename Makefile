@@ -10,7 +10,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup test test-unit test-golden test-integration run down bench bench-plan fuzz golden schema lint clean
+.PHONY: help install setup test test-unit test-golden test-integration run down bench bench-plan golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
