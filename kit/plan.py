@@ -59,7 +59,7 @@ def parse_version(version: str) -> tuple[int, int, int]:
     for piece in text.split(".")[:3]:
         digits = ""
         for ch in piece:
-            if not ch.isdigit():
+            if ch not in "0123456789":  # str.isdigit() also says yes to "¹", which int() refuses
                 break
             digits += ch
         if not digits:

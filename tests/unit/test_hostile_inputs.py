@@ -316,6 +316,12 @@ def test_errors_are_one_line_whatever_the_value_holds():
     assert one_line("a\nb\u2029c\x1b") == "a\\nb\\u2029c\\x1b"
 
 
+def test_a_version_of_unicode_digits_is_a_one_line_error():
+    # "¹" is a digit to str.isdigit() but not to int(): found by make fuzz.
+    outcome = run_kit(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "\xb95\xb95"])
+    assert_lines_name(outcome, "vllm_version '\xb95\xb95' is not a version")
+
+
 def test_plan_number_options_are_usage_errors():
     for option in (["--gpu-memory-utilization", "nan"], ["--gpu-memory-utilization", "inf"],
                    ["--gpu-memory-utilization", "-1"], ["--gpu-memory-utilization", "2"], ["--tp", "0"],
@@ -324,6 +330,9 @@ def test_plan_number_options_are_usage_errors():
         outcome = run_kit(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", *option])
         assert outcome.exit_code == 2, (option, outcome.output)
         assert "Traceback" not in outcome.output and option[0] in outcome.output
+    for value in ("nan", "inf", "-1", "0"):  # the wait for /health must stay bounded
+        outcome = run_kit(["smoke", "preset=cpu", "--timeout", value])
+        assert outcome.exit_code == 2 and "--timeout" in outcome.output, outcome.output
 
 
 @pytest.mark.parametrize("change, message", [
