@@ -3,8 +3,8 @@
 Runs the generated cases of tests/unit/test_hostile_inputs.py many more times than the unit suite does:
 hostile model configs and number options for `kit plan`, hostile names and paths (presets, models, GPUs,
 versions), hostile override strings and preset files for `kit validate`, each through the real click command. Prints cases tried, tracebacks (must be 0: a
-traceback or "internal error" is any exception other than the kit's one-line errors), and the slowest
-input's CPU and wall time. Exit 1 when any case printed a traceback.
+traceback or "internal error" is any exception other than the kit's one-line errors), the slowest
+input's CPU and wall time, and the planner's cost at 4 and at 4096 layers (it must not grow). Exit 1 when any case printed a traceback.
 
 Run: python bench/fuzz.py [--examples N]   (make fuzz)
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -75,6 +76,9 @@ def main() -> int:
     print(f"slowest input: {slowest.cpu_s:.3f} s CPU, {slowest.wall_s:.3f} s wall: {ascii(slowest.argv)[:200]}")
     for outcome in tracebacks[:5]:
         print(f"  traceback: {ascii(outcome.argv)[:200]} -> {ascii(outcome.output[-300:])}")
+    with tempfile.TemporaryDirectory() as tmp:
+        few, many = (cases.plan_cpu_seconds(layers, Path(tmp)) for layers in (4, 4096))
+    print(f"planner, 10 plans of a MoE model: {few:.4f} s CPU at 4 layers, {many:.4f} s at 4096 layers")
     return 1 if tracebacks else 0
 
 
