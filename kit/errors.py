@@ -19,6 +19,12 @@ def one_line(text: str) -> str:
     return _LINE_BREAKERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """An offending value as an error quotes it: its repr, cut to ``limit`` characters (an input may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with the user's input: where, what, and how to fix it."""

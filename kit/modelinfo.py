@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.errors import PlanError
+from kit.errors import PlanError, shown
 from kit.inputfiles import decode_utf8, input_limits, open_regular, read_capped, user_path
 
 CATALOG_DIR = Path(__file__).parent / "data" / "models"
@@ -169,14 +169,9 @@ def _check_counts(section: dict[str, Any], bounds: dict[str, list[int]], where: 
             continue
         number = value if fractions and isinstance(value, float) and math.isfinite(value) else _whole_number(value)
         if number is None:
-            raise PlanError(f"{where}{key}: {_shown(value)} is not a {'number' if fractions else 'whole number'}")
+            raise PlanError(f"{where}{key}: {shown(value)} is not a {'number' if fractions else 'whole number'}")
         if not low <= number <= high:
-            raise PlanError(f"{where}{key}: {_shown(value)} is outside {low}..{high}, the range the kit plans for")
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+            raise PlanError(f"{where}{key}: {shown(value)} is outside {low}..{high}, the range the kit plans for")
 
 
 def check_config_values(cfg: Any, source: str) -> None:
@@ -189,7 +184,7 @@ def check_config_values(cfg: Any, source: str) -> None:
         for where, section in ((f"{source}: ", cfg), (f"{source}: text_config.", cfg.get("text_config"))):
             if isinstance(section, dict) and section.get(key) is not None and not isinstance(section[key], kind):
                 raise PlanError(f"{where}{key}: expected a JSON {'object' if kind is dict else kind.__name__}, "
-                                f"got {_shown(section[key])}")
+                                f"got {shown(section[key])}")
     for key in ("architectures", "layer_types"):
         if any(not isinstance(item, str) for item in cfg.get(key) or ()):
             raise PlanError(f"{source}: {key}: expected a list of names")
@@ -312,7 +307,7 @@ def safetensors_bytes(model_dir: Path) -> int | None:
         if total is not None:
             number = _whole_number(total)
             if number is None or number < 0:
-                raise PlanError(f"{index}: metadata.total_size: {_shown(total)} is not a byte count")
+                raise PlanError(f"{index}: metadata.total_size: {shown(total)} is not a byte count")
             if number:
                 return number
     files = sorted(model_dir.glob("*.safetensors"))
@@ -356,7 +351,7 @@ def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tup
         offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
         pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
         if pair is None or None in pair or not 0 <= pair[0] <= pair[1] <= data_size:
-            raise PlanError(f"{file}: tensor {_shown(key)}: data_offsets {_shown(offsets)} do not lie within the file")
+            raise PlanError(f"{file}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
         total += pair[1] - pair[0]
     return total, length
 

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, vllm_table
-from kit.errors import PresetError, Problem
+from kit.errors import PresetError, Problem, shown
 from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
@@ -444,9 +444,9 @@ def parse_override_value(raw: str, where: str) -> Any:
         return ""
     flow = raw[0] in "[{" or (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"")
     if not flow:
-        tag = PresetLoader.resolve(PresetLoader, yaml.ScalarNode, raw, (True, False))
         loader = PresetLoader("")
-        try:
+        try:  # the file's rules for a plain scalar, applied to the whole text
+            tag = loader.resolve(yaml.ScalarNode, raw, (True, False))
             return loader.construct_object(yaml.ScalarNode(tag, raw))
         finally:
             loader.dispose()
@@ -506,12 +506,6 @@ def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
-def _shown(value: Any, limit: int = 60) -> str:
-    """The offending value as the error quotes it: repr, cut short (an input may be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "...'" if isinstance(value, str) else text[:limit] + "..."
-
-
 def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
     problems: list[Problem] = []
     for err in exc.errors():
@@ -527,7 +521,7 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
         else:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
-                message += f" (got {_shown(err['input'])})"
+                message += f" (got {shown(err['input'])})"
             if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
                 hint = "YAML reads an unquoted number or true/false as one: quote the value"
         problems.append(Problem(f"{where}: {field}" if field else where, message, hint))

@@ -6,7 +6,7 @@ import click
 from pydantic import ValidationError
 
 from kit.cli.common import FiniteFloatRange, count_option_type, print_json, split_args
-from kit.errors import PlanError
+from kit.errors import PlanError, shown
 from kit.modelinfo import load_model_spec
 from kit import plan as planner
 from kit.plan import DEFAULT_VLLM_VERSION, Plan, PlanInputs, find_gpu
@@ -69,7 +69,7 @@ def plan_inputs_from_options(
     except ValidationError as exc:  # a caller other than the CLI (whose options are range-checked) passed bad values
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise PlanError(f"{field}: {first['msg']} (got {str(first.get('input'))[:60]})") from None
+        raise PlanError(f"{field}: {first['msg']} (got {shown(first.get('input'))})") from None
 
 
 def format_plan(result: Plan) -> str:
