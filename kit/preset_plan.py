@@ -5,7 +5,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from kit.errors import KitError, Problem
+from pydantic import ValidationError
+
+from kit.errors import KitError, Problem, shown
 from kit.plan import Plan, PlanInputs, plan
 from kit.preset import Preset
 
@@ -64,6 +66,11 @@ def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tup
         inputs = plan_inputs_for(preset, base_dir)
     except KitError as exc:
         return None, [Problem(f"{where}: model.id", f"no memory plan: {exc.message}", exc.hint)]
+    except ValidationError as exc:  # a value the planner cannot take (e.g. an unknown kv_cache_dtype)
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        field = f"engine.{name}" if name in type(preset.engine).model_fields else name or "engine"
+        return None, [Problem(f"{where}: {field}", f"no memory plan: {first['msg']} (got {shown(first.get('input'))})")]
     if inputs is None:
         return None, [Problem(f"{where}: model.id", "no memory plan: the local model directory does not exist yet")]
     try:

@@ -316,6 +316,17 @@ def test_errors_are_one_line_whatever_the_value_holds():
     assert one_line("a\nb\u2029c\x1b") == "a\\nb\\u2029c\\x1b"
 
 
+def test_a_value_the_planner_cannot_take_is_a_named_problem_not_a_crash():
+    # Found by make fuzz. vLLM 0.33 lists kv_cache_dtype values as suggestions, not choices, so the flag check
+    # lets any text through; the planner knows six of them and says it cannot plan the rest (not a crash).
+    outcome = validate_case(["engine.kv_cache_dtype=nvfp4"], preset="a100x8")
+    assert_clean(outcome)
+    assert outcome.exit_code == 0
+    assert outcome.output.splitlines()[0] == (
+        "warning: presets/a100x8.yaml: engine.kv_cache_dtype: no memory plan: Input should be 'auto', 'fp8', "
+        "'fp8_e4m3', 'fp8_e5m2', 'bfloat16' or 'float16' (got 'nvfp4')")
+
+
 def test_a_version_of_unicode_digits_is_a_one_line_error():
     # "¹" is a digit to str.isdigit() but not to int(): found by make fuzz.
     outcome = run_kit(["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "\xb95\xb95"])
