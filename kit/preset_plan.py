@@ -5,9 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from kit.errors import KitError, Problem, shown
+from kit.errors import KitError, Problem
 from kit.plan import Plan, PlanInputs, plan
 from kit.preset import Preset
 
@@ -62,6 +60,10 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
 
 def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tuple[Plan | None, list[Problem]]:
     """The plan, or None with a warning when the model's shape is unknown offline."""
+    from pydantic import ValidationError
+
+    from kit.errors import shown
+
     try:
         inputs = plan_inputs_for(preset, base_dir)
     except KitError as exc:
