@@ -6,7 +6,23 @@ anything else is a bug and gets a traceback (with ``-v``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Everything that ends a line on a terminal or in a log reader (C0/C1 controls, DEL, Unicode line and
+# paragraph separators): an error is one line per problem whatever text it quotes from the input.
+_LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character written as an escape, so it prints as exactly one line."""
+    return _LINE_BREAKERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """An offending value as an error quotes it: its repr, cut to ``limit`` characters (an input may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -19,7 +35,7 @@ class Problem:
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message
-        return text + (f" (hint: {self.hint})" if self.hint else "")
+        return one_line(text + (f" (hint: {self.hint})" if self.hint else ""))
 
 
 class KitError(Exception):
@@ -36,7 +52,7 @@ class KitError(Exception):
     def lines(self) -> list[str]:
         if self.problems:
             return [str(p) for p in self.problems]
-        return [self.message]
+        return [one_line(self.message)]
 
 
 class PresetError(KitError):

@@ -10,13 +10,17 @@ Nothing here downloads weights: exact weight bytes come from a safetensors index
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.errors import PlanError
+from kit.errors import PlanError, shown
+from kit.inputfiles import decode_utf8, input_limits, open_regular, read_capped, user_path
 
 CATALOG_DIR = Path(__file__).parent / "data" / "models"
 
@@ -147,8 +151,71 @@ def _quant_from_config(qc: dict[str, Any] | None) -> QuantSpec | None:
     )
 
 
+def _whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is one (4096 or 4096.0); None for bools, fractions, nan, inf, text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _check_counts(section: dict[str, Any], bounds: dict[str, list[int]], where: str, *, fractions: bool = False) -> None:
+    for key, (low, high) in bounds.items():
+        value = section.get(key)
+        if value is None:
+            continue
+        number = value if fractions and isinstance(value, float) and math.isfinite(value) else _whole_number(value)
+        if number is None:
+            raise PlanError(f"{where}{key}: {shown(value)} is not a {'number' if fractions else 'whole number'}")
+        if not low <= number <= high:
+            raise PlanError(f"{where}{key}: {shown(value)} is outside {low}..{high}, the range the kit plans for")
+
+
+def check_config_values(cfg: Any, source: str) -> None:
+    """Refuse config.json values no real model has (layers 1e9, hidden 0, negative, nan, text for a number)
+    before any arithmetic sees them; each error names the config file and the key."""
+    if not isinstance(cfg, dict):
+        raise PlanError(f"{source}: config.json is not a JSON object")
+    for key, kind in (("text_config", dict), ("quantization_config", dict), ("rope_scaling", dict),
+                      ("architectures", list), ("layer_types", list), ("torch_dtype", str), ("model_type", str)):
+        for where, section in ((f"{source}: ", cfg), (f"{source}: text_config.", cfg.get("text_config"))):
+            if isinstance(section, dict) and section.get(key) is not None and not isinstance(section[key], kind):
+                raise PlanError(f"{where}{key}: expected a JSON {'object' if kind is dict else kind.__name__}, "
+                                f"got {shown(section[key])}")
+    for key in ("architectures", "layer_types"):
+        if any(not isinstance(item, str) for item in cfg.get(key) or ()):
+            raise PlanError(f"{source}: {key}: expected a list of names")
+    limits = input_limits()
+    text = cfg.get("text_config") or {}
+    base = {**cfg, **text}
+    _check_counts(base, limits["model_config"], f"{source}: ")
+    quant = cfg.get("quantization_config") or base.get("quantization_config") or {}
+    _check_counts(quant, limits["quantization_config"], f"{source}: quantization_config.")
+    _check_counts(base.get("rope_scaling") or {}, limits["rope_scaling"], f"{source}: rope_scaling.", fractions=True)
+
+
 def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
-    """Build a ModelSpec from a config.json dict; a missing needed field is a PlanError naming it."""
+    """Build a ModelSpec from a config.json dict; a missing, absurd or malformed field is a PlanError naming it."""
+    check_config_values(cfg, source)
+    try:
+        spec = _spec_from_config(cfg, name=name, source=source, weights_bytes=weights_bytes)
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        # Shapes the checks above do not cover (e.g. a list where a mapping belongs deep in quantization_config).
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PlanError(f"{source}: config.json has a value of an unexpected shape ({first[:120]})") from None
+    if spec.is_mla and not spec.qk_rope_head_dim:
+        raise PlanError(f"{source}: qk_rope_head_dim: missing, and a latent-attention model (kv_lora_rank "
+                        f"{spec.kv_lora_rank}) stores its RoPE key beside the latent")
+    if spec.head_dim < 1:
+        raise PlanError(f"{source}: head_dim: hidden_size {spec.hidden_size} / num_attention_heads "
+                        f"{spec.num_attention_heads} is below 1")
+    return spec
+
+
+def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
     # Multimodal wrappers keep the language model under text_config.
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     base = {**cfg, **text} if text else cfg
@@ -226,32 +293,67 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_byt
 
 
 def safetensors_bytes(model_dir: Path) -> int | None:
-    """Checkpoint bytes from the index's metadata.total_size, or by reading local file headers."""
+    """Checkpoint bytes from the index's metadata.total_size, or by reading local file headers.
+
+    Every read is bounded before it happens (kit/data/input_limits.yaml): the index's size, each header's
+    8-byte length prefix against the format's cap, the kit's cap and the file's size, the shard count.
+    """
+    limits = input_limits()
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
-            if total:
-                return int(total)
-        except (OSError, ValueError):
-            pass
+        data = _load_json(index, limits["files"]["safetensors_index_max_bytes"])
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if total is not None:
+            number = _whole_number(total)
+            if number is None or number < 0:
+                raise PlanError(f"{index}: metadata.total_size: {shown(total)} is not a byte count")
+            if number:
+                return number
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         return None
+    caps = limits["safetensors"]
+    if len(files) > caps["shards_max"]:
+        raise PlanError(f"{model_dir}: {len(files)} safetensors files, more than the {caps['shards_max']} the kit reads")
+    budget = caps["headers_total_max_bytes"]
     total = 0
     for file in files:
-        try:
-            with file.open("rb") as fh:
-                (length,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(length))
-        except (OSError, ValueError, struct.error):
-            return None
-        for key, meta in header.items():
-            if key == "__metadata__":
-                continue
-            start, end = meta["data_offsets"]
-            total += end - start
+        tensors, header_bytes = _safetensors_tensor_bytes(file, min(caps["header_read_max_bytes"], budget),
+                                                          caps["format_header_max_bytes"])
+        budget -= header_bytes
+        total += tensors
     return total or None
+
+
+def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tuple[int, int]:
+    """(bytes of the tensors ``file`` holds, bytes of its header), reading only the bounded header."""
+    with open_regular(file, str(file), error=PlanError, what="safetensors file") as (fd, size):
+        prefix = os.pread(fd, 8, 0)
+        if len(prefix) < 8:
+            raise PlanError(f"{file}: shorter than a safetensors header ({size} bytes)")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > format_cap:
+            raise PlanError(f"{file}: header length {length} is beyond the safetensors format's {format_cap} bytes")
+        if 8 + length > size:
+            raise PlanError(f"{file}: header length {length} runs past the end of the file ({size} bytes)")
+        if length > read_cap:
+            raise PlanError(f"{file}: header of {length} bytes is more than the kit reads ({read_cap} bytes left)")
+        raw = os.pread(fd, length, 8)
+    header = _parse_json(raw, str(file))
+    if not isinstance(header, dict):
+        raise PlanError(f"{file}: the safetensors header is not a JSON object")
+    data_size = size - 8 - length
+    total = 0
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
+        if pair is None or None in pair or not 0 <= pair[0] <= pair[1] <= data_size:
+            raise PlanError(f"{file}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
+        total += pair[1] - pair[0]
+    return total, length
 
 
 def catalog_path(model_id: str) -> Path:
@@ -262,13 +364,24 @@ def catalog_ids() -> list[str]:
     return sorted(p.stem.replace("--", "/", 1) for p in CATALOG_DIR.glob("*.json"))
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json(raw: bytes, where: str) -> Any:
+    """JSON text; NaN/Infinity (Python's extension), bad UTF-8 or nesting past the parser's depth are errors."""
+    text = decode_utf8(raw, where, error=PlanError)
     try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read ({exc.strerror})") from exc
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise PlanError(f"{where}: JSON nested too deeply") from None
     except ValueError as exc:
-        raise PlanError(f"{path}: not valid JSON ({exc})") from exc
+        raise PlanError(f"{where}: not valid JSON ({str(exc)[:120]})") from None
+
+
+def _load_json(path: Path, limit: int | None = None) -> Any:
+    limit = limit or input_limits()["files"]["model_config_max_bytes"]
+    return _parse_json(read_capped(path, str(path), limit, error=PlanError, what="JSON file"), str(path))
 
 
 def _from_hub(model_id: str) -> ModelSpec | None:
@@ -297,18 +410,21 @@ def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
         from kit.tinymodel import shape_config
 
         return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
-    path = Path(ref).expanduser()
-    if path.is_dir():
+    path, found = user_path(ref, error=PlanError)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         config = path / "config.json"
         if not config.is_file():
             raise PlanError(f"{path}: no config.json in this directory", hint="point --model at a model directory or its config.json")
         return spec_from_config(_load_json(config), name=path.name, source=str(config), weights_bytes=safetensors_bytes(path))
-    if path.is_file():
+    if found is not None:  # a file; a FIFO or device is refused when read
         return spec_from_config(_load_json(path), name=path.parent.name or path.stem, source=str(path),
                                 weights_bytes=safetensors_bytes(path.parent))
     if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
-        bundled = catalog_path(ref)
-        if bundled.is_file():
+        try:
+            bundled, found = user_path(str(catalog_path(ref)), error=PlanError)
+        except PlanError:  # a name no file can have is not in the catalog
+            bundled, found = catalog_path(ref), None
+        if found is not None:
             return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
         if allow_hub:
             spec = _from_hub(ref)

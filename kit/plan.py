@@ -60,11 +60,13 @@ def parse_version(version: str) -> tuple[int, int, int]:
     for piece in text.split(".")[:3]:
         digits = ""
         for ch in piece:
-            if not ch.isdigit():
+            if ch not in "0123456789":  # str.isdigit() also says yes to "¹", which int() refuses
                 break
             digits += ch
         if not digits:
             break
+        if len(digits) > 6:  # int() of thousands of digits is slow (and refused by Python past 4300)
+            raise PlanError(f"vllm_version {version[:40]!r} is not a version", hint="write it like 0.19.0")
         parts.append(int(digits))
     if not parts:
         raise PlanError(f"vllm_version {version!r} is not a version", hint="write it like 0.19.0")
@@ -158,7 +160,8 @@ class DraftInputs(BaseModel):
 class PlanInputs(BaseModel):
     """What the planner needs; ``None`` means "vLLM's default for this version"."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # nan passes every gt/le check (it compares false) and inf overflows the arithmetic: refuse both.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     model: ModelSpec
     device: Literal["cuda", "cpu"] = "cuda"
@@ -535,47 +538,61 @@ class _Counts(BaseModel):
     small: float = 0  # norms and biases (model dtype)
 
 
-def _layer_is_moe(model: ModelSpec, index: int) -> bool:
-    return model.is_moe and index >= model.first_k_dense_replace and index % max(model.moe_layer_freq, 1) == 0
+def _moe_layers_in(model: ModelSpec, layers: range) -> int:
+    """How many of ``layers`` are MoE layers (index >= first_k_dense_replace and a multiple of moe_layer_freq),
+    counted arithmetically: the planner's cost must not grow with the layer count."""
+    if not model.is_moe or not layers:
+        return 0
+    freq = max(model.moe_layer_freq, 1)
+    low = max(layers.start, model.first_k_dense_replace)
+    first_moe = -(-low // freq) * freq
+    return 0 if first_moe >= layers.stop else (layers.stop - 1 - first_moe) // freq + 1
 
 
 def _stage_counts(model: ModelSpec, tp: int, layers: range, first: bool, last: bool, pp: int) -> _Counts:
+    """Parameter counts of one rank: every layer's attention is alike, and MLPs are MoE or dense, so one of
+    each is counted and multiplied (constant cost whatever the layer count)."""
     h, nh, hd = model.hidden_size, model.num_attention_heads, model.head_dim
-    c = _Counts()
     heads_rank = nh / tp
-    for index in layers:
-        if model.is_mla:
-            nope, rope = model.qk_nope_head_dim or 128, model.qk_rope_head_dim or 64
-            v = model.v_head_dim or 128
-            if model.q_lora_rank:
-                c.linear += h * model.q_lora_rank + model.q_lora_rank * heads_rank * (nope + rope)
-                c.small += model.q_lora_rank
-            else:
-                c.linear += h * heads_rank * (nope + rope)
-            c.linear += h * (model.kv_lora_rank + rope)  # kv_a_proj_with_mqa, replicated
-            c.linear += model.kv_lora_rank * heads_rank * (nope + v)
-            c.linear += heads_rank * v * h
-            c.small += model.kv_lora_rank
+    attn_linear = attn_small = 0.0
+    if model.is_mla:
+        nope, rope = model.qk_nope_head_dim or 128, model.qk_rope_head_dim or 64
+        v = model.v_head_dim or 128
+        if model.q_lora_rank:
+            attn_linear += h * model.q_lora_rank + model.q_lora_rank * heads_rank * (nope + rope)
+            attn_small += model.q_lora_rank
         else:
-            kv_rank = max(model.num_kv_heads // tp, 1)
-            q_out, kv_out = heads_rank * hd, 2 * kv_rank * hd
-            c.linear += h * (q_out + kv_out) + q_out * h
-            if model.attention_bias:
-                c.small += q_out + kv_out
-            if model.qk_norm:
-                c.small += 2 * hd
-        if _layer_is_moe(model, index):
-            n = (model.moe_intermediate_size or model.intermediate_size) / tp
-            c.linear += model.num_experts * 3 * h * n
-            c.dense16 += h * model.num_experts  # router
-            if model.shared_expert_intermediate_size:
-                c.linear += 3 * h * model.shared_expert_intermediate_size / tp
-                c.dense16 += h  # shared expert gate
-            elif model.num_shared_experts:
-                c.linear += model.num_shared_experts * 3 * h * n
-        else:
-            c.linear += 3 * h * model.intermediate_size / tp
-        c.small += 2 * h
+            attn_linear += h * heads_rank * (nope + rope)
+        attn_linear += h * (model.kv_lora_rank + rope)  # kv_a_proj_with_mqa, replicated
+        attn_linear += model.kv_lora_rank * heads_rank * (nope + v)
+        attn_linear += heads_rank * v * h
+        attn_small += model.kv_lora_rank
+    else:
+        kv_rank = max(model.num_kv_heads // tp, 1)
+        q_out, kv_out = heads_rank * hd, 2 * kv_rank * hd
+        attn_linear += h * (q_out + kv_out) + q_out * h
+        if model.attention_bias:
+            attn_small += q_out + kv_out
+        if model.qk_norm:
+            attn_small += 2 * hd
+    moe_linear = moe_dense16 = 0.0
+    if model.is_moe:
+        n = (model.moe_intermediate_size or model.intermediate_size) / tp
+        moe_linear += model.num_experts * 3 * h * n
+        moe_dense16 += h * model.num_experts  # router
+        if model.shared_expert_intermediate_size:
+            moe_linear += 3 * h * model.shared_expert_intermediate_size / tp
+            moe_dense16 += h  # shared expert gate
+        elif model.num_shared_experts:
+            moe_linear += model.num_shared_experts * 3 * h * n
+    dense_linear = 3 * h * model.intermediate_size / tp
+    moe_layers = _moe_layers_in(model, layers)
+    dense_layers = len(layers) - moe_layers
+    c = _Counts(
+        linear=len(layers) * attn_linear + moe_layers * moe_linear + dense_layers * dense_linear,
+        dense16=moe_layers * moe_dense16,
+        small=len(layers) * (attn_small + 2 * h),
+    )
     vocab_rank = padded_vocab(model.vocab_size) / tp
     if first:
         c.dense16 += vocab_rank * h
@@ -620,8 +637,8 @@ def _stage_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last:
     tp = r.tensor_parallel_size
     act = DTYPE_BYTES[r.dtype]
     h = model.hidden_size
-    has_dense = any(not _layer_is_moe(model, i) for i in layers)
-    has_moe = any(_layer_is_moe(model, i) for i in layers)
+    moe_layers = _moe_layers_in(model, layers)
+    has_dense, has_moe = moe_layers < len(layers), moe_layers > 0
     # Forward pass: residual + normed hidden state, then the MLP's gate_up output and activation.
     dense = tokens * (2 * h + 3 * model.intermediate_size / tp) * act if has_dense else 0.0
     q_heads = model.num_attention_heads / tp
@@ -659,8 +676,8 @@ def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, l
     tp = r.tensor_parallel_size
     act = DTYPE_BYTES[r.dtype]
     h = model.hidden_size
-    has_dense = any(not _layer_is_moe(model, i) for i in layers)
-    has_moe = any(_layer_is_moe(model, i) for i in layers)
+    moe_layers = _moe_layers_in(model, layers)
+    has_dense, has_moe = moe_layers < len(layers), moe_layers > 0
     dense = tokens * (4 * h + 3 * model.intermediate_size / tp) * act if has_dense else 0.0
     attn = tokens * (h + model.num_attention_heads / tp * model.head_dim * 3) * act
     forward = max(dense, attn)
@@ -875,8 +892,34 @@ def _blocks(stage: _Stage, block: int) -> int:
     return int(stage.kv_bytes // (block * stage.per_token))
 
 
+# The model families whose parameter layout the planner counts (dense GQA decoders, Qwen/Mixtral MoE, DeepSeek
+# MLA) and was checked against (kit/data/models, kit/data/calibration.yaml, tests/unit/test_plan.py). Others are
+# planned as a generic decoder and the plan says so.
+PLANNED_ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+})
+# Quantisation families whose weight packing _linear_bytes_per_param models.
+PLANNED_QUANT_FAMILIES = frozenset({"awq", "gptq", "fp8", "bitsandbytes", "compressed-tensors", "modelopt"})
+
+
+def _unknown_inputs(model: ModelSpec, r: _Resolved) -> list[str]:
+    """What the planner does not know and sized by assumption: said in the plan, never silently."""
+    reasons = []
+    if model.architecture not in PLANNED_ARCHITECTURES:
+        reasons.append(f"architecture {model.architecture[:60]} is not one the planner models: sized as a generic "
+                       "decoder (attention and MLP per layer)")
+    family = _QUANT_FAMILY.get(r.quantization or "", r.quantization)
+    if family is not None and family not in PLANNED_QUANT_FAMILIES:
+        reasons.append(f"quantization method {r.quantization[:40]} is unknown to the planner: linear weights sized "
+                       f"as {r.weight_bits or 8:g}-bit without scales")
+    if model.torch_dtype not in DTYPE_BYTES:
+        reasons.append(f"torch_dtype {model.torch_dtype[:40]} is unknown to the planner: weights sized as {r.dtype}")
+    return reasons
+
+
 def _approximate(model: ModelSpec, r: _Resolved, gpu_unified: bool, notes: list[str]) -> dict[str, Any]:
-    reasons = list(notes)
+    reasons = list(notes) + _unknown_inputs(model, r)
     if model.is_hybrid:
         reasons.append(
             "sliding-window / hybrid attention: vLLM gives sliding-window layers their own KV groups; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
-from kit.errors import PresetError, Problem
+from kit.errors import PresetError, Problem, shown
+from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
@@ -74,7 +76,9 @@ def _whole_bytes(text: str, value: float) -> int:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "inf" and "nan" pass every range check pydantic makes (nan compares false), so
+    # they are refused as numbers outright.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Hardware(Strict):
@@ -141,7 +145,7 @@ class Engine(BaseModel):
     snapshot of the pinned vLLM version (kit/data/flags/).
     """
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
+    model_config = ConfigDict(extra="allow", validate_assignment=True, allow_inf_nan=False)
 
     tensor_parallel_size: int | None = Field(None, ge=1)
     pipeline_parallel_size: int | None = Field(None, ge=1)
@@ -374,12 +378,12 @@ def find_preset(ref: str) -> Path:
     """A preset name from presets/, or a path to a preset file of the user's own."""
     looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
     if looks_like_path:
-        path = Path(ref).expanduser()
-        if not path.is_file():
+        path, found = user_path(ref, error=PresetError)
+        if found is None:
             raise PresetError(f"{ref}: no such preset file")
-        return path
-    path = PRESETS_DIR / f"{ref}.yaml"
-    if path.is_file():
+        return path  # a directory, FIFO or device is refused when read, with what it is
+    path, found = user_path(str(PRESETS_DIR / f"{ref}.yaml"), error=PresetError)
+    if found is not None and stat.S_ISREG(found.st_mode):
         return path
     names = preset_names()
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
@@ -396,15 +400,144 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+# Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.
+PRESET_MAX_DEPTH = 32
+
+
+class PresetLoader(yaml.SafeLoader):
+    """Safe YAML with a preset's rules.
+
+    - No aliases: ``*name`` can expand a few hundred bytes into gigabytes (the "billion laughs"), and a
+      preset this small gains nothing from them.
+    - YAML 1.1's extra scalar types are not guessed: ``yes``/``no``/``on``/``off``, ``0x1f``, ``0o17``,
+      ``1:30``, ``.inf``, ``.nan`` and dates stay text, so the field's type decides (pydantic reads
+      ``yes`` as true for a boolean field, and ``no`` stays the string "no" for a name). Only ``true``/``false``,
+      ``null``/``~``, decimal integers and decimal fractions are typed here.
+    """
+
+    yaml_implicit_resolvers: dict = {}
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML alias *{event.anchor} is not allowed in a preset; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+# At most 18 digits: longer numbers stay text (and fail as the field's type), never a giant int.
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]{0,17})$"), list("-+0123456789"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]{1,18}\.[0-9]{0,18}|\.[0-9]{1,18})(?:[eE][-+]?[0-9]{1,3})?$"),
+    list("-+0123456789."))
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """One line: where in the text, and what."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character #x{exc.character:04x} at offset {exc.position} is not allowed in YAML"
+    mark = getattr(exc, "problem_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return at + (getattr(exc, "problem", None) or "malformed YAML")
+
+
+def _duplicate_key(node: yaml.Node) -> str | None:
+    """The first mapping key given twice anywhere under ``node``, as 'path (lines a and b)'."""
+    stack: list[tuple[yaml.Node, str, int]] = [(node, "", 0)]
+    while stack:
+        current, path, depth = stack.pop()
+        if depth > PRESET_MAX_DEPTH:
+            raise RecursionError
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in current.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                if isinstance(key, yaml.ScalarNode) and name in seen:
+                    return (f"{path + '.' if path else ''}{name}: given twice (lines {seen[name] + 1} and "
+                            f"{key.start_mark.line + 1}); a later value would silently win")
+                seen[name] = key.start_mark.line
+                stack.append((value, f"{path + '.' if path else ''}{name}", depth + 1))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(current.value))
+    return None
+
+
+def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) -> Any:
+    """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``.
+
+    ``malformed_as_text``: text that is not well-formed YAML is returned as it is (an override value); aliases,
+    duplicate keys and too deep nesting are refused all the same.
+    """
+    loader = None
+    try:
+        loader = PresetLoader(text)  # refuses unprintable characters already
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicate = _duplicate_key(node)
+        if duplicate:
+            raise PresetError(f"{where}: {duplicate}", hint="keep one of them")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        if malformed_as_text and isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)):
+            return text
+        syntax = not isinstance(exc, yaml.composer.ComposerError)  # an alias is refused, not misspelt
+        raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax" if syntax else None) from None
+    except RecursionError:
+        raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings_in(k), *_strings_in(v))]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings_in(item)]
+    return []
+
+
+def parse_override_value(raw: str, where: str) -> Any:
+    """The value of ``KEY=VALUE``, typed like a preset file's plain scalar.
+
+    A plain value is taken whole: ``#``, ``: ``, quotes inside, a leading ``*`` or ``!`` are text, never YAML
+    syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). Only a value in
+    brackets or braces is parsed as a YAML flow list or mapping, and one in matching quotes as a quoted
+    string, by the same rules as the file; one that is not well-formed stays text, and the field's type
+    judges it (a list field refuses ``[1, 2``; a JSON-string flag takes ``{not json`` to check later).
+    """
+    if raw == "":
+        return ""
+    flow = raw[0] in "[{" or (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"")
+    if not flow:
+        loader = PresetLoader("")
+        try:  # the file's rules for a plain scalar, applied to the whole text
+            tag = loader.resolve(yaml.ScalarNode, raw, (True, False))
+            return loader.construct_object(yaml.ScalarNode(tag, raw))
+        finally:
+            loader.dispose()
+    value = load_preset_yaml(raw, where, malformed_as_text=True)
+    if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
+        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
+                          hint="quote the item that holds the #")
+    return value
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
+    if not sep or not key or any(not part.strip() for part in key.split(".")):
         raise PresetError(f"override {text!r}: expected SECTION.FIELD=VALUE, e.g. engine.max_model_len=16384")
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
+    return key.split("."), parse_override_value(raw, f"override {key}")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -429,15 +562,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def read_preset_file(path: Path) -> dict[str, Any]:
     where = display_path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise PresetError(f"{where}:{at}: {problem}", hint="fix the YAML syntax") from None
-    except OSError as exc:
-        raise PresetError(f"{where}: cannot read ({exc.strerror})") from None
+    raw = read_capped(path, where, input_limits()["files"]["preset_max_bytes"], error=PresetError, what="preset file")
+    data = load_preset_yaml(decode_utf8(raw, where, error=PresetError), where)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -471,9 +597,21 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
         else:
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
-                message += f" (got {err['input']!r})"
+                message += f" (got {shown(err['input'])})"
+            if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+                hint = "YAML reads an unquoted number or true/false as one: quote the value"
         problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
     return problems
+
+
+def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _out_of_range_numbers(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _out_of_range_numbers(item, f"{path}[{i}]")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:
+        return [path]
+    return []
 
 
 def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
@@ -487,4 +625,9 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
         preset = Preset.model_validate(data)
     except ValidationError as exc:
         raise PresetError(f"{where}: invalid preset", problems=problems_from_validation(exc, where)) from None
+    huge = _out_of_range_numbers(preset.model_dump())
+    if huge:
+        raise PresetError(f"{where}: invalid preset", problems=[
+            Problem(f"{where}: {field}", f"beyond {NUMBER_MAX} (2**53), the largest number the kit takes")
+            for field in huge])
     return path.stem, path, preset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from kit.errors import KitError, Problem
@@ -11,16 +12,19 @@ from kit.preset import Preset
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
+    from kit.inputfiles import user_path
     from kit.modelinfo import TINY_MODEL_REF, load_model_spec
 
     model = preset.model
     if model.is_local:
-        candidates = [Path(model.id).expanduser()]
+        candidates = [model.id]
         if base_dir is not None and not Path(model.id).is_absolute():
-            candidates.insert(0, base_dir / model.id)
-        for path in candidates:
-            if (path / "config.json").is_file():
-                return load_model_spec(str(path))
+            candidates.insert(0, str(base_dir / model.id))
+        for candidate in candidates:
+            # user_path: a name the OS refuses (too long, an unknown ~user) is a KitError, not an OSError
+            config, found = user_path(f"{candidate}/config.json")
+            if found is not None and stat.S_ISREG(found.st_mode):
+                return load_model_spec(str(config.parent))
         if model.generate == "tiny-llama":
             return load_model_spec(TINY_MODEL_REF)
         return None
@@ -89,10 +93,19 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
 
 def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tuple[Plan | None, list[Problem]]:
     """The plan, or None with a warning when the model's shape is unknown offline."""
+    from pydantic import ValidationError
+
+    from kit.errors import shown
+
     try:
         inputs = plan_inputs_for(preset, base_dir)
     except KitError as exc:
         return None, [Problem(f"{where}: model.id", f"no memory plan: {exc.message}", exc.hint)]
+    except ValidationError as exc:  # a value the planner cannot take (e.g. an unknown kv_cache_dtype)
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        field = f"engine.{name}" if name in type(preset.engine).model_fields else name or "engine"
+        return None, [Problem(f"{where}: {field}", f"no memory plan: {first['msg']} (got {shown(first.get('input'))})")]
     if inputs is None:
         return None, [Problem(f"{where}: model.id", "no memory plan: the local model directory does not exist yet")]
     try:

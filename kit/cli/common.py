@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
 import click
 
-from kit.errors import KitError
+from kit.errors import KitError, one_line
+from kit.inputfiles import NUMBER_MAX
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing nan and inf: nan compares false, so it slips through any range check."""
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def count_option_type(minimum: int = 1) -> click.IntRange:
+    """A whole-number option: at least ``minimum``, at most NUMBER_MAX (a usage error otherwise)."""
+    return click.IntRange(min=minimum, max=NUMBER_MAX)
 
 
 def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: tuple[str, ...] = ()) -> tuple[
@@ -56,7 +73,7 @@ def fail(error: KitError) -> None:
     for line in error.lines():
         click.secho(line, fg="red", err=True)
     if error.hint:
-        click.echo(f"hint: {error.hint}", err=True)
+        click.echo(one_line(f"hint: {error.hint}"), err=True)
 
 
 def preset_arguments(func):  # noqa: ANN001 - click decorator

@@ -8,20 +8,35 @@ import click
 
 from kit import __version__
 from kit.cli.common import fail
-from kit.errors import KitError
+from kit.errors import KitError, one_line
 
 
 class KitGroup(click.Group):
-    """Turns a KitError into one red line per problem and exit 1; a traceback only with -v."""
+    """Turns a KitError into one red line per problem and exit 1; a traceback only with -v.
+
+    Anything else that escapes a command is a bug in the kit, but the user still gets one line (and exit 1)
+    rather than a page of Python: the traceback is there with -v for the bug report.
+    """
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
+        def verbose() -> bool:  # read when it fails: the group's callback sets ctx.obj inside super().invoke
+            return bool(ctx.obj and ctx.obj.get("verbose"))
+
         try:
             return super().invoke(ctx)
         except KitError as error:
-            if ctx.obj and ctx.obj.get("verbose"):
+            if verbose():
                 raise
             fail(error)
             ctx.exit(error.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # usage errors (exit 2) and deliberate exits are click's to report
+        except Exception as error:  # noqa: BLE001 - the last line of the one-line policy
+            if verbose():
+                raise
+            click.secho(one_line(f"internal error: {type(error).__name__}: {error}"), fg="red", err=True)
+            click.echo("hint: this is a bug in vllm-kit; run again with -v for the traceback and report it", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=KitGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import click
+from pydantic import ValidationError
 
-from kit.cli.common import print_json, split_args
+from kit.cli.common import FiniteFloatRange, count_option_type, print_json, split_args
+from kit.errors import PlanError, shown
 from kit.modelinfo import load_model_spec
 from kit import plan as planner
 from kit.plan import DEFAULT_VLLM_VERSION, Plan, PlanInputs, find_gpu
 
+# A sanity cap, not a hardware fact: a thousand times the largest GPU or host memory in use today.
+GPU_MEMORY_GIB_MAX = 1 << 20
 KV_DTYPES = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 DTYPES = ["auto", "bfloat16", "float16", "float32", "half"]
 
@@ -42,25 +46,30 @@ def plan_inputs_from_options(
         gpu_name = info.key
         if gpu_memory_gib is None:
             gpu_memory_gib = info.memory_gib
-    return PlanInputs(
-        model=spec,
-        device=device,  # type: ignore[arg-type]
-        gpu_memory_gib=gpu_memory_gib,
-        gpu_name=gpu_name,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        dtype=dtype,  # type: ignore[arg-type]
-        quantization=quantization,
-        kv_cache_dtype=kv_cache_dtype,  # type: ignore[arg-type]
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        enforce_eager=enforce_eager,
-        vllm_version=vllm_version,
-        block_size=block_size,
-        cpu_kvcache_space_gib=cpu_kvcache_space_gib,
-    )
+    try:
+        return PlanInputs(
+            model=spec,
+            device=device,  # type: ignore[arg-type]
+            gpu_memory_gib=gpu_memory_gib,
+            gpu_name=gpu_name,
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            dtype=dtype,  # type: ignore[arg-type]
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,  # type: ignore[arg-type]
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enforce_eager=enforce_eager,
+            vllm_version=vllm_version,
+            block_size=block_size,
+            cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+        )
+    except ValidationError as exc:  # a caller other than the CLI (whose options are range-checked) passed bad values
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise PlanError(f"{field}: {first['msg']} (got {shown(first.get('input'))})") from None
 
 
 def format_plan(result: Plan) -> str:
@@ -94,21 +103,22 @@ def format_plan(result: Plan) -> str:
 @click.option("--preset", "preset_option", metavar="NAME", help="Plan a preset (same as preset=NAME); KEY=VALUE overrides.")
 @click.option("--model", metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
 @click.option("--gpu", metavar="NAME", help="GPU from the catalog (see `kit gpus`).")
-@click.option("--gpu-memory-gib", type=float, metavar="X", help="Total GPU memory as CUDA reports it (host RAM with --device cpu).")
+@click.option("--gpu-memory-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), metavar="X",
+              help="Total GPU memory as CUDA reports it (host RAM with --device cpu).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
-@click.option("--tp", "--tensor-parallel-size", "tp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--pp", "--pipeline-parallel-size", "pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--tp", "--tensor-parallel-size", "tp", type=count_option_type(), default=1, show_default=True)
+@click.option("--pp", "--pipeline-parallel-size", "pp", type=count_option_type(), default=1, show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
 @click.option("--quantization", metavar="Q", help="awq, awq_marlin, gptq, gptq_marlin, fp8, ... (default: the checkpoint's)")
 @click.option("--kv-cache-dtype", type=click.Choice(KV_DTYPES), default="auto", show_default=True)
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), help="Default: vLLM's for the version.")
-@click.option("--max-model-len", type=click.IntRange(min=1))
-@click.option("--max-num-seqs", type=click.IntRange(min=1))
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
+@click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), help="Default: vLLM's for the version.")
+@click.option("--max-model-len", type=count_option_type())
+@click.option("--max-num-seqs", type=count_option_type())
+@click.option("--max-num-batched-tokens", type=count_option_type())
 @click.option("--enforce-eager", is_flag=True)
 @click.option("--vllm-version", default=DEFAULT_VLLM_VERSION, show_default=True)
-@click.option("--block-size", type=click.IntRange(min=1))
-@click.option("--cpu-kvcache-space-gib", type=click.FloatRange(0, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
+@click.option("--block-size", type=count_option_type())
+@click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | None, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import click
+from kit.cli.common import FiniteFloatRange
 
 from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
 from kit.errors import SmokeError
@@ -20,7 +21,7 @@ from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
 @click.option("--port", type=int, help="Host port on 127.0.0.1 (default: the preset's).")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Build offline from this wheelhouse if the image is missing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
-@click.option("--timeout", type=float, help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
+@click.option("--timeout", type=FiniteFloatRange(0, 86400, min_open=True), help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
 @click.option("--keep", is_flag=True, help="Leave the stack running.")
 @click.option("--json", "as_json", is_flag=True)
 def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
