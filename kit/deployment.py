@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from kit.datafiles import gpu_catalog, vllm_table
+from kit.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.errors import PresetError
 from kit.preset import Preset, check_pinned_ref
 
@@ -27,6 +27,11 @@ VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 # read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
 LAUNCHER_FILE = "ray_node.py"
 LAUNCHER_DIR = "/opt/kit"
+# One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
+# which exits when /health stops answering while the server process lives, so the restart policy acts.
+WATCHDOG_FILE = "serve_watchdog.py"
+# The watchdog polls as the compose healthcheck does: every 15 s, 10 s timeout, 4 failures in a row.
+WATCHDOG_INTERVAL, WATCHDOG_TIMEOUT, WATCHDOG_FAILURES = 15, 10, 4
 HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
 WORKER_SERVICE = "ray-worker"
 # Ports Ray itself takes on every node with its defaults (besides the GCS and dashboard ports the preset
@@ -55,6 +60,23 @@ class RunUser:
     @property
     def spec(self) -> str:
         return f"{self.uid}:{self.gid}"
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """The server container's runtime limits (kit/data/hardening.yaml): capabilities, read-only root, pids."""
+
+    cap_add: list[str]  # added back after dropping ALL
+    cap_add_reason: str
+    tmpfs: dict[str, str]  # writable paths on a read-only root: container path -> size
+    tmpfs_reasons: dict[str, str]
+    pids_limit: int
+    watchdog: list[str]  # one node: the entrypoint prefix that runs the server under serve_watchdog.py
+
+    @property
+    def compose_tmpfs(self) -> list[str]:
+        # exec: Triton/Inductor dlopen what they compile there; 1777: the run user's uid differs per image.
+        return [f"{path}:size={size},mode=1777,exec" for path, size in self.tmpfs.items()]
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,7 @@ class Deployment:
     labels: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     cluster: ClusterPlan | None = None  # several nodes: head and worker roles
+    hardening: Hardening | None = None
 
     @property
     def gpus_total(self) -> int:
@@ -384,6 +407,25 @@ def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
     return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
 
 
+def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
+    """Capabilities per strategy, tmpfs paths (HOME resolved to the run user's), the pids limit, the watchdog."""
+    rules = load_yaml("hardening.yaml")
+    strategy = preset.image.strategy
+    tmpfs, reasons = {}, {}
+    for path, spec in rules["tmpfs"].items():
+        where = home if path == "HOME" else path
+        tmpfs[where], reasons[where] = spec["size"], spec["why"]
+    watchdog = [
+        python, f"{LAUNCHER_DIR}/{WATCHDOG_FILE}", "--url", f"http://127.0.0.1:{CONTAINER_PORT}/health",
+        "--grace", str(start_period), "--interval", str(WATCHDOG_INTERVAL), "--timeout", str(WATCHDOG_TIMEOUT),
+        "--failures", str(WATCHDOG_FAILURES), "--",
+    ]
+    return Hardening(
+        cap_add=list(rules["cap_add"].get(strategy, [])), cap_add_reason=rules["cap_add_reason"].get(strategy, ""),
+        tmpfs=tmpfs, tmpfs_reasons=reasons, pids_limit=int(rules["pids_limit"]), watchdog=watchdog,
+    )
+
+
 def python_for(preset: Preset) -> str:
     layout = official_layout_for(preset)
     return layout["python"] if layout else f"{VENV}/bin/python"
@@ -450,6 +492,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         start_period += cluster.join_timeout
         start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
     repository = img.repository or f"vllm-kit/{name}"
+    run_user = run_user_for(preset, chosen is not None)
     gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
     notes: list[str] = []
     if min_driver:
@@ -492,7 +535,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         image_repository=repository,
         entrypoint=entrypoint,
         python=python,
-        run_user=run_user_for(preset, chosen is not None),
+        run_user=run_user,
         official_layout=official_layout_for(preset),
         fetch_command=fetch_command_for(preset, python, model_arg),
         served_model_name=served,
@@ -509,4 +552,5 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         labels=labels,
         notes=notes,
         cluster=cluster,
+        hardening=hardening_for(preset, python, run_user.home, start_period),
     )

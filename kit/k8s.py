@@ -136,11 +136,20 @@ def pod_security(d: dep.Deployment) -> dict[str, Any]:
 
 
 def container_security(d: dep.Deployment) -> dict[str, Any]:
+    # The capability set and writable paths compose uses (kit/data/hardening.yaml); the root stays read-only.
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if d.strategy == "cpu":
-        # The CPU backend binds threads and memory to NUMA nodes (mbind/set_mempolicy need SYS_NICE).
-        capabilities["add"] = ["SYS_NICE"]
-    return {"allowPrivilegeEscalation": False, "capabilities": capabilities}
+    if d.hardening.cap_add:
+        capabilities["add"] = list(d.hardening.cap_add)
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": capabilities}
+
+
+def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
+    """emptyDirs where the server writes on a read-only root (compose's tmpfs mounts): /tmp and HOME."""
+    vols, mounts = [], []
+    for number, (path, size) in enumerate(d.hardening.tmpfs.items()):
+        vols.append({"name": f"writable-{number}", "emptyDir": {"sizeLimit": k8s_quantity(size)}})
+        mounts.append({"name": f"writable-{number}", "mountPath": path})
+    return vols, mounts
 
 
 def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -178,6 +187,9 @@ def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, l
     if d.model_mount:
         vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": True}})
         mounts.append({"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True})
+    writable, writable_mounts = writable_volumes(d)
+    vols += writable
+    mounts += writable_mounts
     if launcher_map:
         vols.append({"name": "launcher", "configMap": {"name": launcher_map}})
         mounts.append({"name": "launcher", "mountPath": dep.LAUNCHER_DIR, "readOnly": True})
@@ -192,7 +204,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
         "command": list(d.fetch_command),
         "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
         "envFrom": secret_env(d),
-        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models")],
+        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
         "securityContext": container_security(d),
     }
 

@@ -50,6 +50,10 @@ class RenderContext:
         return f"./{dep.LAUNCHER_FILE}:{dep.LAUNCHER_DIR}/{dep.LAUNCHER_FILE}"
 
     @property
+    def watchdog_mount(self) -> str:
+        return f"./{dep.WATCHDOG_FILE}:{dep.LAUNCHER_DIR}/{dep.WATCHDOG_FILE}:ro"
+
+    @property
     def published_port(self) -> str:
         rt = self.d.preset.runtime
         return f"{rt.bind_address}:{rt.port}:{self.port}"
@@ -91,11 +95,11 @@ def image_ref_for(d: Deployment, dockerfile: str, requirements: str) -> str:
 TARGETS = ("compose", "k8s")
 
 
-def launcher_text() -> str:
-    """The Ray node launcher, shipped beside the stack as it is in the kit (it runs in the image)."""
+def launcher_text(name: str = dep.LAUNCHER_FILE) -> str:
+    """A launcher (Ray node, serve watchdog), shipped beside the stack as it is in the kit (it runs in the image)."""
     from importlib import resources
 
-    return resources.files("kit.launch").joinpath(dep.LAUNCHER_FILE).read_text(encoding="utf-8")
+    return resources.files("kit.launch").joinpath(name).read_text(encoding="utf-8")
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
@@ -105,10 +109,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
-    cap_add, cap_reason = [], ""
-    if d.strategy == "cpu":
-        cap_add = ["SYS_NICE"]
-        cap_reason = "the CPU backend binds threads and memory to NUMA nodes (mbind/set_mempolicy need SYS_NICE)"
+    cap_add, cap_reason = d.hardening.cap_add, d.hardening.cap_add_reason
 
     requirements = requirements_text(d)
     draft = RenderContext(d=d, image_ref="")
@@ -133,6 +134,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
         files["compose.yaml"] = render_template("compose.yaml.j2", c=ctx)
+        files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
     else:
         for role in ("head", "worker"):
             files[f"compose.{role}.yaml"] = render_template("cluster.compose.yaml.j2", c=replace(ctx, role=role))

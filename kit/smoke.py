@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit import vllmlog
+from kit.deployment import WATCHDOG_FILE
 from kit.docker_engine import docker_client
 from kit.pipeline import Prepared
 from kit.stack import Stack
@@ -59,7 +60,10 @@ def server_pids(host, marker: str = SERVER_MODULE) -> list[int]:  # noqa: ANN001
     # "[v]llm" keeps grep's own command line from matching.
     out = host.run(f"grep -l -a '[{marker[0]}]{marker[1:]}' /proc/[0-9]*/cmdline").stdout
     pids = sorted(int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", out))
-    return [p for p in pids if p != 1 and host.file(f"/proc/{p}/status").exists]
+    # The serve watchdog carries the server's argv after `--`: it is the server's parent, not the server.
+    launchers = host.run(f"grep -l -a '[{WATCHDOG_FILE[0]}]{WATCHDOG_FILE[1:]}' /proc/[0-9]*/cmdline").stdout
+    skip = {1} | {int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", launchers)}
+    return [p for p in pids if p not in skip and host.file(f"/proc/{p}/status").exists]
 
 
 def uid_of(host, pid: int) -> int:  # noqa: ANN001

@@ -24,6 +24,10 @@ BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
 CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
 
 
+WATCHDOG_FAST = ["runtime.env.KIT_WATCHDOG_INTERVAL=3", "runtime.env.KIT_WATCHDOG_TIMEOUT=3",
+                 "runtime.env.KIT_WATCHDOG_FAILURES=3"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -116,7 +120,8 @@ def cpu_stack(cpu_image, cpu_wheelhouse, tmp_path_factory):
     """The `cpu` stack running with the tiny model; removed (with its volumes) at the end, even on failure."""
     port = free_port()
     out = tmp_path_factory.mktemp("cpu-stack")
-    prepared = prepare("cpu", [f"runtime.port={port}"], base_image=BASE_IMAGE)
+    # The serve watchdog's polls shortened (3 s apart, 3 s timeout, 3 failures) so the hung-server test is quick.
+    prepared = prepare("cpu", [f"runtime.port={port}", *WATCHDOG_FAST], base_image=BASE_IMAGE)
     render_into(prepared, out)
     env = write_smoke_env(out)
     project = f"kit-test-cpu-{os.getpid()}"

@@ -138,3 +138,39 @@ def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_cl
     networks = [n.name for n in docker_client.networks.list() if n.name.startswith("kit-smoke-cpu-")]
     volumes = [v.name for v in docker_client.volumes.list() if v.name.startswith("kit-smoke-cpu-")]
     assert leftovers == networks == volumes == []
+
+
+def wait_restarted_healthy(container, restarts: int, window: float) -> float | None:
+    """Seconds until the container has restarted and is healthy again, or None after ``window`` seconds."""
+    start = time.monotonic()
+    while time.monotonic() - start < window:
+        container.reload()
+        if container.attrs["RestartCount"] > restarts and container.attrs["State"].get("Health", {}).get("Status") == "healthy":
+            return time.monotonic() - start
+        time.sleep(2)
+    return None
+
+
+def test_hung_server_is_restarted_by_the_watchdog(cpu_stack):
+    """Issue 11.7: SIGSTOP the API server (its process lives, /health never answers): the serve watchdog stops it
+    and exits 1, the restart policy starts the container again, and /health answers. The stack's watchdog polls
+    every 3 s with a 3 s timeout and gives up after 3 failures (conftest WATCHDOG_FAST)."""
+    container = cpu_stack.stack.container()
+    container.reload()
+    restarts = container.attrs["RestartCount"]
+    host = infra_host(container.id)
+    pids = server_pids(host)
+    assert pids, "no server process to stop"
+    stopped = container.exec_run(["kill", "-STOP", str(pids[0])])
+    assert stopped.exit_code == 0, stopped.output
+    window = cpu_stack.prepared.deployment.healthcheck_start_period + 120
+    took = wait_restarted_healthy(container, restarts, window)
+    if took is None:
+        pytest.fail(f"not restarted and healthy within {window} s: {cpu_stack.stack.logs_tail(30)}")
+    logs = container.logs().decode(errors="replace")
+    assert "failed 3 times in a row while the server process lives" in logs
+    from kit.smoke import http
+
+    status, _ = http("GET", f"http://127.0.0.1:{cpu_stack.port}/health")
+    assert status == 200
+    print(f"SIGSTOP -> healthy again after {took:.0f} s")

@@ -188,7 +188,8 @@ def test_entrypoint_command_and_probes_agree(rendered, name):
     assert d.fetch_command[0] == d.python
     if "compose.yaml" in prepared.files:
         svc = compose_of(prepared.files)
-        assert "entrypoint" not in svc and svc["command"] == d.serve_args
+        # The serve watchdog wraps the image's own entrypoint (tests/unit/test_harden_render.py).
+        assert svc["entrypoint"] == d.hardening.watchdog + d.entrypoint and svc["command"] == d.serve_args
         assert svc["healthcheck"]["test"][:3] == ["CMD", d.python, "-c"]
     k8s = prepare(name, target="k8s").files
     if "k8s/deployment.yaml" in k8s:
