@@ -408,7 +408,12 @@ def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
 
 
 def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
-    """Capabilities per strategy, tmpfs paths (HOME resolved to the run user's), the pids limit, the watchdog."""
+    """Capabilities per strategy, tmpfs paths (HOME resolved to the run user's), the pids limit, the watchdog.
+
+    The watchdog waits twice the healthcheck's start period for a first healthy answer: unlike the healthcheck,
+    which only marks the container, it restarts the server, and a first load that outlasts the estimate (a slow
+    disk, a busy host) would otherwise be killed and start over for ever.
+    """
     rules = load_yaml("hardening.yaml")
     strategy = preset.image.strategy
     tmpfs, reasons = {}, {}
@@ -417,7 +422,7 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
         tmpfs[where], reasons[where] = spec["size"], spec["why"]
     watchdog = [
         python, f"{LAUNCHER_DIR}/{WATCHDOG_FILE}", "--url", f"http://127.0.0.1:{CONTAINER_PORT}/health",
-        "--grace", str(start_period), "--interval", str(WATCHDOG_INTERVAL), "--timeout", str(WATCHDOG_TIMEOUT),
+        "--grace", str(2 * start_period), "--interval", str(WATCHDOG_INTERVAL), "--timeout", str(WATCHDOG_TIMEOUT),
         "--failures", str(WATCHDOG_FAILURES), "--",
     ]
     return Hardening(

@@ -51,7 +51,7 @@ def test_every_preset_runs_hardened(preset):
     assert svc["entrypoint"][cut + 1:] == p.deployment.entrypoint
     assert svc["command"] == p.deployment.serve_args
     grace = svc["entrypoint"][svc["entrypoint"].index("--grace") + 1]
-    assert int(grace) == p.deployment.healthcheck_start_period
+    assert int(grace) == 2 * p.deployment.healthcheck_start_period
     assert f"./{WATCHDOG_FILE}:{LAUNCHER_DIR}/{WATCHDOG_FILE}:ro" in svc["volumes"]
     from kit.render import launcher_text
 
