@@ -75,8 +75,9 @@ class Hardening:
 
     @property
     def compose_tmpfs(self) -> list[str]:
-        # exec: Triton/Inductor dlopen what they compile there; 1777: the run user's uid differs per image.
-        return [f"{path}:size={size},mode=1777,exec" for path, size in self.tmpfs.items()]
+        # exec: Triton/Inductor dlopen what they compile there. Docker copies the image's directory (content,
+        # owner, mode) into a tmpfs, so HOME keeps the ownership the image gave it (seen: `/proc/mounts`, `ls -la`).
+        return [f"{path}:size={size},exec" for path, size in self.tmpfs.items()]
 
 
 @dataclass(frozen=True)
