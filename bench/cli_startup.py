@@ -1,0 +1,71 @@
+"""Start-up time of the `kit` command line against `python -c pass`, measured in the same run.
+
+Prints, for each case, the median wall time of N runs and its ratio to a bare interpreter start, with the
+load average beside it (the figures are only comparable on a quiet machine). Targets (issue 14): --help,
+CMD --help and completion within 0.25 s, a render within 0.6 s. Figures are printed, not asserted.
+
+    python bench/cli_startup.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+KIT = [sys.executable, "-m", "kit.cli.main"]
+
+
+def cases(out_dir: str) -> list[tuple[str, list[str], dict[str, str], float | None]]:
+    """(label, argv, extra environment, target seconds)."""
+    def complete(words: str) -> dict[str, str]:
+        # click's bash protocol: the words typed so far and the index of the one being completed.
+        return {"_KIT_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+
+    return [
+        ("python -c pass", [sys.executable, "-c", "pass"], {}, None),
+        ("kit --help", KIT + ["--help"], {}, 0.25),
+        ("kit render --help", KIT + ["render", "--help"], {}, 0.25),
+        ("complete: kit re", KIT, complete("kit re"), 0.25),
+        ("complete: preset=", KIT, complete("kit render preset="), 0.25),
+        ("complete: engine.", KIT, complete("kit render preset=cpu engine."), 0.25),
+        ("kit render preset=cpu", KIT + ["render", "preset=cpu", "--out", out_dir], {}, 0.6),
+    ]
+
+
+def median_seconds(argv: list[str], env: dict[str, str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False, timeout=120)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    runs = parser.parse_args().runs
+    with tempfile.TemporaryDirectory(prefix="kit-bench-cli-") as out_dir:
+        rows = []
+        load_before = os.getloadavg()
+        for label, argv, env, target in cases(out_dir):
+            rows.append((label, median_seconds(argv, env, runs), target))
+        load_after = os.getloadavg()
+    base = rows[0][1]
+    print(f"median of {runs} runs; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
+          f"{os.cpu_count()} CPUs")
+    print(f"{'case':<24}{'seconds':>9}{'x python':>10}{'target':>9}  verdict")
+    for label, seconds, target in rows:
+        verdict = "" if target is None else ("ok" if seconds <= target else "over")
+        shown_target = "" if target is None else f"{target:.2f}"
+        print(f"{label:<24}{seconds:>9.3f}{seconds / base:>10.1f}{shown_target:>9}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
