@@ -63,6 +63,8 @@ class ModelSpec(BaseModel):
     vocab_size: int
     max_position_embeddings: int
     tie_word_embeddings: bool = False
+    is_causal: bool = True  # False: bidirectional attention, which vLLM runs as encoder-only (no KV cache)
+    num_labels: int | None = None  # classifiers: the head's outputs (1: a cross-encoder that /score can use)
     torch_dtype: str = "bfloat16"
     attention_bias: bool = False  # q/k/v biases (Qwen2)
     qk_norm: bool = False  # per-head q/k RMSNorm (Qwen3)
@@ -147,6 +149,14 @@ def _quant_from_config(qc: dict[str, Any] | None) -> QuantSpec | None:
     )
 
 
+def _num_labels(cfg: dict[str, Any]) -> int | None:
+    """transformers derives num_labels from id2label (PretrainedConfig); absent in generative configs."""
+    if cfg.get("num_labels") is not None:
+        return int(cfg["num_labels"])
+    labels = cfg.get("id2label")
+    return len(labels) if isinstance(labels, dict) and labels else None
+
+
 def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
     """Build a ModelSpec from a config.json dict; a missing needed field is a PlanError naming it."""
     # Multimodal wrappers keep the language model under text_config.
@@ -202,6 +212,8 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_byt
         max_position_embeddings=int(need("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")),
         tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=base.get("tie_word_embeddings", False))),
         torch_dtype=dtype,
+        is_causal=bool(base.get("is_causal", True)),
+        num_labels=_num_labels(cfg),
         attention_bias=bool(base.get("attention_bias") or base.get("model_type") in ("qwen2", "qwen2_moe")),
         qk_norm=base.get("model_type") in ("qwen3", "qwen3_moe"),
         rope_scaling=base.get("rope_scaling"),
@@ -288,15 +300,19 @@ def _from_hub(model_id: str) -> ModelSpec | None:
     return spec_from_config(_load_json(config_path), name=model_id, source=f"hub:{model_id}", weights_bytes=weights)
 
 
+TINY_MODEL_PREFIX = "kit:"
 TINY_MODEL_REF = "kit:tiny-llama"
 
 
 def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
-    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:tiny-llama``) to a ModelSpec."""
-    if ref == TINY_MODEL_REF:  # the test model the kit makes: its shape is known before it exists
-        from kit.tinymodel import shape_config
+    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:<tiny model kind>``) to a ModelSpec."""
+    if ref.startswith(TINY_MODEL_PREFIX):  # a test model the kit makes: its shape is known before it exists
+        from kit.tinymodel import KINDS, shape_config
 
-        return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
+        kind = ref.removeprefix(TINY_MODEL_PREFIX)
+        if kind not in KINDS:
+            raise PlanError(f"{ref!r}: no such test model", hint=f"one of: kit:{', kit:'.join(sorted(KINDS))}")
+        return spec_from_config(shape_config(kind), name=kind, source="kit.tinymodel")
     path = Path(ref).expanduser()
     if path.is_dir():
         config = path / "config.json"

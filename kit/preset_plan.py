@@ -11,7 +11,7 @@ from kit.preset import Preset
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
-    from kit.modelinfo import TINY_MODEL_REF, load_model_spec
+    from kit.modelinfo import TINY_MODEL_PREFIX, load_model_spec
 
     model = preset.model
     if model.is_local:
@@ -21,8 +21,8 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
         for path in candidates:
             if (path / "config.json").is_file():
                 return load_model_spec(str(path))
-        if model.generate == "tiny-llama":
-            return load_model_spec(TINY_MODEL_REF)
+        if model.generate:
+            return load_model_spec(TINY_MODEL_PREFIX + model.generate)
         return None
     return load_model_spec(model.id)
 
@@ -76,6 +76,8 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         enforce_eager=bool(eng.enforce_eager),
         vllm_version=preset.image.vllm_version,
         block_size=eng.block_size,
+        runner=eng.flags().get("runner", "auto"),
+        convert=eng.flags().get("convert", "auto"),
         lora=lora_inputs_for(preset),
         draft=draft_inputs_for(preset, base_dir),
     )

@@ -132,7 +132,8 @@ def write_smoke_env(directory: Path) -> dict[str, str]:
     return values
 
 
-def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str], None] | None = None) -> Path:
+def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str], None] | None = None,
+                      kind: str = "tiny-llama") -> Path:
     """Make the tiny test model with the image's own torch and transformers (nothing needed on the host)."""
     if (model_dir / "config.json").is_file():
         return model_dir
@@ -144,7 +145,7 @@ def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str],
     try:
         client.containers.run(
             image_ref,
-            entrypoint=["python3", "/opt/kit/tinymodel.py", "/out"],
+            entrypoint=["python3", "/opt/kit/tinymodel.py", "/out", "--kind", kind],
             command=[],
             user="0:0",
             remove=True,
