@@ -46,11 +46,14 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
         where = display_path(path)
         if name == primary.preset_name or any(c.name == name for c in companions):
             raise PresetError(f"--with-preset {ref}: {name} is already in this stack")
-        d = plan_deployment(name, side_by_side_preset(primary.preset, preset, name), base_image=base_image)
+        preset = side_by_side_preset(primary.preset, preset, name)
+        d = plan_deployment(name, preset, base_image=base_image)
         problems = side_by_side_problems(primary, d, where)
         if problems:
             raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
                               problems=[Problem(f"{where}: {f}", message) for f, message in problems])
+        # It runs on the primary's image: same inputs (checked above), so the same tag.
+        d = replace(d, image_repository=primary.image_repository)
         companions.append(Prepared(name, path, preset, report, d, {}))
     return companions
 

@@ -87,13 +87,13 @@ class Stack:
             return f"(no logs: {exc})"
 
     def wait_healthy(self, deadline_s: float, progress: Callable[[str], None] | None = None,
-                     poll_s: float = 2.0) -> float:
+                     poll_s: float = 2.0, service: str = SERVICE) -> float:
         """Poll the container's health until healthy; fail early if it keeps restarting. Returns seconds."""
         started = time.monotonic()
         last_report = -30.0
         while True:
             elapsed = time.monotonic() - started
-            container = self.container()
+            container = self.container(service)
             container.reload()
             state = container.attrs["State"]
             health = (state.get("Health") or {}).get("Status", "none")

@@ -167,6 +167,7 @@ def test_side_by_side_stack_runs_both_servers_on_one_image():
     assert not set(other["volumes"]) & set(main["volumes"])
     companion = prepared.companions[0]
     assert companion.name == "cpu-embed" and companion.files is files
+    assert companion.image_ref == prepared.image_ref  # no second build
     assert companion.deployment.preset.runtime.hf_cache_volume == "hf-cache-cpu-embed"
     # Alone, cpu-embed keeps its plain volume names.
     assert prepare("cpu-embed").preset.runtime.hf_cache_volume == "hf-cache"
