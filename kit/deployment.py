@@ -379,7 +379,27 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
     p_rt, o_rt = primary.preset.runtime, other.preset.runtime
     if o_rt.port == p_rt.port:
         problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
+    shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
+    if shared:
+        from kit.plan import default_gpu_memory_utilization
+
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+                        for d in (other, primary))
+        if mine + theirs > 1:
+            # Each server requests its fraction of the card's total and refuses to start when less is free
+            # (KNOWLEDGE: "Free memory on device ... is less than desired GPU memory utilization").
+            problems.append(("engine.gpu_memory_utilization",
+                             f"{mine:g} plus {primary.preset_name}'s {theirs:g} of the same GPU(s) {', '.join(shared)} "
+                             "is more than the card; lower both so they add up to 1 or less"))
     return problems
+
+
+def _gpu_ids(d: Deployment) -> list[str]:
+    """The GPUs a one-node stack maps (device ids, or the first ``count``)."""
+    hw = d.preset.hardware
+    if hw.gpu is None:
+        return []
+    return [str(i) for i in (hw.device_ids or range(hw.count))]
 
 
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:

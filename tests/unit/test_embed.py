@@ -205,3 +205,17 @@ def test_render_cli_writes_the_side_by_side_files(tmp_path):
                              text=True)
         if out.returncode == 0:
             assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "vllm", "vllm-cpu-embed"]
+
+
+def test_side_by_side_on_one_gpu_must_share_its_memory(tmp_path):
+    data = yaml.safe_load((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
+    data["runtime"] = {**data.get("runtime", {}), "port": 8001}
+    data["engine"]["gpu_memory_utilization"] = 0.4
+    second = tmp_path / "second.yaml"
+    second.write_text(yaml.safe_dump(data))
+    with pytest.raises(PresetError) as info:  # the main preset asks 0.90 of the same card
+        prepare("rtx4090-awq", with_presets=[str(second)])
+    assert any("engine.gpu_memory_utilization" in line and "0.4 plus rtx4090-awq's 0.9" in line
+               for line in info.value.lines())
+    fits = prepare("rtx4090-awq", ["engine.gpu_memory_utilization=0.6"], with_presets=[str(second)])
+    assert set(yaml.safe_load(fits.files["compose.second.yaml"])["services"]) == {"model-fetch-second", "vllm-second"}
