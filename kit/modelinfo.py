@@ -212,7 +212,7 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_byt
         max_position_embeddings=int(need("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")),
         tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=base.get("tie_word_embeddings", False))),
         torch_dtype=dtype,
-        is_causal=bool(base.get("is_causal", True)),
+        is_causal=base.get("is_causal") is not False,
         num_labels=_num_labels(cfg),
         attention_bias=bool(base.get("attention_bias") or base.get("model_type") in ("qwen2", "qwen2_moe")),
         qk_norm=base.get("model_type") in ("qwen3", "qwen3_moe"),

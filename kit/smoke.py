@@ -39,21 +39,26 @@ KV_PLAN = "KV cache size matches the plan"
 
 
 def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
-    """(check name, reason to skip it or None) for a server of this kind (kit/pooling.py).
+    """(check name, reason to skip it or None) for the API rows of a server of this kind (kit/pooling.py).
 
     A generating server gets the completion checks only; a pooling server (vLLM's pooling runner) serves no
     completions, so those rows say so, and it gets the routes of its task (kit/data/pooling.yaml).
     """
     if not profile.pooling:
-        return [(COMPLETION, None), (CHAT, None), (KV_PLAN, None)]
+        return [(COMPLETION, None), (CHAT, None)]
     why = f"pooling model (task {profile.task}): vLLM's pooling runner serves no completions"
-    rows: list[tuple[str, str | None]] = [(COMPLETION, why), (CHAT, why)]
-    rows.append((EMBEDDINGS, None if profile.task == "embed" else f"task {profile.task}: no /v1/embeddings"))
-    rows.append((RERANK, None if profile.score else
-                 f"task {profile.task}: vLLM enables /score and /rerank only for embedding models and one-label "
-                 "classifiers"))
-    rows.append((KV_PLAN, "encoder-only model: vLLM keeps no KV cache" if profile.encoder_only else None))
-    return rows
+    return [
+        (COMPLETION, why),
+        (CHAT, why),
+        (EMBEDDINGS, None if profile.task == "embed" else f"task {profile.task}: no /v1/embeddings"),
+        (RERANK, None if profile.score else
+         f"task {profile.task}: vLLM enables /score and /rerank only for embedding models and one-label classifiers"),
+    ]
+
+
+def kv_check_skip(profile: PoolingProfile) -> str | None:
+    """Why the KV-cache-vs-plan row does not apply, or None: encoder-only models keep no KV cache."""
+    return "encoder-only model: vLLM keeps no KV cache" if profile.encoder_only else None
 
 
 def http(method: str, url: str, *, body: dict | None = None, key: str | None = None,
@@ -255,21 +260,17 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     record("GET /health answers 200", health)
     record("GET /v1/models lists the served model", models)
     record("requests without the API key are refused", auth)
-    api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank, KV_PLAN: plan_matches}
-    selected = select_api_checks(profile)
-    for name, skip in selected:
-        if name == KV_PLAN:
-            continue  # reported last, after /metrics, as before
+    def record_or_skip(name: str, fn, skip: str | None) -> None:  # noqa: ANN001
         if skip:
             checks.append(Check(name, True, skip, skipped=True))
         else:
-            record(name, api[name])
+            record(name, fn)
+
+    api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
+    for name, skip in select_api_checks(profile):
+        record_or_skip(name, api[name], skip)
     record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
-    kv_skip = dict(selected)[KV_PLAN]
-    if kv_skip:
-        checks.append(Check(KV_PLAN, True, kv_skip, skipped=True))
-    else:
-        record(KV_PLAN, plan_matches)
+    record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
     return checks
 
 

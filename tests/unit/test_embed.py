@@ -15,7 +15,7 @@ from kit.pipeline import prepare
 from kit.plan import PlanInputs, plan
 from kit.pooling import pooling_profile, resolve_runner
 from kit.preset import PRESETS_DIR
-from kit.smoke import CHAT, COMPLETION, EMBEDDINGS, KV_PLAN, RERANK, Check, format_table, select_api_checks
+from kit.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, Check, format_table, kv_check_skip, select_api_checks
 
 QWEN3_SHAPE = {  # a Qwen3 decoder as the tiny embedding model has it, untied so the LM head counts
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128, "intermediate_size": 256,
@@ -125,18 +125,20 @@ def rows(profile):
 
 def test_generating_server_gets_completion_checks_only():
     selected = rows(pooling_profile({}, spec(QWEN3_SHAPE)))
-    assert selected == {COMPLETION: None, CHAT: None, KV_PLAN: None}
+    assert selected == {COMPLETION: None, CHAT: None}
+    assert kv_check_skip(pooling_profile({}, spec(QWEN3_SHAPE))) is None
 
 
 def test_embedding_server_skips_completions_with_the_reason():
     selected = rows(pooling_profile({"runner": "pooling"}, spec(QWEN3_SHAPE)))
     assert "pooling" in selected[COMPLETION] and "no completions" in selected[CHAT]
-    assert selected[EMBEDDINGS] is None and selected[RERANK] is None and selected[KV_PLAN] is None
+    assert selected[EMBEDDINGS] is None and selected[RERANK] is None
+    assert kv_check_skip(pooling_profile({"runner": "pooling"}, spec(QWEN3_SHAPE))) is None  # a decoder keeps one
 
 
 def test_encoder_and_classifier_servers():
     bert = rows(pooling_profile({}, spec(BERT_SHAPE)))
-    assert "no KV cache" in bert[KV_PLAN] and bert[EMBEDDINGS] is None
+    assert "no KV cache" in kv_check_skip(pooling_profile({}, spec(BERT_SHAPE))) and bert[EMBEDDINGS] is None
     classifier = rows(pooling_profile({}, spec(BERT_SHAPE, architectures=["BertForSequenceClassification"],
                                               num_labels=3)))
     assert "no /v1/embeddings" in classifier[EMBEDDINGS] and "one-label" in classifier[RERANK]
