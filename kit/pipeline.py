@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.checks import CheckReport, check_preset
-from kit.deployment import Deployment, plan_deployment
+from kit.deployment import FETCH_FILE, Deployment, plan_deployment
 from kit.errors import PresetError
 from kit.preset import Preset, load_preset
 from kit.render import image_ref_for, render
@@ -23,7 +23,8 @@ class Prepared:
 
     @property
     def image_ref(self) -> str:
-        return image_ref_for(self.deployment, self.files["Dockerfile"], self.files["requirements.txt"])
+        files = self.files
+        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE])
 
 
 def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,
