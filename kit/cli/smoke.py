@@ -41,8 +41,9 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
                        timeout=timeout, progress=status)
     if as_json:
         emit_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
-                    "total_seconds": round(result.total_seconds, 1),
-                    "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks]},
+                   "total_seconds": round(result.total_seconds, 1),
+                   "checks": [{"name": c.name, "ok": c.ok, "skipped": c.skipped, "detail": c.detail}
+                              for c in result.checks]},
                   ok=result.ok, problems=[problem_json(None, f"{c.name}: {c.detail}", None)
                                           for c in result.checks if not c.ok])
     else:

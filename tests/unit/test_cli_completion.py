@@ -37,7 +37,8 @@ def test_command_names_complete():
 def test_preset_names_complete():
     assert completions("kit render preset=") == [f"preset={name}" for name in preset_names()]
     assert completions("kit build preset=rtx") == ["preset=rtx3090x2-fp16", "preset=rtx4090-awq"]
-    assert completions("kit render --preset c") == ["cpu"]
+    assert completions("kit render --preset rtx4") == ["rtx4090-awq"]
+    assert completions("kit render preset=cpu --with-preset cpu-") == ["cpu-embed"]
     # bash splits the word at "=": completing "=" itself, or the value after it.
     assert completions("kit render preset =") == preset_names()
     assert completions("kit render preset = rtx4") == ["rtx4090-awq"]
