@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,14 +38,21 @@ def cases(out_dir: str) -> list[tuple[str, list[str], dict[str, str], float | No
     ]
 
 
-def median_seconds(argv: list[str], env: dict[str, str], runs: int) -> float:
-    times = []
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def median_seconds(argv: list[str], env: dict[str, str], runs: int) -> tuple[float, float]:
+    """Median wall and CPU (user + system) seconds; CPU time moves less than wall time on a busy shared machine."""
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        cpu_before, start = children_cpu_seconds(), time.perf_counter()
         subprocess.run(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=False, timeout=120)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(children_cpu_seconds() - cpu_before)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> None:
@@ -55,16 +63,17 @@ def main() -> None:
         rows = []
         load_before = os.getloadavg()
         for label, argv, env, target in cases(out_dir):
-            rows.append((label, median_seconds(argv, env, runs), target))
+            rows.append((label, *median_seconds(argv, env, runs), target))
         load_after = os.getloadavg()
-    base = rows[0][1]
+    base_wall, base_cpu = rows[0][1], rows[0][2]
     print(f"median of {runs} runs; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
           f"{os.cpu_count()} CPUs")
-    print(f"{'case':<24}{'seconds':>9}{'x python':>10}{'target':>9}  verdict")
-    for label, seconds, target in rows:
-        verdict = "" if target is None else ("ok" if seconds <= target else "over")
+    print(f"{'case':<24}{'wall s':>8}{'x python':>10}{'cpu s':>8}{'x python':>10}{'target':>8}  wall verdict")
+    for label, wall, cpu, target in rows:
+        verdict = "" if target is None else ("ok" if wall <= target else "over")
         shown_target = "" if target is None else f"{target:.2f}"
-        print(f"{label:<24}{seconds:>9.3f}{seconds / base:>10.1f}{shown_target:>9}  {verdict}")
+        print(f"{label:<24}{wall:>8.3f}{wall / base_wall:>10.1f}{cpu:>8.3f}{cpu / base_cpu:>10.1f}{shown_target:>8}  "
+              f"{verdict}")
 
 
 if __name__ == "__main__":
