@@ -22,10 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import PlanError
 from kit.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.versions import release_at_least
+from kit.versions import version as version_of
 
 GIB = 1 << 30
 DATA_DIR = Path(__file__).parent / "data"
@@ -54,32 +57,18 @@ CUDA_GRAPH_PER_GRAPH_GIB = 0.005  # ... plus per captured graph (logs: 0.36-0.78
 CPU_PROCESS_OVERHEAD_GIB = 1.0  # RSS beyond weights when the CPU backend sizes KV from RAM (approximate)
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    text = version.strip().lstrip("vV")
-    parts: list[int] = []
-    for piece in text.split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if ch not in "0123456789":  # str.isdigit() also says yes to "¹", which int() refuses
-                break
-            digits += ch
-        if not digits:
-            break
-        if len(digits) > 6:  # int() of thousands of digits is slow (and refused by Python past 4300)
-            raise PlanError(f"vllm_version {version[:40]!r} is not a version", hint="write it like 0.19.0")
-        parts.append(int(digits))
-    if not parts:
-        raise PlanError(f"vllm_version {version!r} is not a version", hint="write it like 0.19.0")
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
+def parse_version(text: str) -> Version:
+    try:
+        return version_of(text)
+    except InvalidVersion:
+        raise PlanError(f"vllm_version {text[:40]!r} is not a version", hint="write it like 0.19.0") from None
 
 
-def _at_least(version: tuple[int, int, int], since: tuple[int, ...]) -> bool:
-    return version[: len(since)] >= since
+def _at_least(version: Version, since: tuple[int, ...]) -> bool:
+    return release_at_least(version, since)
 
 
-def _versioned(table: list[tuple[tuple[int, int], Any]], version: tuple[int, int, int]) -> Any:
+def _versioned(table: list[tuple[tuple[int, int], Any]], version: Version) -> Any:
     value = table[0][1]
     for since, candidate in table:
         if _at_least(version, since):
@@ -181,6 +170,8 @@ class PlanInputs(BaseModel):
     block_size: int | None = Field(default=None, ge=1)  # 16 on GPU, 128 on the CPU backend
     cpu_kvcache_space_gib: float | None = Field(default=None, gt=0)
     entrypoint: Literal["serve", "llm"] = "serve"  # `vllm serve` (API server) or the offline LLM class
+    runner: Literal["auto", "generate", "pooling"] = "auto"  # --runner (pooling: embeddings, scores)
+    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert
     lora: LoraInputs | None = None  # None: LoRA not enabled
     draft: DraftInputs | None = None  # None: no draft checkpoint
 
@@ -266,6 +257,9 @@ class _Resolved(BaseModel):
     cpu_kvcache_space_gib: float | None
     entrypoint: str
     cuda_graph_charged: bool
+    runner: str = "generate"
+    pooling_task: str | None = None  # embed | classify with the pooling runner
+    encoder_only: bool = False  # encoder-only attention: vLLM keeps no KV cache
 
 
 def derived_max_model_len(model: ModelSpec) -> int:
@@ -334,7 +328,7 @@ def _resolve_quant(inputs: PlanInputs, gpu: GpuInfo | None) -> tuple[str | None,
     )
 
 
-def _batch_defaults(inputs: PlanInputs, version: tuple[int, int, int], gpu: GpuInfo | None,
+def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
                     memory_gib: float | None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them."""
     name = (gpu.name if gpu else inputs.gpu_name or "").lower()
@@ -395,6 +389,9 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         inputs.device == "cuda" and not inputs.enforce_eager and _at_least(version, CUDA_GRAPH_CHARGED_SINCE)
         and model_runner_for(inputs.model, version) == "V1"
     )
+    from kit.pooling import pooling_profile
+
+    pooling = pooling_profile({"runner": inputs.runner, "convert": inputs.convert}, inputs.model)
     resolved = _Resolved(
         model=inputs.model.name,
         device=inputs.device,
@@ -413,16 +410,19 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         max_num_seqs=inputs.max_num_seqs or seqs_default,
         max_num_batched_tokens=inputs.max_num_batched_tokens or mnbt_default,
         enforce_eager=inputs.enforce_eager or inputs.device == "cpu",
-        vllm_version=".".join(str(p) for p in version),
+        vllm_version=".".join(str(p) for p in (version.release + (0, 0))[:3]),  # "0.19" reads "0.19.0"
         block_size=block,
         cpu_kvcache_space_gib=cpu_space,
         entrypoint=inputs.entrypoint,
         cuda_graph_charged=charged,
+        runner=pooling.runner,
+        pooling_task=pooling.task,
+        encoder_only=pooling.encoder_only,
     )
     return resolved, gpu, notes
 
 
-def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
+def _runner_rule(version: Version) -> dict[str, Any] | None:
     """The V2-model-runner rule of the newest vllm.yaml release at or below ``version`` that records one."""
     from kit.datafiles import vllm_table
 
@@ -435,7 +435,7 @@ def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
     return best[1] if best else None
 
 
-def model_runner_for(model: ModelSpec, version: tuple[int, int, int]) -> str:
+def model_runner_for(model: ModelSpec, version: Version) -> str:
     """"V2" where vLLM picks its V2 model runner (which charges no CUDA-graph memory to the KV budget), else "V1"."""
     rule = _runner_rule(version)
     if rule is None or model.is_hybrid:
@@ -652,7 +652,9 @@ def _stage_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last:
         moe = tokens * topk * (3 * n + h) * act
         forward = max(forward, tokens * 2 * h * act)
     sampler = 0.0
-    if last:
+    # A pooling runner profiles with a dummy pooler run ([tokens, hidden] at most), not the sampler, so no
+    # vocabulary-wide logits (vllm/v1/worker/gpu_model_runner.py at 0.32.0: _dummy_pooler_run vs _dummy_sampler_run).
+    if last and r.runner != "pooling":
         rows = min(r.max_num_seqs, r.max_num_batched_tokens)
         sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     return moe + max(forward, sampler)
@@ -688,7 +690,7 @@ def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, l
         moe = tokens * topk * (3 * n + h) * act
         forward = max(forward, tokens * 2 * h * act)
     sampler = 0.0
-    if last:
+    if last and r.runner != "pooling":  # a pooling runner profiles its pooler, not the sampler (see above)
         rows = min(r.max_num_seqs, r.max_num_batched_tokens)
         sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT_026
     compiled = 0.0 if r.enforce_eager else COMPILE_COLD_GIB_026 * GIB
@@ -713,7 +715,7 @@ def _cuda_graph_count(max_num_seqs: int) -> int:
     return len(piecewise) + len(full)
 
 
-def _error_text(version: tuple[int, int, int], max_len: int, needed: float, available: float, estimate: int) -> str:
+def _error_text(version: Version, max_len: int, needed: float, available: float, estimate: int) -> str:
     new = _at_least(version, NEW_ERROR_TEXT_SINCE)
     based = f"Based on the available memory, the estimated maximum model length is {estimate}. " if estimate > 0 else ""
     if new:
@@ -845,7 +847,13 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
         first, last = i == 0, i == len(ranges) - 1
         counts = _stage_counts(model, tp, layers, first, last, pp)
         weights = _stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
+        if r.runner == "pooling" and last and not model.tie_word_embeddings:
+            # vLLM's pooling adapter never allocates the LM head (model_executor/models/adapters.py at 0.32.0:
+            # ParallelLMHead becomes a missing layer), so an untied head's weights are not loaded.
+            weights -= padded_vocab(model.vocab_size) / tp * model.hidden_size * DTYPE_BYTES[r.dtype]
         per_token = kv_bytes_per_token_per_layer(model, tp, r.kv_cache_bytes) * len(layers)
+        if r.encoder_only:
+            per_token = 0  # encoder-only attention keeps no KV cache (kit/data/pooling.yaml)
         extras = {"lora": 0.0, "draft_weights": 0.0}
         if inputs.lora is not None:
             extras["lora"] = lora_buffer_bytes(model, r, inputs.lora, len(layers), first, last)
@@ -887,7 +895,7 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
 
 
 def _blocks(stage: _Stage, block: int) -> int:
-    if stage.kv_bytes <= 0:
+    if stage.kv_bytes <= 0 or stage.per_token == 0:
         return 0
     return int(stage.kv_bytes // (block * stage.per_token))
 
@@ -960,7 +968,13 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
     else:
         tokens = int(concurrency * max_len)  # vLLM logs max_concurrency * max_model_len
     error = None
-    if binding.kv_bytes <= 0 or num_blocks == 0:
+    kv_gib = binding.kv_bytes / GIB
+    if r.encoder_only:
+        # No KV cache at all: nothing is reserved for it, and concurrency is the scheduler's max_num_seqs.
+        tokens, concurrency, kv_gib = 0, float(r.max_num_seqs), 0.0
+        if binding.kv_bytes < 0:
+            error = NO_MEMORY_ERROR
+    elif binding.kv_bytes <= 0 or num_blocks == 0:
         error = NO_MEMORY_ERROR
     else:
         for stage in stages:
@@ -977,7 +991,7 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
         activation_gib=binding.activation / GIB,
         non_torch_gib=binding.non_torch / GIB,
         cuda_graph_gib=binding.cuda_graph / GIB,
-        kv_cache_gib=binding.kv_bytes / GIB,
+        kv_cache_gib=kv_gib,
         kv_cache_tokens=max(tokens, 0),
         max_concurrency=max(concurrency, 0.0),
         fits=error is None,
@@ -995,7 +1009,8 @@ def largest_max_model_len(inputs: PlanInputs) -> int:
     """The largest max_model_len whose one request fits the KV cache (vLLM's estimate_max_model_len)."""
     r, stages, _ = _compute(inputs)
     block = r.block_size
-    lengths = [int(s.kv_bytes // (block * s.per_token)) * block if s.kv_bytes > 0 else 0 for s in stages]
+    lengths = [int(s.kv_bytes // (block * s.per_token)) * block if s.kv_bytes > 0 and s.per_token else 0
+               for s in stages]
     return max(min(lengths), 0)
 
 

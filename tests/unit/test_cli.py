@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
+from kit.preset import preset_names
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def test_render_writes_the_stack(run, tmp_path):
     for name in ("Dockerfile", "compose.yaml", ".env.example", "requirements.txt", ".dockerignore"):
         assert (tmp_path / name).is_file()
     again = run("render", "--preset", "cpu", "--out", str(tmp_path), "--json")
-    assert set(json.loads(again.stdout)["files"].values()) == {"identical"}
+    assert set(json.loads(again.stdout)["data"]["files"].values()) == {"identical"}
 
 
 def test_render_override_and_dry_run(run, tmp_path):
@@ -72,12 +73,13 @@ def test_validate(run):
     assert result.stderr.count("presets/rtx4090-awq.yaml:") == 2
     result = run("validate", "preset=cpu", "engine.dtype=float8", "--json")
     assert result.exit_code == 1 and json.loads(result.stdout)["ok"] is False
+    assert json.loads(result.stdout)["problems"][0]["field"] == "engine.dtype"
 
 
 def test_presets_list_and_show(run):
     result = run("presets")
     assert result.exit_code == 0
-    assert len(result.stdout.strip().splitlines()) == 5
+    assert len(result.stdout.strip().splitlines()) == len(preset_names())
     shown = run("presets", "show", "a100x8", "engine.max_num_seqs=64")
     assert "max_num_seqs: 64" in shown.stdout
 
