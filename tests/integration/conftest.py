@@ -24,8 +24,8 @@ BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
 CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
 
 
-WATCHDOG_FAST = ["runtime.env.KIT_WATCHDOG_INTERVAL=3", "runtime.env.KIT_WATCHDOG_TIMEOUT=3",
-                 "runtime.env.KIT_WATCHDOG_FAILURES=3"]
+WATCHDOG_FAST = ["runtime.env.KIT_WATCHDOG_INTERVAL='3'", "runtime.env.KIT_WATCHDOG_TIMEOUT='3'",
+                 "runtime.env.KIT_WATCHDOG_FAILURES='3'"]
 
 
 def free_port() -> int:
