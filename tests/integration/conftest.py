@@ -24,7 +24,7 @@ BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
 CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
 
 
-WATCHDOG_FAST = ["runtime.env.KIT_WATCHDOG_INTERVAL='3'", "runtime.env.KIT_WATCHDOG_TIMEOUT='3'",
+WATCHDOG_FAST = ["runtime.env.KIT_WATCHDOG_INTERVAL='5'", "runtime.env.KIT_WATCHDOG_TIMEOUT='10'",
                  "runtime.env.KIT_WATCHDOG_FAILURES='3'"]
 
 
@@ -120,7 +120,8 @@ def cpu_stack(cpu_image, cpu_wheelhouse, tmp_path_factory):
     """The `cpu` stack running with the tiny model; removed (with its volumes) at the end, even on failure."""
     port = free_port()
     out = tmp_path_factory.mktemp("cpu-stack")
-    # The serve watchdog's polls shortened (3 s apart, 3 s timeout, 3 failures) so the hung-server test is quick.
+    # The serve watchdog's polls shortened (5 s apart, 10 s timeout, 3 failures) so the hung-server test is quick.
+    # A 3 s timeout was seen to fire on a healthy server while other stacks loaded on the 2 shared cores.
     prepared = prepare("cpu", [f"runtime.port={port}", *WATCHDOG_FAST], base_image=BASE_IMAGE)
     render_into(prepared, out)
     env = write_smoke_env(out)
