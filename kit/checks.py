@@ -165,8 +165,8 @@ def check_exposure(where: str, preset: Preset) -> list[Problem]:
         f"{where}: runtime.bind_address",
         f"publishes the API on {rt.bind_address}:{rt.port}, beyond this host's loopback: without an API key "
         "anyone who reaches that address can run requests on it",
-        "set VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer <key>'; on Kubernetes, in the "
-        "Secret made from .env), or publish on 127.0.0.1 behind a proxy that authenticates",
+        "set VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer <key>'), or publish on "
+        "127.0.0.1 behind a proxy that authenticates",
     )]
 
 
@@ -193,7 +193,8 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     report.errors += flag_errors
     report.warnings += flag_warnings
     report.errors += check_parallelism(where, preset)
-    report.warnings += check_exposure(where, preset)
+    if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
+        report.warnings += check_exposure(where, preset)
     cluster_errors, cluster_warnings = check_cluster(where, preset, target)
     report.errors += cluster_errors
     report.warnings += cluster_warnings

@@ -633,8 +633,9 @@ def secret_problems(data: Any, where: str) -> list[Problem]:
         what = "a password in a URL (user:password@)" if kind == "url_password" else f"a {kind} token"
         problems.append(Problem(
             f"{where}: {field}", f"holds {what}; secrets never go in a preset",
-            "put it in .env (HF_TOKEN, VLLM_API_KEY, or the variable itself: PIP_INDEX_URL, HF_ENDPOINT with "
-            "credentials) or a Kubernetes Secret, and keep the URL here without them"))
+            "keep the URL here without credentials; the secret goes in .env (HF_TOKEN, VLLM_API_KEY, HF_ENDPOINT) "
+            "or a Kubernetes Secret, an index's user:password in the PIP_INDEX_URL environment variable of the "
+            "shell that runs `kit wheelhouse` / `kit lock`"))
     return problems
 
 

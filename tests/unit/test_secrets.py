@@ -183,9 +183,9 @@ def test_build_args_never_carry_a_credential_and_build_sh_never_shows_one(tmp_pa
 # ---------------------------------------------------------------------------------------------- exposure
 
 
-def warnings_for(*overrides: str, preset: str = "cpu") -> list[str]:
+def warnings_for(*overrides: str, preset: str = "cpu", target: str = "compose") -> list[str]:
     name, path, loaded = load_preset(preset, list(overrides))
-    return [str(w) for w in check_preset(name, path, loaded).warnings]
+    return [str(w) for w in check_preset(name, path, loaded, target=target).warnings]
 
 
 @pytest.mark.unit
@@ -199,6 +199,11 @@ def test_publishing_beyond_loopback_is_a_warning_naming_the_key(address):
 @pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
 def test_loopback_has_no_exposure_warning(address):
     assert not [w for w in warnings_for(f"runtime.bind_address={address}") if "runtime.bind_address" in w]
+
+
+@pytest.mark.unit
+def test_kubernetes_ignores_bind_address_so_no_exposure_warning():
+    assert not [w for w in warnings_for("runtime.bind_address=0.0.0.0", target="k8s") if "runtime.bind_address" in w]
 
 
 @pytest.mark.unit
