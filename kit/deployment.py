@@ -417,6 +417,59 @@ def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_a
     return replace(plan, worker_args=plan.worker_args_for(head_address))
 
 
+# ------------------------------------------------------------------------------------- side by side
+# `kit render preset=A --with-preset B`: B's servers join A's stack (compose.B.yaml, included by compose.yaml).
+
+
+def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
+    """``preset`` with volume names of its own where they would be the primary's (each server keeps its caches)."""
+    rt, taken = preset.runtime, {primary.runtime.hf_cache_volume, primary.runtime.compile_cache_volume}
+    update = {field: f"{getattr(rt, field)}-{name}" for field in ("hf_cache_volume", "compile_cache_volume")
+              if getattr(rt, field) in taken}
+    return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
+
+
+# What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
+# from one build, as the image never depends on the model or the flags.
+IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
+                "exclude_packages", "runtime_packages", "image_env", "pip_index_url")
+
+
+def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
+    """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
+    problems: list[tuple[str, str]] = []
+    if other.cluster is not None or primary.cluster is not None:
+        problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
+    differ = [f for f in IMAGE_INPUTS if getattr(primary, f) != getattr(other, f)]
+    if differ:
+        problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
+                                  "side-by-side servers run from one build"))
+    p_rt, o_rt = primary.preset.runtime, other.preset.runtime
+    if o_rt.port == p_rt.port:
+        problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
+    shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
+    if shared:
+        from kit.plan import default_gpu_memory_utilization
+
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+                        for d in (other, primary))
+        if mine + theirs > 1:
+            # Each server requests its fraction of the card's total and refuses to start when less is free
+            # (KNOWLEDGE: "Free memory on device ... is less than desired GPU memory utilization").
+            problems.append(("engine.gpu_memory_utilization",
+                             f"{mine:g} plus {primary.preset_name}'s {theirs:g} of the same GPU(s) {', '.join(shared)} "
+                             "is more than the card; lower both so they add up to 1 or less"))
+    return problems
+
+
+def _gpu_ids(d: Deployment) -> list[str]:
+    """The GPUs a one-node stack maps (device ids, or the first ``count``)."""
+    hw = d.preset.hardware
+    if hw.gpu is None:
+        return []
+    return [str(i) for i in (hw.device_ids or range(hw.count))]
+
+
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
     img, hw = preset.image, preset.hardware
     table_base, python_version, cuda, min_driver = base_image_for(preset)

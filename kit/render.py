@@ -36,6 +36,9 @@ class RenderContext:
     venv: str = dep.VENV
     port: int = dep.CONTAINER_PORT
     role: str = ""  # several nodes: head | worker
+    service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
+    included_by: str = ""  # that stack's main file, for the header
+    includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
@@ -44,6 +47,14 @@ class RenderContext:
     @property
     def service(self) -> str:
         return self.worker_service if self.role == "worker" else self.head_service
+
+    @property
+    def server_service(self) -> str:
+        return dep.HEAD_SERVICE + self.service_suffix
+
+    @property
+    def fetch_service(self) -> str:
+        return FETCH_SERVICE + self.service_suffix
 
     @property
     def launcher_mount(self) -> str:
@@ -89,6 +100,19 @@ def image_ref_for(d: Deployment, dockerfile: str, requirements: str) -> str:
 
 
 TARGETS = ("compose", "k8s")
+FETCH_SERVICE = "model-fetch"
+
+
+def side_by_side_file(name: str) -> str:
+    return f"compose.{name}.yaml"
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Another preset's server in the same compose stack (``kit render ... --with-preset NAME``)."""
+
+    d: Deployment
+    plan_lines: list[str] = field(default_factory=list)
 
 
 def launcher_text() -> str:
@@ -99,11 +123,14 @@ def launcher_text() -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Any = None) -> dict[str, str]:
-    """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes.
+           plan: Any = None, companions: tuple[Companion, ...] = ()) -> dict[str, str]:
+    """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
+    adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes.
     k8s: Kubernetes manifests in k8s/ (see kit/k8s.py). The image's files are the same for both."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
+    if companions and (target != "compose" or d.cluster is not None):
+        raise ValueError("side-by-side servers need the compose target of a one-node stack")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
     cap_add, cap_reason = [], ""
     if d.strategy == "cpu":
@@ -120,6 +147,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan=plan,
         cap_add=cap_add,
         cap_add_reason=cap_reason,
+        includes=[side_by_side_file(c.d.preset_name) for c in companions],
     )
     files = {
         "Dockerfile": dockerfile,
@@ -133,6 +161,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
         files["compose.yaml"] = render_template("compose.yaml.j2", c=ctx)
+        for companion in companions:
+            # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
+            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[],
+                            service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
+            files[side_by_side_file(companion.d.preset_name)] = render_template("compose.yaml.j2", c=other)
     else:
         for role in ("head", "worker"):
             files[f"compose.{role}.yaml"] = render_template("cluster.compose.yaml.j2", c=replace(ctx, role=role))
