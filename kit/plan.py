@@ -566,27 +566,36 @@ ALLOC_MIN_BLOCK = 512
 ALLOC_SPLIT_TAIL = 1 << 20
 ALLOC_OWN_SEGMENT = 10 << 20
 ALLOC_SEGMENT_ROUND = 2 << 20
+# vLLM wraps load_model in max_split_size_mb:20 (vllm/v1/worker/gpu_worker.py _scoped_allocator_max_split,
+# "20 MiB is the minimum PyTorch allows", PR #41268 merged 2026-04-30; read at v0.26.0, absent from the 0.19 logs
+# in kit/data/calibration.yaml). The allocator never splits a block of that size or more, so a weight of 20 MiB
+# or more keeps its whole 2 MiB-rounded segment (Qwen2.5-7B's o_proj: 24.5 MiB in 26 MiB).
+LOAD_MAX_SPLIT = 20 << 20
+LOAD_MAX_SPLIT_SINCE = (0, 26)  # the first release known to have it; 0.20-0.25 unverified
 
 
-def allocator_block_bytes(size: float) -> float:
+def allocator_block_bytes(size: float, max_split: float | None = None) -> float:
     """Bytes torch.cuda.memory_allocated() counts for one fresh tensor of ``size`` bytes."""
     block = -(-int(size) // ALLOC_MIN_BLOCK) * ALLOC_MIN_BLOCK
     if block < ALLOC_OWN_SEGMENT:
         return block  # packed into shared 2 MiB / 20 MiB segments and split to the block
     segment = -(-block // ALLOC_SEGMENT_ROUND) * ALLOC_SEGMENT_ROUND
+    if max_split is not None and block >= max_split:
+        return segment
     return segment if segment - block <= ALLOC_SPLIT_TAIL else block
 
 
 def _allocator_slack_bytes(r: _Resolved, model: ModelSpec, tp: int, layers: range, first: bool, last: bool,
                            pp: int) -> float:
-    """Segment tails the caching allocator leaves with the big unquantised tensors of one rank (embedding,
-    lm_head, and each dense layer's fused qkv, o, gate_up and down matrices, which vLLM allocates one by one).
-    MoE experts, MLA and quantised layouts are left out: their tails are a smaller share of the weights."""
+    """Segment tails the caching allocator leaves with the big tensors of one rank (embedding, lm_head, and each
+    dense layer's fused qkv, o, gate_up and down matrices, which vLLM allocates one by one). MoE experts, MLA
+    and other quantisation layouts are left out: their tails are a smaller share of the weights."""
     dtype_bytes = DTYPE_BYTES[r.dtype]
+    max_split = LOAD_MAX_SPLIT if _at_least(parse_version(r.vllm_version), LOAD_MAX_SPLIT_SINCE) else None
 
-    def slack(elements: float) -> float:
-        size = elements * dtype_bytes
-        return allocator_block_bytes(size) - size
+    def slack(elements: float, element_bytes: float = dtype_bytes) -> float:
+        size = elements * element_bytes
+        return allocator_block_bytes(size, max_split) - size
 
     h = model.hidden_size
     vocab_rank = padded_vocab(model.vocab_size) / tp
@@ -595,13 +604,17 @@ def _allocator_slack_bytes(r: _Resolved, model: ModelSpec, tp: int, layers: rang
         total += slack(vocab_rank * h)
     if last and (not model.tie_word_embeddings or (pp > 1 and not first)):
         total += slack(vocab_rank * h)
-    if r.quantization or model.is_mla or model.is_moe:
+    method = _QUANT_FAMILY.get(r.quantization or "", r.quantization)
+    if model.is_mla or model.is_moe or method not in (None, "awq", "gptq", "fp8"):
         return total
+    # the matrix itself: model dtype, or the packed int32 / fp8 weight of a quantised layer (scales and zero
+    # points are small, or under 10 MiB and packed into shared segments)
+    linear_bytes = dtype_bytes if method is None else (r.weight_bits or 8) / 8
     hd, heads_rank = model.head_dim, model.num_attention_heads / tp
     kv_rank = max(model.num_kv_heads // tp, 1)
     inter_rank = model.intermediate_size / tp
-    per_layer = (slack((heads_rank + 2 * kv_rank) * hd * h) + slack(h * heads_rank * hd)
-                 + slack(2 * inter_rank * h) + slack(h * inter_rank))
+    per_layer = sum(slack(elements, linear_bytes) for elements in (
+        (heads_rank + 2 * kv_rank) * hd * h, h * heads_rank * hd, 2 * inter_rank * h, h * inter_rank))
     return total + len(layers) * per_layer
 
 

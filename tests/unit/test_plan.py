@@ -145,6 +145,25 @@ def test_allocator_counts_segment_tails_of_one_mib_or_less(size, counted):
     assert planner.allocator_block_bytes(size) == counted
 
 
+@pytest.mark.parametrize(("size", "counted"), [
+    (int(24.5 * MiB), 26 * MiB),             # 20 MiB or more: never split, the 1.5 MiB tail is counted
+    (int(52.5 * MiB), 54 * MiB),             # Qwen2.5-1.5B gate_up
+    (int(16.625 * MiB), int(16.625 * MiB)),  # Qwen2.5-0.5B gate_up: under 20 MiB, its 1.375 MiB tail is split off
+    (6 * MiB, 6 * MiB),
+])
+def test_load_time_max_split_keeps_whole_segments_from_20_mib(size, counted):
+    assert planner.allocator_block_bytes(size, planner.LOAD_MAX_SPLIT) == counted
+
+
+def test_max_split_applies_to_the_releases_that_set_it():
+    """Qwen2.5-7B's 28 o_proj matrices (24.5 MiB) each keep a 1.5 MiB tail under 0.26's load-time max_split;
+    the 0.19 logs (14.25 GiB) show none."""
+    spec = load_model_spec(QWEN7B)
+    new = planner._compute(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))[1][0].weights
+    old = planner._compute(inputs(spec, gpu="h200", vllm_version="0.19.0", max_model_len=8192))[1][0].weights
+    assert new - old == 28 * int(1.5 * MiB)
+
+
 def test_weights_include_the_allocator_tails_of_each_layer():
     """Qwen2.5-14B on 0.26: 48 down_proj tails of 1 MiB (135 MiB in a 136 MiB segment), and the embedding's and
     lm_head's (1485 MiB each in 1486 MiB segments); its other matrices are whole 2 MiB multiples."""

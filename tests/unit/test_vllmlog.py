@@ -104,11 +104,10 @@ def test_planner_meets_the_kv_targets_on_every_measured_engine() -> None:
     assert len(token_errors) >= 12
     assert statistics.median(token_errors) <= 0.01
     assert max(token_errors) <= 0.03
-    # weights: every case within 1 % but two whose ~0.09 GiB excess no mechanism found explains yet (README)
-    unexplained = {"h200-qwen2.5-1.5b-fp16-16g": 0.035, "h200-qwen2.5-7b-gptq-24g": 0.02}
-    assert statistics.median(weight_errors.values()) <= 0.01
+    # weights: every case within 1 % (allocator segment tails and Machete's zero points included, README)
+    assert len(weight_errors) >= 12
     for case_id, error in weight_errors.items():
-        assert error <= unexplained.get(case_id, 0.01), case_id
+        assert error <= 0.01, case_id
 
 
 def test_v1_wording_cpu_variant_and_tracebacks() -> None:
