@@ -27,6 +27,10 @@ VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 # read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
 LAUNCHER_FILE = "ray_node.py"
 LAUNCHER_DIR = "/opt/kit"
+# The model-fetch script (kit/launch/fetch_files.py) is rendered beside the Dockerfile and COPYed into the image,
+# root-owned and read-only to the server's user; its content is part of the image's tag (kit/render.py).
+FETCH_FILE = "fetch_files.py"
+FETCH_SCRIPT_PATH = f"/opt/vllm-kit/{FETCH_FILE}"
 HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
 WORKER_SERVICE = "ray-worker"
 # Ports Ray itself takes on every node with its defaults (besides the GCS and dashboard ports the preset
@@ -129,7 +133,7 @@ class Deployment:
     python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
     run_user: RunUser
     official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
-    fetch_command: list[str]  # model-fetch service: python -c <kit/launch/fetch_files.py> <JSON spec>
+    fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
@@ -341,11 +345,11 @@ def environment_for(preset: Preset) -> dict[str, str]:
 def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
     """The one-shot `model-fetch` service: puts what vLLM will read into the HF cache volume before the server
     starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
-    The script is kit/launch/fetch_files.py, passed whole to `python -c` as one escaped string (exec-form
-    values stay on one line), so nothing needs mounting."""
-    from kit.hubfetch import fetch_script, fetch_spec
+    The script is kit/launch/fetch_files.py, baked into the image at FETCH_SCRIPT_PATH (so compose and the
+    Kubernetes init container stay readable and nothing needs mounting); only its short JSON spec is passed."""
+    from kit.hubfetch import fetch_spec
 
-    return [python, "-c", f"exec({fetch_script()!r})", fetch_spec(preset, model_arg)]
+    return [python, FETCH_SCRIPT_PATH, fetch_spec(preset, model_arg)]
 
 
 def server_command_for(preset: Preset) -> ServerCommand:

@@ -189,7 +189,9 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
     return {
         "name": "model-fetch",
         "image": ctx_image,
-        "command": list(d.fetch_command),
+        # Kubernetes expands $(VAR) in command and turns $$ into $ (core/v1 Container.command): a `$` in the JSON
+        # spec (an ignore pattern, a path) is doubled so that the script receives it as written.
+        "command": [arg.replace("$", "$$") for arg in d.fetch_command],
         "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
         "envFrom": secret_env(d),
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models")],

@@ -8,6 +8,7 @@ from typing import Any
 
 from kit import deployment as dep
 from kit.deployment import Deployment
+from kit.hubfetch import fetch_script
 from kit.templating import render_template
 
 DOCKERIGNORE = """\
@@ -15,6 +16,7 @@ DOCKERIGNORE = """\
 *
 !Dockerfile
 !requirements.txt
+!fetch_files.py
 !wheels/
 """
 
@@ -34,6 +36,7 @@ class RenderContext:
     hf_home: str = dep.HF_HOME
     vllm_cache: str = dep.VLLM_CACHE
     venv: str = dep.VENV
+    fetch_script_path: str = dep.FETCH_SCRIPT_PATH
     port: int = dep.CONTAINER_PORT
     role: str = ""  # several nodes: head | worker
     service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
@@ -87,16 +90,17 @@ def requirements_text(d: Deployment) -> str:
     return "\n".join(lines) + "\n"
 
 
-def content_tag(dockerfile: str, requirements: str) -> str:
-    """A tag that changes exactly when the image's inputs change (not with flags or the model)."""
-    digest = hashlib.sha256((dockerfile + "\0" + requirements).encode()).hexdigest()
+def content_tag(dockerfile: str, requirements: str, fetch_script: str) -> str:
+    """A tag that changes exactly when the image's inputs change (not with flags or the model): the fetch
+    script is COPYed into the image, so a change to it must rebuild."""
+    digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script)).encode()).hexdigest()
     return digest[:12]
 
 
-def image_ref_for(d: Deployment, dockerfile: str, requirements: str) -> str:
+def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str) -> str:
     if d.preset.image.pin_digest:  # production: the exact image `kit push` recorded
         return f"{d.image_repository}@{d.preset.image.pin_digest}"
-    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements)}"
+    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script)}"
 
 
 TARGETS = ("compose", "k8s")
@@ -138,11 +142,12 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         cap_reason = "the CPU backend binds threads and memory to NUMA nodes (mbind/set_mempolicy need SYS_NICE)"
 
     requirements = requirements_text(d)
+    script = fetch_script()
     draft = RenderContext(d=d, image_ref="")
     dockerfile = render_template(template, c=draft)
     ctx = RenderContext(
         d=d,
-        image_ref=image_ref_for(d, dockerfile, requirements),
+        image_ref=image_ref_for(d, dockerfile, requirements, script),
         plan_lines=list(plan_lines or []),
         plan=plan,
         cap_add=cap_add,
@@ -152,6 +157,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     files = {
         "Dockerfile": dockerfile,
         "requirements.txt": requirements,
+        dep.FETCH_FILE: script,
         ".dockerignore": DOCKERIGNORE,
         ".env.example": render_template("env.example.j2", c=ctx),
     }
