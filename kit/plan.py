@@ -533,7 +533,7 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
         zero_bytes = bits / 8
         if method == "awq" and _machete_repacks(r):
             # Machete stores AWQ's zero points pre-multiplied by the scales, in the activation dtype
-            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py, transform_w_zp, v0.26.0)
+            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py:110-118, transform_w_zp, v0.26.0)
             zero_bytes = dtype_bytes
         per_group = (2 + zero_bytes) / group if group > 0 else 0.0
         return bits / 8 + per_group
@@ -546,7 +546,7 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
     return bits / 8
 
 
-# vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py can_implement:
+# vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
 # "Machete requires compute capability of 90"); the H200 logs at 0.26.0 say "Using MacheteLinearKernel".
 MACHETE_CAPABILITY = "9.0"
 MACHETE_SINCE = (0, 6)  # Machete arrived in vLLM 0.6 (date unverified); logged at 0.26.0
@@ -560,13 +560,14 @@ def _machete_repacks(r: _Resolved) -> bool:
 # should_split): blocks are multiples of 512 B; a request of 10 MiB or more gets a new segment rounded up to
 # 2 MiB, and the segment's tail is split off as a free block only when it is larger than 1 MiB, so a tail of
 # 1 MiB or less stays with the tensor and torch.cuda.memory_allocated() counts it. vLLM's "Model loading took"
-# is that counter's growth over load_model (vllm/utils/mem_utils.py DeviceMemoryProfiler; vllm/platforms/cuda.py
-# get_current_memory_usage: max_memory_allocated right after reset_peak_memory_stats; v0.26.0).
+# is that counter's growth over load_model (vllm/v1/worker/gpu/model_runner.py:282-306 with vllm/utils/mem_utils.py:86
+# DeviceMemoryProfiler; vllm/platforms/cuda.py:351-356: max_memory_allocated right after reset_peak_memory_stats;
+# all at v0.26.0).
 ALLOC_MIN_BLOCK = 512
 ALLOC_SPLIT_TAIL = 1 << 20
 ALLOC_OWN_SEGMENT = 10 << 20
 ALLOC_SEGMENT_ROUND = 2 << 20
-# vLLM wraps load_model in max_split_size_mb:20 (vllm/v1/worker/gpu_worker.py _scoped_allocator_max_split,
+# vLLM wraps load_model in max_split_size_mb:20 (vllm/v1/worker/gpu_worker.py:273-294 and :429,
 # "20 MiB is the minimum PyTorch allows", PR #41268 merged 2026-04-30; read at v0.26.0, absent from the 0.19 logs
 # in kit/data/calibration.yaml). The allocator never splits a block of that size or more, so a weight of 20 MiB
 # or more keeps its whole 2 MiB-rounded segment (Qwen2.5-7B's o_proj: 24.5 MiB in 26 MiB).
@@ -935,7 +936,8 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
         first, last = i == 0, i == len(ranges) - 1
         counts = _stage_counts(model, tp, layers, first, last, pp)
         pooled_head_dropped = r.runner == "pooling" and last and not model.tie_word_embeddings
-        weights = (_stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
+        weights = (_stage_weight_bytes(r, model, counts, rope=False) * scale
+                   + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
                    + _allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp))
         if pooled_head_dropped:
             # vLLM's pooling adapter never allocates the LM head (model_executor/models/adapters.py at 0.32.0:
