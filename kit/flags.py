@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import yaml
 
 from kit.errors import KitError
+from kit.versions import version_or_oldest
 
 SNAPSHOT_DIR = Path(__file__).resolve().parent / "data" / "flags"
 RENAMED_FILE = SNAPSHOT_DIR / "renamed.yaml"
@@ -159,14 +160,10 @@ def _snake(name: str) -> str:
     return name.strip().lstrip("-").replace("-", "_")
 
 
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+-]", version))
-
-
 def available_versions(directory: Path = SNAPSHOT_DIR) -> list[str]:
     """vLLM versions that have a flag snapshot, oldest first."""
     found = [p.name[len("vllm-") : -len(".json")] for p in Path(directory).glob("vllm-*.json")]
-    return sorted(found, key=_version_key)
+    return sorted(found, key=version_or_oldest)  # packaging's order: 0.26.0rc1 before 0.26.0
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,10 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import PlanError
 from kit.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.versions import release_at_least
+from kit.versions import version as version_of
 
 GIB = 1 << 30
 DATA_DIR = Path(__file__).parent / "data"
@@ -54,32 +57,18 @@ CUDA_GRAPH_PER_GRAPH_GIB = 0.005  # ... plus per captured graph (logs: 0.36-0.78
 CPU_PROCESS_OVERHEAD_GIB = 1.0  # RSS beyond weights when the CPU backend sizes KV from RAM (approximate)
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    text = version.strip().lstrip("vV")
-    parts: list[int] = []
-    for piece in text.split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if ch not in "0123456789":  # str.isdigit() also says yes to "¹", which int() refuses
-                break
-            digits += ch
-        if not digits:
-            break
-        if len(digits) > 6:  # int() of thousands of digits is slow (and refused by Python past 4300)
-            raise PlanError(f"vllm_version {version[:40]!r} is not a version", hint="write it like 0.19.0")
-        parts.append(int(digits))
-    if not parts:
-        raise PlanError(f"vllm_version {version!r} is not a version", hint="write it like 0.19.0")
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
+def parse_version(text: str) -> Version:
+    try:
+        return version_of(text)
+    except InvalidVersion:
+        raise PlanError(f"vllm_version {text[:40]!r} is not a version", hint="write it like 0.19.0") from None
 
 
-def _at_least(version: tuple[int, int, int], since: tuple[int, ...]) -> bool:
-    return version[: len(since)] >= since
+def _at_least(version: Version, since: tuple[int, ...]) -> bool:
+    return release_at_least(version, since)
 
 
-def _versioned(table: list[tuple[tuple[int, int], Any]], version: tuple[int, int, int]) -> Any:
+def _versioned(table: list[tuple[tuple[int, int], Any]], version: Version) -> Any:
     value = table[0][1]
     for since, candidate in table:
         if _at_least(version, since):
@@ -339,7 +328,7 @@ def _resolve_quant(inputs: PlanInputs, gpu: GpuInfo | None) -> tuple[str | None,
     )
 
 
-def _batch_defaults(inputs: PlanInputs, version: tuple[int, int, int], gpu: GpuInfo | None,
+def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
                     memory_gib: float | None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them."""
     name = (gpu.name if gpu else inputs.gpu_name or "").lower()
@@ -421,7 +410,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         max_num_seqs=inputs.max_num_seqs or seqs_default,
         max_num_batched_tokens=inputs.max_num_batched_tokens or mnbt_default,
         enforce_eager=inputs.enforce_eager or inputs.device == "cpu",
-        vllm_version=".".join(str(p) for p in version),
+        vllm_version=".".join(str(p) for p in (version.release + (0, 0))[:3]),  # "0.19" reads "0.19.0"
         block_size=block,
         cpu_kvcache_space_gib=cpu_space,
         entrypoint=inputs.entrypoint,
@@ -433,7 +422,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
     return resolved, gpu, notes
 
 
-def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
+def _runner_rule(version: Version) -> dict[str, Any] | None:
     """The V2-model-runner rule of the newest vllm.yaml release at or below ``version`` that records one."""
     from kit.datafiles import vllm_table
 
@@ -446,7 +435,7 @@ def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
     return best[1] if best else None
 
 
-def model_runner_for(model: ModelSpec, version: tuple[int, int, int]) -> str:
+def model_runner_for(model: ModelSpec, version: Version) -> str:
     """"V2" where vLLM picks its V2 model runner (which charges no CUDA-graph memory to the KV budget), else "V1"."""
     rule = _runner_rule(version)
     if rule is None or model.is_hybrid:
@@ -804,7 +793,7 @@ def _cuda_graph_count(max_num_seqs: int) -> int:
     return len(piecewise) + len(full)
 
 
-def _error_text(version: tuple[int, int, int], max_len: int, needed: float, available: float, estimate: int) -> str:
+def _error_text(version: Version, max_len: int, needed: float, available: float, estimate: int) -> str:
     new = _at_least(version, NEW_ERROR_TEXT_SINCE)
     based = f"Based on the available memory, the estimated maximum model length is {estimate}. " if estimate > 0 else ""
     if new:

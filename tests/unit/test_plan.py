@@ -345,7 +345,7 @@ def test_cli_plan_exit_codes_and_json():
     ok = runner.invoke(plan_command, ["--model", "Qwen/Qwen3-8B-AWQ", "--gpu", "rtx4090", "--max-model-len", "8192",
                                       "--json"])
     assert ok.exit_code == 0, ok.output
-    data = json.loads(ok.stdout)
+    data = json.loads(ok.stdout)["data"]
     assert set(data) == {"weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib",
                          "kv_cache_tokens", "max_concurrency", "fits", "error", "suggestions", "inputs", "approximate"}
     bad = runner.invoke(plan_command, ["--model", LLAMA8B, "--gpu", "rtx4090"])
