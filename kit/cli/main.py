@@ -36,6 +36,7 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 def _add_commands() -> None:
     from kit.cli import (build, doctor, fetch, imagediff, lock, plan, presets, push, render, smoke, up, validate,
                          wheelhouse)
+    from kit.cli import loadtest
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
@@ -52,6 +53,7 @@ def _add_commands() -> None:
     cli.add_command(fetch.fetch)
     cli.add_command(up.up)
     cli.add_command(up.down)
+    cli.add_command(loadtest.loadtest)
 
 
 _add_commands()
