@@ -13,7 +13,7 @@ Report shape (``schema: vllm-kit/loadtest/1``; keys are only ever added):
   {schema, started_at, target: {url, model, preset}, config: {...},
    levels: [{concurrency, requests, ok, errors, error_samples, stopped_by, duration_s, requests_per_s,
              output_tokens_per_s, prompt_tokens_mean, output_tokens_mean,
-             ttft_ms / itl_ms / e2e_ms: {p50, p90, p99, mean, max} (null without data),
+             ttft_ms / itl_ms / tpot_ms / e2e_ms: {p50, p90, p99, mean, max} (null without data),
              server: {kv_cache_usage_perc / num_requests_running / num_requests_waiting: {max, mean, samples}}}]}
 """
 
@@ -85,6 +85,13 @@ class RequestRecord:
         return None if self.first_token is None else self.first_token - self.sent
 
     @property
+    def time_per_output_token(self) -> float | None:
+        # After the first token, as `vllm bench serve` defines TPOT; robust where chunks arrive in bursts.
+        if self.first_token is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.done - self.first_token) / (self.output_tokens - 1)
+
+    @property
     def inter_chunk_gaps(self) -> list[float]:
         # A chunk can carry more than one token (the server streams what one engine step produced), so
         # these are inter-token latencies as a client sees them, like `vllm bench serve`'s ITL.
@@ -118,6 +125,7 @@ def summarize_level(concurrency: int, records: Sequence[RequestRecord], *, stopp
         "output_tokens_mean": round(sum(output_counts) / len(output_counts), 1) if output_counts else None,
         "ttft_ms": distribution_ms([r.ttft for r in ok if r.ttft is not None]),
         "itl_ms": distribution_ms([gap for r in ok for gap in r.inter_chunk_gaps]),
+        "tpot_ms": distribution_ms([r.time_per_output_token for r in ok if r.time_per_output_token is not None]),
         "e2e_ms": distribution_ms([r.done - r.sent for r in ok]),
         "server": {name: gauge_summary(values) for name, values in (samples or {}).items()},
     }
@@ -447,6 +455,7 @@ COMPARED: tuple[tuple[str, str, str], ...] = (
     ("TTFT p99 ms", "ttft_ms.p99", "lower"),
     ("ITL p50 ms", "itl_ms.p50", "lower"),
     ("ITL p99 ms", "itl_ms.p99", "lower"),
+    ("TPOT p50 ms", "tpot_ms.p50", "lower"),
     ("errors", "errors", "lower"),
 )
 
@@ -496,7 +505,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def format_table(report: dict[str, Any]) -> str:
     header = ("conc", "ok", "err", "req/s", "out tok/s", "TTFT p50", "p90", "p99", "ITL p50", "p90", "p99",
-              "KV max", "run max", "wait max")
+              "TPOT p50", "KV max", "run max", "wait max")
     rows = [header]
     for lv in report["levels"]:
         ttft, itl, server = lv["ttft_ms"] or {}, lv["itl_ms"] or {}, lv.get("server", {})
@@ -504,7 +513,8 @@ def format_table(report: dict[str, Any]) -> str:
         rows.append((str(lv["concurrency"]), str(lv["ok"]), str(lv["errors"]), _fmt(lv["requests_per_s"], 2),
                      _fmt(lv["output_tokens_per_s"]), _fmt(ttft.get("p50")), _fmt(ttft.get("p90")),
                      _fmt(ttft.get("p99")), _fmt(itl.get("p50")), _fmt(itl.get("p90")), _fmt(itl.get("p99")),
-                     "-" if kv is None else f"{100 * kv:.1f}%",
+                     _fmt((lv.get("tpot_ms") or {}).get("p50")),
+                     "-" if kv is None else f"{100 * kv:.2f}%",
                      _fmt((server.get("num_requests_running") or {}).get("max"), 0),
                      _fmt((server.get("num_requests_waiting") or {}).get("max"), 0)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -553,17 +563,22 @@ def write_plot(report: dict[str, Any], path: Path, baseline: dict[str, Any] | No
         for key, color, label in (("ttft_ms.p50", "tab:orange", "TTFT p50"), ("ttft_ms.p99", "tab:red", "TTFT p99"),
                                   ("itl_ms.p50", "tab:green", "ITL p50"), ("itl_ms.p99", "tab:olive", "ITL p99")):
             right.plot(x, series(key), style, marker="o", color=color, label=prefix + label)
-    rps = left.twinx()
-    rps.plot([lv["concurrency"] for lv in report["levels"]], [lv["requests_per_s"] for lv in report["levels"]],
-             ":", marker="s", color="tab:purple", label="requests/s")
-    rps.set_ylabel("requests/s")
+    # With one output length, requests/s is tokens/s scaled: a second axis would draw the same line twice,
+    # so each point is labelled with its requests/s instead.
+    for lv in report["levels"]:
+        if lv["output_tokens_per_s"] is not None and lv["requests_per_s"] is not None:
+            left.annotate(f"{lv['requests_per_s']:.2f} req/s", (lv["concurrency"], lv["output_tokens_per_s"]),
+                          textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
     left.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput")
     right.set(xlabel="concurrency", ylabel="ms", title="Latency")
-    handles = left.get_legend_handles_labels()[0] + rps.get_legend_handles_labels()[0]
-    left.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper left")
-    right.legend(fontsize=8, loc="upper left")
     for axis in (left, right):
-        axis.set_xticks(sorted({lv["concurrency"] for lv in report["levels"]}))
+        axis.legend(fontsize=8, loc="best", handlelength=3.5)  # long handles so a baseline's dashes show
+    ticks = sorted({lv["concurrency"] for lv in report["levels"]})
+    for axis in (left, right):
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.1)  # room above the top point for its label
+        axis.set_xscale("log", base=2)  # sweeps usually double the concurrency: even spacing
+        axis.set_xticks(ticks, [str(t) for t in ticks])
+        axis.minorticks_off()
         axis.grid(alpha=0.3)
     target = report["target"]
     figure.suptitle(f"kit loadtest: {target.get('preset') or target['url']} ({target['model']})", fontsize=10)

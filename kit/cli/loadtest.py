@@ -48,7 +48,8 @@ def _concurrency_levels(ctx: click.Context, param: click.Parameter, value: str) 
 @click.option("--no-plot", is_flag=True, help="Write no plot (matplotlib not needed).")
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False),
               help="An earlier report: print the change of each figure per concurrency level.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout instead of the table "
+              "(with --baseline, plus a `comparison` list).")
 def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, port: int | None,
              model_name: str | None, stack_dir: Path | None, concurrency: tuple[int, ...], requests_per_level: int,
              level_timeout: float, prompt_words: int, max_tokens: int, dataset: Path | None, report_path: Path,
@@ -89,10 +90,16 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
     status(f"report: {report_path}")
     if not no_plot:
         status(f"plot: {lt.write_plot(report, plot_path or report_path.with_suffix('.png'), baseline_report)}")
-    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else lt.format_table(report))
-    if baseline_report is not None:
-        click.echo(f"\nagainst {baseline}:")
-        click.echo(lt.format_comparison(lt.compare(report, baseline_report)))
+    comparison = lt.compare(report, baseline_report) if baseline_report is not None else None
+    if as_json:
+        # stdout stays one JSON document: the comparison rides along (the file on disk is the report only).
+        click.echo(json.dumps(report if comparison is None else {**report, "comparison": comparison},
+                              indent=2, sort_keys=True))
+    else:
+        click.echo(lt.format_table(report))
+        if comparison is not None:
+            click.echo(f"\nagainst {baseline}:")
+            click.echo(lt.format_comparison(comparison))
     failed = sum(level["errors"] for level in report["levels"])
     if failed:
         samples = sorted({s for level in report["levels"] for s in level["error_samples"]})

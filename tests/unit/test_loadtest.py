@@ -53,6 +53,8 @@ def test_level_figures_from_recorded_timings():
     assert level["ttft_ms"]["max"] == pytest.approx(1000.0)
     # gaps 100, 200 (first request) and 100 ms (second): p50 100, mean 133.333
     assert level["itl_ms"]["p50"] == pytest.approx(100.0) and level["itl_ms"]["mean"] == pytest.approx(133.333, abs=1e-3)
+    # TPOT: (done - first token) / (tokens - 1): 500 ms / 2 and 800 ms / 1
+    assert level["tpot_ms"]["p50"] == pytest.approx(525.0) and level["tpot_ms"]["max"] == pytest.approx(800.0)
     assert level["e2e_ms"]["p99"] == pytest.approx(1792.0)  # 1000 and 1800 ms: 1000 + 0.99 * 800
     assert level["prompt_tokens_mean"] == 100 and level["output_tokens_mean"] == 2.5
 
@@ -98,7 +100,8 @@ def test_stream_events_give_first_token_chunks_and_the_servers_token_counts():
 # ---------------------------------------------------------------- JSON shape and baseline
 
 LEVEL_KEYS = {"concurrency", "requests", "ok", "errors", "error_samples", "stopped_by", "duration_s", "requests_per_s",
-              "output_tokens_per_s", "prompt_tokens_mean", "output_tokens_mean", "ttft_ms", "itl_ms", "e2e_ms", "server"}
+              "output_tokens_per_s", "prompt_tokens_mean", "output_tokens_mean", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms",
+              "server"}
 
 
 def check_report_shape(report: dict) -> None:
@@ -110,7 +113,7 @@ def check_report_shape(report: dict) -> None:
     assert [lv["concurrency"] for lv in report["levels"]] == report["config"]["concurrency"]
     for level in report["levels"]:
         assert set(level) == LEVEL_KEYS
-        for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
             assert level[key] is None or set(level[key]) == {"p50", "p90", "p99", "mean", "max"}
         assert set(level["server"]) == {"kv_cache_usage_perc", "num_requests_running", "num_requests_waiting"}
     json.dumps(report)  # JSON all the way down
@@ -275,6 +278,7 @@ def test_sweep_measures_what_the_server_did(server):
         # The server waited 50 ms before the first chunk and 20 ms between chunks.
         assert 50 <= level["ttft_ms"]["p50"] < 1000
         assert 15 <= level["itl_ms"]["p50"] < 500
+        assert 15 <= level["tpot_ms"]["p50"] < 500
         assert level["e2e_ms"]["p50"] >= 50 + 3 * 20 - 5
         assert level["output_tokens_per_s"] == pytest.approx(16 / level["duration_s"], rel=0.01)
     one, two = report["levels"]
@@ -320,6 +324,11 @@ def test_cli_writes_report_and_plot_and_compares_with_a_baseline(server, tmp_pat
     assert second.exit_code == 0, second.output
     assert f"against {first}:" in second.stdout and "output tok/s" in second.stdout
     assert not (tmp_path / "after.png").exists()
+    as_json = runner.invoke(cli, [*args, "--report", str(tmp_path / "j.json"), "--baseline", str(first), "--no-plot",
+                                  "--json"], catch_exceptions=False)
+    printed = json.loads(as_json.stdout)
+    assert {row["concurrency"] for row in printed.pop("comparison")} == {1, 2}
+    assert printed == json.loads((tmp_path / "j.json").read_text())
 
 
 def test_cli_refuses_a_preset_stack_not_on_loopback(tmp_path):
