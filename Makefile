@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down bench bench-plan golden schema lint clean
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-plan golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -69,6 +69,15 @@ run: setup-run  ## bring up PRESET (default cpu, with a locally made model) deta
 
 down:  ## stop the stack started by `make run` and remove its containers
 	$(PYTHON) -m kit.cli.main down --out $(RUN_DIR)
+
+$(VENV)/.installed-loadtest: pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e '.[loadtest]'
+	touch $@
+
+CONCURRENCY ?= 1,2,4,8
+loadtest: $(VENV)/.installed-loadtest  ## load-test the stack `make run` started; report and plot in RUN_DIR
+	$(PYTHON) -m kit.cli.main loadtest preset=$(PRESET) --out $(RUN_DIR) --port $(PORT) --concurrency $(CONCURRENCY) \
+		--report $(RUN_DIR)/loadtest.json $(if $(BASELINE),--baseline $(BASELINE))
 
 bench: setup  ## build, size and start-up figures (printed, not asserted)
 	$(PYTHON) bench/bench.py --wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE)
