@@ -8,8 +8,9 @@ from pathlib import Path
 from kit.checks import CheckReport, check_preset
 from kit.deployment import Deployment, plan_deployment
 from kit.errors import PresetError
-from kit.preset import Preset, load_preset
+from kit.preset import Preset, display_path, load_preset
 from kit.render import image_ref_for, render
+from kit.safevalue import UnsafeValue
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool 
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
             force: bool = False, target: str = "compose") -> Prepared:
     name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
-    deployment = plan_deployment(name, preset, base_image=base_image)
-    files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan)
+    try:
+        deployment = plan_deployment(name, preset, base_image=base_image)
+        files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan)
+    except UnsafeValue as exc:  # validation applies the same rules; this catches --base-image and derived values
+        raise PresetError(f"{display_path(path)}: {exc}") from None
     return Prepared(name, path, preset, report, deployment, files)

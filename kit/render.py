@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kit import deployment as dep
+from kit.composefile import cluster_compose_file, compose_file
 from kit.deployment import Deployment
 from kit.templating import render_template
 
@@ -132,10 +133,10 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
 
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
-        files["compose.yaml"] = render_template("compose.yaml.j2", c=ctx)
+        files["compose.yaml"] = compose_file(ctx)
     else:
         for role in ("head", "worker"):
-            files[f"compose.{role}.yaml"] = render_template("cluster.compose.yaml.j2", c=replace(ctx, role=role))
+            files[f"compose.{role}.yaml"] = cluster_compose_file(replace(ctx, role=role))
         files[dep.LAUNCHER_FILE] = launcher_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files
