@@ -2,8 +2,8 @@
 
 Runs the cases of tests/unit/test_injection.py many more times than the unit suite does: one hostile string
 (every kind of line break, quotes, `$`, backticks, `#`, YAML's typed words, leading dashes, controls, long and
-odd Unicode) at one preset string field or engine flag, rendered for compose (one node and a Ray pair) and
-Kubernetes. Each case is refused with the kit's one-line error or renders files whose structure equals the
+odd Unicode) at one preset string field or engine flag, rendered for compose (one node, a Ray pair, two
+presets side by side) and Kubernetes. Each case is refused with the kit's one-line error or renders files whose structure equals the
 benign render's. Prints cases tried, refused, tracebacks (must be 0), structure changes (must be 0), and the
 slowest input's time. Exit 1 when either count is not 0.
 
@@ -37,20 +37,20 @@ def main() -> int:
     @given(case=cases.hostile_case)
     def run(case):
         nonlocal slowest
-        (preset, target, extra), path, value = case
+        (preset, target, extra, beside), path, value = case
         counts["tried"] += 1
         start = time.perf_counter()
         try:
-            counts[cases.check_case(preset, target, extra, path, value)] += 1
+            counts[cases.check_case(preset, target, extra, path, value, beside)] += 1
         except AssertionError:
             counts["structure changes"] += 1
-            first_failure.append(f"structure change: {preset} {target} {path}={value!r}")
+            first_failure.append(f"structure change: {'+'.join((preset, *beside))} {target} {path}={value!r}")
         except Exception:  # noqa: BLE001 - any other exception is a traceback the user would see
             counts["tracebacks"] += 1
-            first_failure.append(f"traceback: {preset} {target} {path}={value!r}\n{traceback.format_exc()}")
+            first_failure.append(f"traceback: {'+'.join((preset, *beside))} {target} {path}={value!r}\n{traceback.format_exc()}")
         took = time.perf_counter() - start
         if took > slowest[0]:
-            slowest = (took, f"{preset} {target} {path}={value[:40]!r}")
+            slowest = (took, f"{'+'.join((preset, *beside))} {target} {path}={value[:40]!r}")
 
     run()
     for name, value in counts.items():

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.deployment import FETCH_FILE
 from kit.docker_engine import docker_client
 from kit.errors import BuildError, KitError
 from kit.wheelhouse import LOCK_NAME
 
-CONTEXT_FILES = ("Dockerfile", "requirements.txt", ".dockerignore")
+CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
 PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")

@@ -178,11 +178,13 @@ SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (se
 
 
 def compose_file(ctx: Any) -> str:
-    """compose.yaml for one node: the one-shot model fetch, then the server."""
+    """compose.yaml for one node: the one-shot model fetch, then the server. A server beside another preset's
+    (``ctx.service_suffix``) gets suffixed service names in its own file, which compose.yaml includes."""
     d = ctx.d
+    fetch, serve = ctx.fetch_service, ctx.server_service
     server: dict[str, Any] = {
         **_built_image(ctx),
-        "depends_on": {"model-fetch": {"condition": "service_completed_successfully"}},
+        "depends_on": {fetch: {"condition": "service_completed_successfully"}},
     }
     if d.jetson_runtime:
         server["runtime"] = "nvidia"
@@ -198,22 +200,26 @@ def compose_file(ctx: Any) -> str:
     if d.gpu_devices:
         server["deploy"] = _gpu_deploy(ctx)
     rt = d.preset.runtime
-    doc = {
-        "services": {"model-fetch": fetch_service(ctx), "vllm": server},
-        "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}},
-    }
+    doc: dict[str, Any] = {}
+    if ctx.includes:
+        doc["include"] = [_s(path) for path in ctx.includes]
+    doc["services"] = {fetch: fetch_service(ctx), serve: server}
+    doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
     comments = {
-        ("services", "model-fetch"): [
+        ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
+                       "and healthchecks."],
+        ("services", fetch): [
             "One-shot: puts the model into the HF cache volume (HF_ENDPOINT and HF_TOKEN from .env), so the server",
             "starts offline and a cold start excludes the download. `kit fetch` runs it on its own.",
         ],
-        ("services", "vllm", "runtime"): ["Jetson: the NVIDIA container runtime maps the integrated GPU and the L4T libraries."],
-        ("services", "vllm", "init"): [
+        ("services", serve, "runtime"): ["Jetson: the NVIDIA container runtime maps the integrated GPU and the L4T libraries."],
+        ("services", serve, "init"): [
             "tini as PID 1: if the server dies, the container exits and the restart policy brings it back."],
-        **_runtime_comments(ctx, ("services", "vllm")),
+        **_runtime_comments(ctx, ("services", serve)),
     }
-    header = [*_header(ctx), "Start: docker compose up -d --wait    Stop: docker compose down", SECRETS_LINE,
-              *_notes(ctx)]
+    start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
+             if ctx.included_by else "Start: docker compose up -d --wait    Stop: docker compose down")
+    header = [*_header(ctx), start, SECRETS_LINE, *_notes(ctx)]
     return dump_with_comments(doc, header, comments)
 
 
@@ -224,7 +230,7 @@ def cluster_compose_file(ctx: Any) -> str:
     name = ctx.service
     node: dict[str, Any] = {
         **_built_image(ctx),
-        "depends_on": {"model-fetch": {"condition": "service_completed_successfully"}},
+        "depends_on": {ctx.fetch_service: {"condition": "service_completed_successfully"}},
     }
     if cl.host_network:
         node["network_mode"] = "host"
@@ -256,7 +262,7 @@ def cluster_compose_file(ctx: Any) -> str:
         node["deploy"] = deploy
     rt = d.preset.runtime
     doc = {
-        "services": {"model-fetch": fetch_service(ctx), name: node},
+        "services": {ctx.fetch_service: fetch_service(ctx), name: node},
         "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}},
     }
     service = ("services", name)
@@ -270,7 +276,7 @@ def cluster_compose_file(ctx: Any) -> str:
         launcher_why = [f"The launcher waits up to {int(cl.join_timeout)} s for the head at {cl.head_endpoint}, "
                         "then joins with `ray start --block`."]
     comments = {
-        ("services", "model-fetch"): [
+        ("services", ctx.fetch_service): [
             "One-shot: puts the model into this node's HF cache volume (every node loads its own layers from it)."],
         (*service, "network_mode"): [
             "vLLM's multi-node guide: host networking, so Ray, NCCL and Gloo reach the other hosts directly."],

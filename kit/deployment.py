@@ -27,6 +27,10 @@ VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 # read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
 LAUNCHER_FILE = "ray_node.py"
 LAUNCHER_DIR = "/opt/kit"
+# The model-fetch script (kit/launch/fetch_files.py) is rendered beside the Dockerfile and COPYed into the image,
+# root-owned and read-only to the server's user; its content is part of the image's tag (kit/render.py).
+FETCH_FILE = "fetch_files.py"
+FETCH_SCRIPT_PATH = f"/opt/vllm-kit/{FETCH_FILE}"
 HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
 WORKER_SERVICE = "ray-worker"
 # Ports Ray itself takes on every node with its defaults (besides the GCS and dashboard ports the preset
@@ -129,7 +133,7 @@ class Deployment:
     python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
     run_user: RunUser
     official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
-    fetch_command: list[str]  # model-fetch service: python -c <kit/launch/fetch_files.py> <JSON spec>
+    fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
@@ -341,11 +345,11 @@ def environment_for(preset: Preset) -> dict[str, str]:
 def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
     """The one-shot `model-fetch` service: puts what vLLM will read into the HF cache volume before the server
     starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
-    The script is kit/launch/fetch_files.py, passed whole to `python -c` as one escaped string (exec-form
-    values stay on one line), so nothing needs mounting."""
-    from kit.hubfetch import fetch_script, fetch_spec
+    The script is kit/launch/fetch_files.py, baked into the image at FETCH_SCRIPT_PATH (so compose and the
+    Kubernetes init container stay readable and nothing needs mounting); only its short JSON spec is passed."""
+    from kit.hubfetch import fetch_spec
 
-    return [python, "-c", f"exec({fetch_script()!r})", fetch_spec(preset, model_arg)]
+    return [python, FETCH_SCRIPT_PATH, fetch_spec(preset, model_arg)]
 
 
 def server_command_for(preset: Preset) -> ServerCommand:
@@ -415,6 +419,59 @@ def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_a
         head_args=[*head_options, "--", *entrypoint, *serve_args], worker_args=[],
     )
     return replace(plan, worker_args=plan.worker_args_for(head_address))
+
+
+# ------------------------------------------------------------------------------------- side by side
+# `kit render preset=A --with-preset B`: B's servers join A's stack (compose.B.yaml, included by compose.yaml).
+
+
+def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
+    """``preset`` with volume names of its own where they would be the primary's (each server keeps its caches)."""
+    rt, taken = preset.runtime, {primary.runtime.hf_cache_volume, primary.runtime.compile_cache_volume}
+    update = {field: f"{getattr(rt, field)}-{name}" for field in ("hf_cache_volume", "compile_cache_volume")
+              if getattr(rt, field) in taken}
+    return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
+
+
+# What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
+# from one build, as the image never depends on the model or the flags.
+IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
+                "exclude_packages", "runtime_packages", "image_env", "pip_index_url")
+
+
+def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
+    """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
+    problems: list[tuple[str, str]] = []
+    if other.cluster is not None or primary.cluster is not None:
+        problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
+    differ = [f for f in IMAGE_INPUTS if getattr(primary, f) != getattr(other, f)]
+    if differ:
+        problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
+                                  "side-by-side servers run from one build"))
+    p_rt, o_rt = primary.preset.runtime, other.preset.runtime
+    if o_rt.port == p_rt.port:
+        problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
+    shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
+    if shared:
+        from kit.plan import default_gpu_memory_utilization
+
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+                        for d in (other, primary))
+        if mine + theirs > 1:
+            # Each server requests its fraction of the card's total and refuses to start when less is free
+            # (KNOWLEDGE: "Free memory on device ... is less than desired GPU memory utilization").
+            problems.append(("engine.gpu_memory_utilization",
+                             f"{mine:g} plus {primary.preset_name}'s {theirs:g} of the same GPU(s) {', '.join(shared)} "
+                             "is more than the card; lower both so they add up to 1 or less"))
+    return problems
+
+
+def _gpu_ids(d: Deployment) -> list[str]:
+    """The GPUs a one-node stack maps (device ids, or the first ``count``)."""
+    hw = d.preset.hardware
+    if hw.gpu is None:
+        return []
+    return [str(i) for i in (hw.device_ids or range(hw.count))]
 
 
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:

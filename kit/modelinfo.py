@@ -67,6 +67,8 @@ class ModelSpec(BaseModel):
     vocab_size: int
     max_position_embeddings: int
     tie_word_embeddings: bool = False
+    is_causal: bool = True  # False: bidirectional attention, which vLLM runs as encoder-only (no KV cache)
+    num_labels: int | None = None  # classifiers: the head's outputs (1: a cross-encoder that /score can use)
     torch_dtype: str = "bfloat16"
     attention_bias: bool = False  # q/k/v biases (Qwen2)
     qk_norm: bool = False  # per-head q/k RMSNorm (Qwen3)
@@ -197,6 +199,14 @@ def check_config_values(cfg: Any, source: str) -> None:
     _check_counts(base.get("rope_scaling") or {}, limits["rope_scaling"], f"{source}: rope_scaling.", fractions=True)
 
 
+def _num_labels(cfg: dict[str, Any]) -> int | None:
+    """transformers derives num_labels from id2label (PretrainedConfig); absent in generative configs."""
+    if cfg.get("num_labels") is not None:
+        return int(cfg["num_labels"])
+    labels = cfg.get("id2label")
+    return len(labels) if isinstance(labels, dict) and labels else None
+
+
 def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
     """Build a ModelSpec from a config.json dict; a missing, absurd or malformed field is a PlanError naming it."""
     check_config_values(cfg, source)
@@ -269,6 +279,8 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
         max_position_embeddings=int(need("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")),
         tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=base.get("tie_word_embeddings", False))),
         torch_dtype=dtype,
+        is_causal=base.get("is_causal") is not False,
+        num_labels=_num_labels(cfg),
         attention_bias=bool(base.get("attention_bias") or base.get("model_type") in ("qwen2", "qwen2_moe")),
         qk_norm=base.get("model_type") in ("qwen3", "qwen3_moe"),
         rope_scaling=base.get("rope_scaling"),
@@ -401,15 +413,19 @@ def _from_hub(model_id: str) -> ModelSpec | None:
     return spec_from_config(_load_json(config_path), name=model_id, source=f"hub:{model_id}", weights_bytes=weights)
 
 
+TINY_MODEL_PREFIX = "kit:"
 TINY_MODEL_REF = "kit:tiny-llama"
 
 
 def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
-    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:tiny-llama``) to a ModelSpec."""
-    if ref == TINY_MODEL_REF:  # the test model the kit makes: its shape is known before it exists
-        from kit.tinymodel import shape_config
+    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:<tiny model kind>``) to a ModelSpec."""
+    if ref.startswith(TINY_MODEL_PREFIX):  # a test model the kit makes: its shape is known before it exists
+        from kit.tinymodel import KINDS, shape_config
 
-        return spec_from_config(shape_config(), name="tiny-llama", source="kit.tinymodel")
+        kind = ref.removeprefix(TINY_MODEL_PREFIX)
+        if kind not in KINDS:
+            raise PlanError(f"{shown(ref)}: no such test model", hint=f"one of: kit:{', kit:'.join(sorted(KINDS))}")
+        return spec_from_config(shape_config(kind), name=kind, source="kit.tinymodel")
     path, found = user_path(ref, error=PlanError)
     if found is not None and stat.S_ISDIR(found.st_mode):
         config = path / "config.json"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kit.checks import CheckReport, check_preset
-from kit.deployment import Deployment, plan_deployment
-from kit.errors import PresetError
+from kit.deployment import FETCH_FILE, Deployment, plan_deployment, side_by_side_preset, side_by_side_problems
+from kit.errors import PresetError, Problem
 from kit.preset import Preset, display_path, load_preset
-from kit.render import image_ref_for, render
+from kit.render import Companion, image_ref_for, render
 from kit.safevalue import UnsafeValue
 
 
@@ -21,10 +21,13 @@ class Prepared:
     report: CheckReport
     deployment: Deployment
     files: dict[str, str]
+    # Presets whose servers run beside this one (--with-preset), each with the stack's files
+    companions: tuple[Prepared, ...] = ()
 
     @property
     def image_ref(self) -> str:
-        return image_ref_for(self.deployment, self.files["Dockerfile"], self.files["requirements.txt"])
+        files = self.files
+        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE])
 
 
 def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,
@@ -36,12 +39,38 @@ def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool 
     return name, path, preset, report
 
 
+def companions_for(primary: Deployment, refs: list[str], *, base_image: str | None, force: bool) -> list[Prepared]:
+    """The presets that run beside ``primary`` in its compose stack, checked to fit there (one image, own port).
+    Their ``files`` are filled in by ``prepare`` (the stack's)."""
+    companions: list[Prepared] = []
+    for ref in refs:
+        name, path, preset, report = load_and_check(ref, force=force)
+        where = display_path(path)
+        if name == primary.preset_name or any(c.name == name for c in companions):
+            raise PresetError(f"--with-preset {ref}: {name} is already in this stack")
+        preset = side_by_side_preset(primary.preset, preset, name)
+        d = plan_deployment(name, preset, base_image=base_image)
+        problems = side_by_side_problems(primary, d, where)
+        if problems:
+            raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
+                              problems=[Problem(f"{where}: {f}", message) for f, message in problems])
+        # It runs on the primary's image: same inputs (checked above), so the same tag.
+        d = replace(d, image_repository=primary.image_repository)
+        companions.append(Prepared(name, path, preset, report, d, {}))
+    return companions
+
+
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
-            force: bool = False, target: str = "compose") -> Prepared:
+            force: bool = False, target: str = "compose", with_presets: list[str] | None = None) -> Prepared:
     name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
     try:
         deployment = plan_deployment(name, preset, base_image=base_image)
-        files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan)
+        companions = companions_for(deployment, list(with_presets or []), base_image=base_image, force=force)
+        if companions and (target != "compose" or deployment.cluster is not None):
+            raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
+        files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan,
+                       companions=tuple(Companion(c.deployment, c.report.plan_lines) for c in companions))
     except UnsafeValue as exc:  # validation applies the same rules; this catches --base-image and derived values
         raise PresetError(f"{display_path(path)}: {exc}") from None
-    return Prepared(name, path, preset, report, deployment, files)
+    return Prepared(name, path, preset, report, deployment, files,
+                    tuple(replace(c, files=files) for c in companions))

@@ -181,6 +181,8 @@ class PlanInputs(BaseModel):
     block_size: int | None = Field(default=None, ge=1)  # 16 on GPU, 128 on the CPU backend
     cpu_kvcache_space_gib: float | None = Field(default=None, gt=0)
     entrypoint: Literal["serve", "llm"] = "serve"  # `vllm serve` (API server) or the offline LLM class
+    runner: Literal["auto", "generate", "pooling"] = "auto"  # --runner (pooling: embeddings, scores)
+    convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert
     lora: LoraInputs | None = None  # None: LoRA not enabled
     draft: DraftInputs | None = None  # None: no draft checkpoint
 
@@ -266,6 +268,9 @@ class _Resolved(BaseModel):
     cpu_kvcache_space_gib: float | None
     entrypoint: str
     cuda_graph_charged: bool
+    runner: str = "generate"
+    pooling_task: str | None = None  # embed | classify with the pooling runner
+    encoder_only: bool = False  # encoder-only attention: vLLM keeps no KV cache
 
 
 def derived_max_model_len(model: ModelSpec) -> int:
@@ -395,6 +400,9 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         inputs.device == "cuda" and not inputs.enforce_eager and _at_least(version, CUDA_GRAPH_CHARGED_SINCE)
         and model_runner_for(inputs.model, version) == "V1"
     )
+    from kit.pooling import pooling_profile
+
+    pooling = pooling_profile({"runner": inputs.runner, "convert": inputs.convert}, inputs.model)
     resolved = _Resolved(
         model=inputs.model.name,
         device=inputs.device,
@@ -418,6 +426,9 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         cpu_kvcache_space_gib=cpu_space,
         entrypoint=inputs.entrypoint,
         cuda_graph_charged=charged,
+        runner=pooling.runner,
+        pooling_task=pooling.task,
+        encoder_only=pooling.encoder_only,
     )
     return resolved, gpu, notes
 
@@ -652,7 +663,9 @@ def _stage_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last:
         moe = tokens * topk * (3 * n + h) * act
         forward = max(forward, tokens * 2 * h * act)
     sampler = 0.0
-    if last:
+    # A pooling runner profiles with a dummy pooler run ([tokens, hidden] at most), not the sampler, so no
+    # vocabulary-wide logits (vllm/v1/worker/gpu_model_runner.py at 0.32.0: _dummy_pooler_run vs _dummy_sampler_run).
+    if last and r.runner != "pooling":
         rows = min(r.max_num_seqs, r.max_num_batched_tokens)
         sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     return moe + max(forward, sampler)
@@ -688,7 +701,7 @@ def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, l
         moe = tokens * topk * (3 * n + h) * act
         forward = max(forward, tokens * 2 * h * act)
     sampler = 0.0
-    if last:
+    if last and r.runner != "pooling":  # a pooling runner profiles its pooler, not the sampler (see above)
         rows = min(r.max_num_seqs, r.max_num_batched_tokens)
         sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT_026
     compiled = 0.0 if r.enforce_eager else COMPILE_COLD_GIB_026 * GIB
@@ -845,7 +858,13 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
         first, last = i == 0, i == len(ranges) - 1
         counts = _stage_counts(model, tp, layers, first, last, pp)
         weights = _stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
+        if r.runner == "pooling" and last and not model.tie_word_embeddings:
+            # vLLM's pooling adapter never allocates the LM head (model_executor/models/adapters.py at 0.32.0:
+            # ParallelLMHead becomes a missing layer), so an untied head's weights are not loaded.
+            weights -= padded_vocab(model.vocab_size) / tp * model.hidden_size * DTYPE_BYTES[r.dtype]
         per_token = kv_bytes_per_token_per_layer(model, tp, r.kv_cache_bytes) * len(layers)
+        if r.encoder_only:
+            per_token = 0  # encoder-only attention keeps no KV cache (kit/data/pooling.yaml)
         extras = {"lora": 0.0, "draft_weights": 0.0}
         if inputs.lora is not None:
             extras["lora"] = lora_buffer_bytes(model, r, inputs.lora, len(layers), first, last)
@@ -887,7 +906,7 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
 
 
 def _blocks(stage: _Stage, block: int) -> int:
-    if stage.kv_bytes <= 0:
+    if stage.kv_bytes <= 0 or stage.per_token == 0:
         return 0
     return int(stage.kv_bytes // (block * stage.per_token))
 
@@ -960,7 +979,13 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
     else:
         tokens = int(concurrency * max_len)  # vLLM logs max_concurrency * max_model_len
     error = None
-    if binding.kv_bytes <= 0 or num_blocks == 0:
+    kv_gib = binding.kv_bytes / GIB
+    if r.encoder_only:
+        # No KV cache at all: nothing is reserved for it, and concurrency is the scheduler's max_num_seqs.
+        tokens, concurrency, kv_gib = 0, float(r.max_num_seqs), 0.0
+        if binding.kv_bytes < 0:
+            error = NO_MEMORY_ERROR
+    elif binding.kv_bytes <= 0 or num_blocks == 0:
         error = NO_MEMORY_ERROR
     else:
         for stage in stages:
@@ -977,7 +1002,7 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, _Resolved, list[_Stage]]:
         activation_gib=binding.activation / GIB,
         non_torch_gib=binding.non_torch / GIB,
         cuda_graph_gib=binding.cuda_graph / GIB,
-        kv_cache_gib=binding.kv_bytes / GIB,
+        kv_cache_gib=kv_gib,
         kv_cache_tokens=max(tokens, 0),
         max_concurrency=max(concurrency, 0.0),
         fits=error is None,
@@ -995,7 +1020,8 @@ def largest_max_model_len(inputs: PlanInputs) -> int:
     """The largest max_model_len whose one request fits the KV cache (vLLM's estimate_max_model_len)."""
     r, stages, _ = _compute(inputs)
     block = r.block_size
-    lengths = [int(s.kv_bytes // (block * s.per_token)) * block if s.kv_bytes > 0 else 0 for s in stages]
+    lengths = [int(s.kv_bytes // (block * s.per_token)) * block if s.kv_bytes > 0 and s.per_token else 0
+               for s in stages]
     return max(min(lengths), 0)
 
 

@@ -124,7 +124,7 @@ class Model(Strict):
         None, description="Name clients use in requests (default: the id, or a local directory's name)"
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to pin")
-    generate: Literal["tiny-llama"] | None = Field(
+    generate: Literal["tiny-llama", "tiny-qwen3-embed"] | None = Field(
         None, description="Make a random-weight test model at the local path when it is missing (tests, CPU demo)"
     )
 

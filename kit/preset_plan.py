@@ -13,7 +13,7 @@ from kit.preset import Preset
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
     from kit.inputfiles import user_path
-    from kit.modelinfo import TINY_MODEL_REF, load_model_spec
+    from kit.modelinfo import TINY_MODEL_PREFIX, load_model_spec
 
     model = preset.model
     if model.is_local:
@@ -25,8 +25,8 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
             config, found = user_path(f"{candidate}/config.json")
             if found is not None and stat.S_ISREG(found.st_mode):
                 return load_model_spec(str(config.parent))
-        if model.generate == "tiny-llama":
-            return load_model_spec(TINY_MODEL_REF)
+        if model.generate:
+            return load_model_spec(TINY_MODEL_PREFIX + model.generate)
         return None
     return load_model_spec(model.id)
 
@@ -80,6 +80,8 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         enforce_eager=bool(eng.enforce_eager),
         vllm_version=preset.image.vllm_version,
         block_size=eng.block_size,
+        runner=eng.flags().get("runner", "auto"),
+        convert=eng.flags().get("convert", "auto"),
         lora=lora_inputs_for(preset),
         draft=draft_inputs_for(preset, base_dir),
     )

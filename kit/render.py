@@ -9,6 +9,7 @@ from typing import Any
 from kit import deployment as dep
 from kit.composefile import cluster_compose_file, compose_file
 from kit.deployment import Deployment
+from kit.hubfetch import fetch_script
 from kit.templating import render_template
 
 DOCKERIGNORE = """\
@@ -16,6 +17,7 @@ DOCKERIGNORE = """\
 *
 !Dockerfile
 !requirements.txt
+!fetch_files.py
 !wheels/
 """
 
@@ -35,8 +37,12 @@ class RenderContext:
     hf_home: str = dep.HF_HOME
     vllm_cache: str = dep.VLLM_CACHE
     venv: str = dep.VENV
+    fetch_script_path: str = dep.FETCH_SCRIPT_PATH
     port: int = dep.CONTAINER_PORT
     role: str = ""  # several nodes: head | worker
+    service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
+    included_by: str = ""  # that stack's main file, for the header
+    includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
@@ -45,6 +51,14 @@ class RenderContext:
     @property
     def service(self) -> str:
         return self.worker_service if self.role == "worker" else self.head_service
+
+    @property
+    def server_service(self) -> str:
+        return dep.HEAD_SERVICE + self.service_suffix
+
+    @property
+    def fetch_service(self) -> str:
+        return FETCH_SERVICE + self.service_suffix
 
     @property
     def launcher_mount(self) -> str:
@@ -77,19 +91,33 @@ def requirements_text(d: Deployment) -> str:
     return "\n".join(lines) + "\n"
 
 
-def content_tag(dockerfile: str, requirements: str) -> str:
-    """A tag that changes exactly when the image's inputs change (not with flags or the model)."""
-    digest = hashlib.sha256((dockerfile + "\0" + requirements).encode()).hexdigest()
+def content_tag(dockerfile: str, requirements: str, fetch_script: str) -> str:
+    """A tag that changes exactly when the image's inputs change (not with flags or the model): the fetch
+    script is COPYed into the image, so a change to it must rebuild."""
+    digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script)).encode()).hexdigest()
     return digest[:12]
 
 
-def image_ref_for(d: Deployment, dockerfile: str, requirements: str) -> str:
+def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str) -> str:
     if d.preset.image.pin_digest:  # production: the exact image `kit push` recorded
         return f"{d.image_repository}@{d.preset.image.pin_digest}"
-    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements)}"
+    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script)}"
 
 
 TARGETS = ("compose", "k8s")
+FETCH_SERVICE = "model-fetch"
+
+
+def side_by_side_file(name: str) -> str:
+    return f"compose.{name}.yaml"
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Another preset's server in the same compose stack (``kit render ... --with-preset NAME``)."""
+
+    d: Deployment
+    plan_lines: list[str] = field(default_factory=list)
 
 
 def launcher_text() -> str:
@@ -100,11 +128,14 @@ def launcher_text() -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Any = None) -> dict[str, str]:
-    """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes.
+           plan: Any = None, companions: tuple[Companion, ...] = ()) -> dict[str, str]:
+    """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
+    adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes.
     k8s: Kubernetes manifests in k8s/ (see kit/k8s.py). The image's files are the same for both."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
+    if companions and (target != "compose" or d.cluster is not None):
+        raise ValueError("side-by-side servers need the compose target of a one-node stack")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
     cap_add, cap_reason = [], ""
     if d.strategy == "cpu":
@@ -112,19 +143,22 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         cap_reason = "the CPU backend binds threads and memory to NUMA nodes (mbind/set_mempolicy need SYS_NICE)"
 
     requirements = requirements_text(d)
+    script = fetch_script()
     draft = RenderContext(d=d, image_ref="")
     dockerfile = render_template(template, c=draft)
     ctx = RenderContext(
         d=d,
-        image_ref=image_ref_for(d, dockerfile, requirements),
+        image_ref=image_ref_for(d, dockerfile, requirements, script),
         plan_lines=list(plan_lines or []),
         plan=plan,
         cap_add=cap_add,
         cap_add_reason=cap_reason,
+        includes=[side_by_side_file(c.d.preset_name) for c in companions],
     )
     files = {
         "Dockerfile": dockerfile,
         "requirements.txt": requirements,
+        dep.FETCH_FILE: script,
         ".dockerignore": DOCKERIGNORE,
         ".env.example": render_template("env.example.j2", c=ctx),
     }
@@ -134,6 +168,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
+        for companion in companions:
+            # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
+            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[],
+                            service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
+            files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
     else:
         for role in ("head", "worker"):
             files[f"compose.{role}.yaml"] = cluster_compose_file(replace(ctx, role=role))

@@ -108,5 +108,6 @@ def compose_escape(text: str) -> str:
 
 
 def k8s_escape(text: str) -> str:
-    """Kubernetes expands `$(VAR)` in a container's command, args and env values; `$$(` is a literal `$(`."""
-    return text.replace("$(", "$$(")
+    """Kubernetes expands `$(VAR)` in a container's command, args and env values and reads `$$` as one `$`
+    (core/v1 Container.args; k8s.io/kubernetes third_party/forked/golang/expansion): every `$` is doubled."""
+    return text.replace("$", "$$")

@@ -16,6 +16,7 @@ from typing import Any
 from kit import vllmlog
 from kit.docker_engine import docker_client
 from kit.pipeline import Prepared
+from kit.pooling import PoolingProfile, pooling_profile
 from kit.stack import Stack
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -26,6 +27,38 @@ class Check:
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # not applicable to this server (the detail says why); counts as passed
+
+
+# The API checks, selected by what the server runs (select_api_checks).
+COMPLETION = "POST /v1/completions returns tokens"
+CHAT = "POST /v1/chat/completions returns tokens"
+EMBEDDINGS = "POST /v1/embeddings returns a vector per input"
+RERANK = "POST /rerank scores every document"
+KV_PLAN = "KV cache size matches the plan"
+
+
+def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
+    """(check name, reason to skip it or None) for the API rows of a server of this kind (kit/pooling.py).
+
+    A generating server gets the completion checks only; a pooling server (vLLM's pooling runner) serves no
+    completions, so those rows say so, and it gets the routes of its task (kit/data/pooling.yaml).
+    """
+    if not profile.pooling:
+        return [(COMPLETION, None), (CHAT, None)]
+    why = f"pooling model (task {profile.task}): vLLM's pooling runner serves no completions"
+    return [
+        (COMPLETION, why),
+        (CHAT, why),
+        (EMBEDDINGS, None if profile.task == "embed" else f"task {profile.task}: no /v1/embeddings"),
+        (RERANK, None if profile.score else
+         f"task {profile.task}: vLLM enables /score and /rerank only for embedding models and one-label classifiers"),
+    ]
+
+
+def kv_check_skip(profile: PoolingProfile) -> str | None:
+    """Why the KV-cache-vs-plan row does not apply, or None: encoder-only models keep no KV cache."""
+    return "encoder-only model: vLLM keeps no KV cache" if profile.encoder_only else None
 
 
 def http(method: str, url: str, *, body: dict | None = None, key: str | None = None,
@@ -108,10 +141,24 @@ def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[
     return Check("secrets stay out of the image", True, f"{len(sentinels)} secret(s) only in .env, not in history/config/files")
 
 
-def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int) -> list[Check]:
+def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - ModelSpec | None
+    from kit.errors import KitError
+    from kit.preset_plan import model_spec_for
+
+    try:
+        return model_spec_for(prepared.preset, base_dir)
+    except KitError:
+        return None
+
+
+def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int,
+               service: str | None = None) -> list[Check]:
+    """``service``: the compose service to check (default: the stack's server; a side-by-side stack's other one)."""
     checks: list[Check] = []
     d = prepared.deployment
-    container = stack.container()
+    spec = model_spec_or_none(prepared, stack.directory)
+    profile = pooling_profile(prepared.preset.engine.flags(), spec)
+    container = stack.container(service) if service else stack.container()
     container.reload()
     host = infra_host(container.id)
     key = env_values.get("VLLM_API_KEY") or None
@@ -172,6 +219,27 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
         return tokens > 0, f"HTTP {status}, {tokens} tokens"
 
+    def embeddings():
+        inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
+        status, text = http("POST", f"{base}/v1/embeddings", key=key, body={
+            "model": d.served_model_name, "input": inputs})
+        vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
+        dims = sorted({len(v) for v in vectors})
+        want = spec.hidden_size if spec is not None else None
+        ok = len(vectors) == len(inputs) and len(dims) == 1 and (want is None or dims == [want])
+        return ok, f"HTTP {status}, {len(vectors)} vectors for {len(inputs)} inputs, dimension {dims} " \
+                   f"(model hidden size {want if want is not None else 'unknown'})"
+
+    def rerank():
+        documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
+        status, text = http("POST", f"{base}/rerank", key=key, body={
+            "model": d.served_model_name, "query": "What does the cache store?", "documents": documents})
+        results = json.loads(text).get("results", []) if status == 200 else []
+        indices = sorted(r.get("index") for r in results)
+        scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)
+        ok = indices == list(range(len(documents))) and scored
+        return ok, f"HTTP {status}, {len(results)} of {len(documents)} documents scored ({profile.score})"
+
     def metrics():
         status, text = http("GET", f"{base}/metrics", key=key)
         return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
@@ -198,16 +266,24 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     record("GET /health answers 200", health)
     record("GET /v1/models lists the served model", models)
     record("requests without the API key are refused", auth)
-    record("POST /v1/completions returns tokens", completion)
-    record("POST /v1/chat/completions returns tokens", chat)
+    def record_or_skip(name: str, fn, skip: str | None) -> None:  # noqa: ANN001
+        if skip:
+            checks.append(Check(name, True, skip, skipped=True))
+        else:
+            record(name, fn)
+
+    api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
+    for name, skip in select_api_checks(profile):
+        record_or_skip(name, api[name], skip)
     record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
-    record("KV cache size matches the plan", plan_matches)
+    record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
     return checks
 
 
 def format_table(checks: list[Check]) -> str:
     width = max(len(c.name) for c in checks)
-    lines = [f"{'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in checks]
-    passed = sum(c.ok for c in checks)
-    lines.append(f"{passed} passed, {len(checks) - passed} failed")
+    lines = [f"{'SKIP' if c.skipped else 'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in checks]
+    skipped = sum(c.skipped for c in checks)
+    passed = sum(c.ok for c in checks) - skipped
+    lines.append(f"{passed} passed, {len(checks) - passed - skipped} failed" + (f", {skipped} skipped" if skipped else ""))
     return "\n".join(lines)

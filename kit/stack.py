@@ -87,13 +87,13 @@ class Stack:
             return f"(no logs: {exc})"
 
     def wait_healthy(self, deadline_s: float, progress: Callable[[str], None] | None = None,
-                     poll_s: float = 2.0) -> float:
+                     poll_s: float = 2.0, service: str = SERVICE) -> float:
         """Poll the container's health until healthy; fail early if it keeps restarting. Returns seconds."""
         started = time.monotonic()
         last_report = -30.0
         while True:
             elapsed = time.monotonic() - started
-            container = self.container()
+            container = self.container(service)
             container.reload()
             state = container.attrs["State"]
             health = (state.get("Health") or {}).get("Status", "none")
@@ -132,7 +132,8 @@ def write_smoke_env(directory: Path) -> dict[str, str]:
     return values
 
 
-def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str], None] | None = None) -> Path:
+def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str], None] | None = None,
+                      kind: str = "tiny-llama") -> Path:
     """Make the tiny test model with the image's own torch and transformers (nothing needed on the host)."""
     if (model_dir / "config.json").is_file():
         return model_dir
@@ -144,7 +145,7 @@ def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str],
     try:
         client.containers.run(
             image_ref,
-            entrypoint=["python3", "/opt/kit/tinymodel.py", "/out"],
+            entrypoint=["python3", "/opt/kit/tinymodel.py", "/out", "--kind", kind],
             command=[],
             user="0:0",
             remove=True,

@@ -1,15 +1,18 @@
-"""Make a tiny random-weight Llama that vLLM can serve, without any model hub.
+"""Make a tiny random-weight model that vLLM can serve, without any model hub.
 
-The model is a 2-layer Llama (hidden 128, 2 attention heads of head_dim 64,
-1 KV head) with a byte-level BPE tokenizer trained on the spot from a small
-built-in text, plus a chat template so ``/v1/chat/completions`` works.
-It is written with ``transformers.save_pretrained`` (safetensors) and is a
-few hundred KB. Output is gibberish: it exists to exercise a serving stack.
+Two kinds (``KINDS``), same 2-layer shape (hidden 128, 2 attention heads of head_dim 64, 1 KV head):
+- ``tiny-llama``: a Llama for generation, with a chat template so ``/v1/chat/completions`` works;
+- ``tiny-qwen3-embed``: a Qwen3 decoder shaped like Qwen3-Embedding (``Qwen3ForCausalLM``, tied
+  embeddings, q/k norms), served by vLLM's pooling runner (``--runner pooling --convert embed``), which
+  drops the LM head and returns the last token's normalised hidden state: 128-dimensional vectors.
+Both get a byte-level BPE tokenizer trained on the spot from a small built-in text. They are written with
+``transformers.save_pretrained`` (safetensors) and are a few hundred KB. Output is noise: they exist to
+exercise a serving stack.
 
 Needs torch, transformers and tokenizers (imported lazily, so importing this
 module stays cheap).
 
-    python -m kit.tinymodel OUT_DIR [--seed N]
+    python -m kit.tinymodel OUT_DIR [--kind tiny-llama|tiny-qwen3-embed] [--seed N]
 """
 
 from __future__ import annotations
@@ -30,13 +33,22 @@ VOCAB_SIZE = 512
 MAX_POSITION_EMBEDDINGS = 2048
 DTYPE = "bfloat16"
 
+# kind -> (architecture, model_type, tied embeddings). Qwen3-Embedding-0.6B builds on Qwen3-0.6B, whose
+# config.json declares Qwen3ForCausalLM with tied embeddings; vLLM's pooling runner converts such a decoder to
+# an embedding model (vllm/config/model.py at 0.32.0: `--convert embed`, last-token pooling, normalised).
+KINDS = {
+    "tiny-llama": ("LlamaForCausalLM", "llama", False),
+    "tiny-qwen3-embed": ("Qwen3ForCausalLM", "qwen3", True),
+}
+DEFAULT_KIND = "tiny-llama"
 
 
-def shape_config() -> dict:
+def shape_config(kind: str = DEFAULT_KIND) -> dict:
     """The config.json fields of the model this module makes, for planning before it exists."""
+    architecture, model_type, tied = KINDS[kind]
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [architecture],
+        "model_type": model_type,
         "num_hidden_layers": NUM_LAYERS,
         "hidden_size": HIDDEN_SIZE,
         "num_attention_heads": NUM_HEADS,
@@ -45,7 +57,7 @@ def shape_config() -> dict:
         "intermediate_size": INTERMEDIATE_SIZE,
         "vocab_size": VOCAB_SIZE,
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": tied,
         "torch_dtype": DTYPE,
     }
 
@@ -117,14 +129,17 @@ def _train_tokenizer():
     return tok
 
 
-def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
-    """Write the tiny model and tokenizer into ``out_dir`` and return it.
+def make_tiny_model(out_dir: Path, *, seed: int = 0, kind: str = DEFAULT_KIND) -> Path:
+    """Write the tiny model of ``kind`` and its tokenizer into ``out_dir`` and return it.
 
     Deterministic for a given seed (weights from ``torch.manual_seed(seed)``;
     the tokenizer's training text is fixed).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    import transformers
+    from transformers import PreTrainedTokenizerFast
+
+    architecture, model_type, tied = KINDS[kind]
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +160,8 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
     if vocab > VOCAB_SIZE:  # cannot happen with BpeTrainer(vocab_size=VOCAB_SIZE)
         raise RuntimeError(f"tokenizer has {vocab} tokens, more than {VOCAB_SIZE}")
 
-    config = LlamaConfig(
+    config_class = transformers.AutoConfig.for_model(model_type).__class__
+    config = config_class(
         vocab_size=vocab,  # exactly the tokenizer's size: every sampled id decodes
         hidden_size=HIDDEN_SIZE,
         intermediate_size=INTERMEDIATE_SIZE,
@@ -155,13 +171,13 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
         head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITION_EMBEDDINGS,
         rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
         bos_token_id=tokenizer.convert_tokens_to_ids(BOS),
         eos_token_id=tokenizer.convert_tokens_to_ids(EOS),
         pad_token_id=tokenizer.convert_tokens_to_ids(PAD),
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(getattr(torch, DTYPE)).eval()
+    model = getattr(transformers, architecture)(config).to(getattr(torch, DTYPE)).eval()
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
 
@@ -184,12 +200,13 @@ def make_tiny_model(out_dir: Path, *, seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kit.tinymodel",
-        description="Write a tiny random-weight Llama (for smoke tests) into OUT_DIR.",
+        description="Write a tiny random-weight model (for smoke tests) into OUT_DIR.",
     )
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--kind", choices=sorted(KINDS), default=DEFAULT_KIND)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    path = make_tiny_model(args.out_dir, seed=args.seed)
+    path = make_tiny_model(args.out_dir, seed=args.seed, kind=args.kind)
     print(path)
     return 0
 

@@ -78,8 +78,8 @@ def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -
         return
     path = Path(model.id).expanduser()
     path = path if path.is_absolute() else out_dir / path
-    if model.generate == "tiny-llama":
-        ensure_tiny_model(path, prepared.image_ref, progress)
+    if model.generate:
+        ensure_tiny_model(path, prepared.image_ref, progress, kind=model.generate)
     elif not (path / "config.json").is_file():
         raise KitError(f"model.id {model.id}: no config.json in {path}", hint="point model= at a model directory")
 

@@ -22,12 +22,16 @@ STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "iden
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's (a hardened or local image).")
 @click.option("--target", type=click.Choice(["compose", "k8s"]), default="compose", show_default=True,
               help="compose: compose files (a head and a worker stack for several nodes); k8s: Kubernetes manifests in k8s/.")
+@click.option("--with-preset", "with_presets", metavar="NAME", multiple=True,
+              help="Run this preset's server beside the main one in the same compose stack (repeatable), "
+                   "e.g. an embedding server beside a chat server: its own port, volumes and healthcheck, the same image.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
-           base_image: str | None, target: str, as_json: bool) -> None:
-    """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...]."""
+           base_image: str | None, target: str, with_presets: tuple[str, ...], as_json: bool) -> None:
+    """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME]."""
     ref, overrides, _ = split_args(args, preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target)
+    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target,
+                       with_presets=list(with_presets))
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))

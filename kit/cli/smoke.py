@@ -41,7 +41,8 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
     if as_json:
         print_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
                     "total_seconds": round(result.total_seconds, 1),
-                    "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks]})
+                    "checks": [{"name": c.name, "ok": c.ok, "skipped": c.skipped, "detail": c.detail}
+                               for c in result.checks]})
     else:
         click.echo(format_table(result.checks))
         click.echo(f"ready in {result.ready_seconds:.0f} s, smoke took {result.total_seconds:.0f} s")

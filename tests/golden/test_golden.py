@@ -25,7 +25,10 @@ VARIANTS = {
     "cpu@k8s": ("cpu", [], "k8s"),
     "rtx3090x2-fp16@k8s": ("rtx3090x2-fp16", [], "k8s"),
     "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
+    "cpu+cpu-embed": ("cpu", [], "compose"),
 }
+# Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
+WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
 COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10"}
@@ -33,7 +36,7 @@ COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10"}
 
 def render_case(name: str) -> dict[str, str]:
     preset, overrides, target = CASES[name]
-    return prepare(preset, overrides, target=target).files
+    return prepare(preset, overrides, target=target, with_presets=WITH_PRESETS.get(name)).files
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))

@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
+from kit.preset import preset_names
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_validate(run):
 def test_presets_list_and_show(run):
     result = run("presets")
     assert result.exit_code == 0
-    assert len(result.stdout.strip().splitlines()) == 5
+    assert len(result.stdout.strip().splitlines()) == len(preset_names())
     shown = run("presets", "show", "a100x8", "engine.max_num_seqs=64")
     assert "max_num_seqs: 64" in shown.stdout
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from kit.deployment import fetch_command_for, plan_deployment
+from kit.deployment import FETCH_FILE, FETCH_SCRIPT_PATH, fetch_command_for, plan_deployment
 from kit.errors import PresetError
 from kit.checks import check_preset
 from kit.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
 from kit.launch.fetch_files import select_files
 from kit.preset import load_preset
+from kit.render import content_tag, render
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +31,15 @@ LLAMA = COMMON + [
     "original/consolidated.00.pth", "original/params.json", "original/tokenizer.model",
 ]
 LLAMA_MAP = {f"layer.{i}": f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)}
+
+
+def host_command(name, preset, model_arg, tmp_path):
+    """The model-fetch argv as the image runs it, with the rendered fetch_files.py in place of the image's copy."""
+    script = tmp_path / FETCH_FILE
+    script.write_text(render(plan_deployment(name, preset))[FETCH_FILE])
+    command = fetch_command_for(preset, sys.executable, model_arg)
+    assert command[1] == FETCH_SCRIPT_PATH
+    return [command[0], str(script), *command[2:]]
 
 
 def pick(files, **kw):
@@ -160,8 +172,8 @@ def test_rendered_fetch_command_runs_and_checks_local_paths(tmp_path):
     (model / "config.json").write_text("{}")
     preset = load_preset("cpu", [f"model.id={model}", "model.generate=null",
                                  f'engine.lora_modules=["a={tmp_path}/missing-lora"]'])[2]
-    assert plan_deployment("cpu", preset).fetch_command[3] == fetch_command_for(preset, "py", "/models/model")[3]
-    command = fetch_command_for(preset, sys.executable, str(model))
+    assert plan_deployment("cpu", preset).fetch_command[2] == fetch_command_for(preset, "py", "/models/model")[2]
+    command = host_command("cpu", preset, str(model), tmp_path)
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "lora a" in result.stderr and "no adapter_config.json" in result.stderr
@@ -171,6 +183,31 @@ def test_rendered_fetch_command_runs_and_checks_local_paths(tmp_path):
     assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0
 
 
-def test_script_survives_compose_interpolation():
-    # compose expands $VAR in every value; the script and its argument must hold no `$`.
-    assert "$" not in fetch_script()
+def test_spec_survives_compose_interpolation():
+    # compose expands $VAR in every value: a `$` in the spec reaches the script only because it is doubled.
+    preset = _preset('engine.ignore_patterns=["$HOME/*.pth"]')
+    d = plan_deployment("rtx4090-awq", preset)
+    entrypoint = yaml.safe_load(render(d)["compose.yaml"])["services"]["model-fetch"]["entrypoint"]
+    assert entrypoint[:2] == [d.python, FETCH_SCRIPT_PATH]
+    assert "$$HOME" in entrypoint[2] and re.sub(r"\$\$", "$", entrypoint[2]) == d.fetch_command[2]
+    assert json.loads(fetch_spec(preset, "m"))["ignore_patterns"] == ["$HOME/*.pth"]
+    # Kubernetes reads `$$` as `$` in a container's command; the init container runs the same argv.
+    manifests = [text for path, text in render(d, target="k8s").items() if path.endswith(".yaml")]
+    pods = [doc for text in manifests for doc in yaml.safe_load_all(text)
+            if isinstance(doc, dict) and doc.get("kind") == "Deployment"]
+    init = pods[0]["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert init[1] == FETCH_SCRIPT_PATH and init[2].replace("$$", "$") == d.fetch_command[2] != init[2]
+
+
+@pytest.mark.parametrize("name", ["cpu", "rtx4090-awq", "rtx3090x2-fp16", "orin"])
+def test_every_image_carries_the_fetch_script(name):
+    files = render(plan_deployment(name, load_preset(name)[2]))
+    assert files[FETCH_FILE] == fetch_script()
+    assert f"\nCOPY {FETCH_FILE} {FETCH_SCRIPT_PATH}\n" in files["Dockerfile"]
+    assert f"!{FETCH_FILE}" in files[".dockerignore"].splitlines()
+    assert "exec(" not in files.get("compose.yaml", "")
+
+
+def test_a_fetch_script_change_changes_the_image_tag():
+    assert content_tag("D", "R", "print(1)") != content_tag("D", "R", "print(2)")
+    assert content_tag("D", "R", "S") == content_tag("D", "R", "S")

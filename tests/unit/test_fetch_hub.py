@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from kit.deployment import fetch_command_for
 from kit.preset import load_preset
+from tests.unit.test_fetch import host_command
 
 pytestmark = pytest.mark.unit
 huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -101,7 +101,7 @@ def hub():
 
 def test_fetch_downloads_what_vllm_reads_then_serves_offline(hub, tmp_path):
     _, _, preset = load_preset("rtx4090-awq", ["model.id=org/llama", 'engine.lora_modules=["sql=org/adapter"]'])
-    command = fetch_command_for(preset, sys.executable, "org/llama")
+    command = host_command("rtx4090-awq", preset, "org/llama", tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
@@ -134,8 +134,8 @@ def test_a_missing_repo_fails_naming_the_flag(hub, tmp_path):
     _, _, preset = load_preset("rtx4090-awq", ["model.id=org/llama", f"engine.speculative_config={spec}"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"))
-    result = subprocess.run(fetch_command_for(preset, sys.executable, "org/llama"), capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = subprocess.run(host_command("rtx4090-awq", preset, "org/llama", tmp_path), capture_output=True,
+                            text=True, env=env, timeout=120)
     assert result.returncode == 1
     assert result.stdout.strip() == "model missing: org/nowhere (engine.speculative_config.model)"
     assert "draft model org/nowhere:" in result.stderr

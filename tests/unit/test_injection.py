@@ -60,8 +60,9 @@ BENIGN = {
 }
 PATHS = sorted(BENIGN)
 PRESETS = ["cpu", "a100x8"]
-TARGETS = [("cpu", "compose", []), ("a100x8", "compose", []), ("cpu", "k8s", []),
-           ("cpu", "compose", ["hardware.nodes=2", "cluster.network=bridge"])]
+# (preset, target, fixed overrides, presets side by side): one node, Ray pair, Kubernetes, two servers in one stack.
+TARGETS = [("cpu", "compose", [], ()), ("a100x8", "compose", [], ()), ("cpu", "k8s", [], ()),
+           ("cpu", "compose", ["hardware.nodes=2", "cluster.network=bridge"], ()), ("cpu", "compose", [], ("cpu-embed",))]
 
 
 def override(path: str, value: str) -> str:
@@ -126,9 +127,10 @@ def structure(files: dict[str, str]) -> dict[str, object]:
     return shape
 
 
-def render_or_refusal(preset: str, overrides: list[str], target: str) -> dict[str, str] | KitError:
+def render_or_refusal(preset: str, overrides: list[str], target: str,
+                      beside: tuple[str, ...] = ()) -> dict[str, str] | KitError:
     try:
-        return prepare(preset, overrides, target=target, force=True).files
+        return prepare(preset, overrides, target=target, force=True, with_presets=list(beside)).files
     except KitError as exc:
         return exc
 
@@ -136,22 +138,22 @@ def render_or_refusal(preset: str, overrides: list[str], target: str) -> dict[st
 _BASELINES: dict[tuple, object] = {}
 
 
-def baseline(preset: str, path: str, extra: list[str], target: str) -> object:
-    key = (preset, path, tuple(extra), target)
+def baseline(preset: str, path: str, extra: list[str], target: str, beside: tuple[str, ...]) -> object:
+    key = (preset, path, tuple(extra), target, beside)
     if key not in _BASELINES:
-        found = render_or_refusal(preset, [*extra, override(path, BENIGN[path])], target)
+        found = render_or_refusal(preset, [*extra, override(path, BENIGN[path])], target, beside)
         _BASELINES[key] = found if isinstance(found, KitError) else structure(found)
     return _BASELINES[key]
 
 
-def check_case(preset: str, target: str, extra: list[str], path: str, value: str) -> str:
+def check_case(preset: str, target: str, extra: list[str], path: str, value: str, beside: tuple[str, ...] = ()) -> str:
     """'refused', 'same' or 'no-baseline'; fails (AssertionError) on a traceback or a structure change."""
-    found = render_or_refusal(preset, [*extra, override(path, value)], target)
+    found = render_or_refusal(preset, [*extra, override(path, value)], target, beside)
     if isinstance(found, KitError):
         assert all("\n" not in line and line for line in found.lines()), found.lines()
         return "refused"
     shape = structure(found)
-    base = baseline(preset, path, extra, target)
+    base = baseline(preset, path, extra, target, beside)
     if isinstance(base, KitError):
         return "no-baseline"  # the field does not apply to this preset's benign render (e.g. l4t on cpu)
     assert shape == base, (preset, target, path, value)
@@ -171,8 +173,8 @@ hostile_case = st.tuples(st.sampled_from(TARGETS), st.sampled_from(PATHS), hosti
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(case=hostile_case)
 def test_no_preset_string_changes_a_rendered_files_structure(case):
-    (preset, target, extra), path, value = case
-    check_case(preset, target, extra, path, value)
+    (preset, target, extra, beside), path, value = case
+    check_case(preset, target, extra, path, value, beside)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -283,7 +285,7 @@ def test_lone_surrogates_are_refused():
 
 def test_escapes_for_compose_and_kubernetes():
     assert compose_escape("$HOME ${X} $$") == "$$HOME $${X} $$$$"
-    assert k8s_escape("$(VAR) $X $$(Y)") == "$$(VAR) $X $$$(Y)"
+    assert k8s_escape("$(VAR) $X $$(Y)") == "$$(VAR) $$X $$$$(Y)"
 
 
 def test_validate_and_render_refuse_the_same_values():

@@ -27,7 +27,8 @@ def problems(exc: PresetError) -> list[str]:
 
 
 def test_seed_presets_are_the_five_from_the_issue():
-    assert set(preset_names()) == {"rtx4090-awq", "rtx3090x2-fp16", "a100x8", "orin", "cpu"}
+    # the five from the issue, plus cpu-embed (issue 13: an embedding server beside the chat server)
+    assert set(preset_names()) == {"rtx4090-awq", "rtx3090x2-fp16", "a100x8", "orin", "cpu", "cpu-embed"}
 
 
 def test_user_preset_file_loads(tmp_path):

@@ -117,7 +117,8 @@ def test_healthcheck_restart_volumes_port(rendered):
         assert test[0] == "CMD" and "/health" in test[-1]
         assert int(svc["healthcheck"]["start_period"].rstrip("s")) >= 300
         assert svc["restart"] == "unless-stopped"
-        assert svc["ports"] == ["127.0.0.1:8000:8000"]
+        port = rendered[name].preset.runtime.port  # 8000, or 8001 for a server meant to run beside it (cpu-embed)
+        assert svc["ports"] == [f"127.0.0.1:{port}:8000"]
         vols = [v.split(":")[0] for v in svc["volumes"]]
         assert "hf-cache" in vols and "vllm-cache" in vols
 
