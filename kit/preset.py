@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
 from kit.errors import PresetError, Problem, shown
-from kit.safevalue import check_argument, check_image_ref, check_repository, check_requirement, check_text
+from kit.safevalue import UnsafeValue, check_argument, check_image_ref, check_repository, check_requirement, check_text
 from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
@@ -655,6 +655,10 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
     data = read_preset_file(path)
     data.pop("$schema", None)
     data = apply_overrides(data, list(overrides or []))
+    try:  # the file's name is the preset's name, which rendered files carry (headers, labels, tags)
+        check_text(path.stem, "the preset's file name")
+    except UnsafeValue as exc:
+        raise PresetError(f"{where}: {exc}") from None
     try:
         preset = Preset.model_validate(data)
     except ValidationError as exc:

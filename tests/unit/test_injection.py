@@ -298,6 +298,15 @@ def test_validate_and_render_refuse_the_same_values():
             load_preset("cpu", [override(path, bad)])
 
 
+def test_a_preset_file_name_with_a_line_separator_is_refused_by_validate_as_by_render(tmp_path):
+    # The file's name becomes the preset's name, which headers and labels carry.
+    from kit.preset import PRESETS_DIR, load_preset
+    odd = tmp_path / "x\u2028services: {}.yaml"
+    odd.write_text((PRESETS_DIR / "cpu.yaml").read_text())
+    with pytest.raises(KitError, match="file name contains a line break"):
+        load_preset(str(odd))
+
+
 def test_compose_serialisation_reads_back_as_its_data_and_keeps_comments_fixed():
     doc = {"services": {"a": {"command": ["yes", "1e3", "#x", "a\\b", "\u00e9"], "environment": {"K": "~"}}}}
     text = dump_with_comments(doc, ["header"], {("services", "a", "command"): ["why"]})
