@@ -76,6 +76,10 @@ bench: setup  ## build, size and start-up figures (printed, not asserted)
 bench-plan: install  ## memory planner error against real vLLM start-up logs
 	$(PYTHON) bench/plan_accuracy.py
 
+.PHONY: bench-cli
+bench-cli: install  ## CLI start-up (--help, completion, render) against `python -c pass`: medians and ratios
+	$(PYTHON) bench/cli_startup.py
+
 .PHONY: fuzz
 fuzz: install  ## hostile model configs, overrides, preset files, CLI numbers and render inputs: cases, tracebacks (0), structure changes (0), slowest
 	$(PYTHON) bench/fuzz.py

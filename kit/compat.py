@@ -12,6 +12,7 @@ from typing import Any
 
 from kit.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.errors import KitError, Problem
+from kit.versions import version as pep440
 from kit.preset import Preset
 
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -26,17 +27,13 @@ def cc_tuple(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
-
-
 def versioned(value: Any, vllm_version: str) -> Any:
     """A plain value, or the last ``{since, value}`` row whose ``since`` the release has reached."""
     if not isinstance(value, list):
         return value
     chosen = value[0]["value"]
     for row in value:
-        if version_tuple(vllm_version) >= version_tuple(row["since"]):
+        if pep440(vllm_version) >= pep440(row["since"]):
             chosen = row["value"]
     return chosen
 
@@ -63,12 +60,12 @@ def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
     """
     found = []
     versions = vllm_table()["versions"]
-    for version in sorted(versions, key=version_tuple, reverse=True):
-        release = versions[version]
+    for release_name in sorted(versions, key=pep440, reverse=True):
+        release = versions[release_name]
         builds = [(release["cuda"], True)] + [(c, False) for c in release.get("official_variants") or {}]
         for cuda, default in builds:
-            if have >= cc_tuple(cc_floor(cuda, version)):
-                found.append((version, cuda, default))
+            if have >= cc_tuple(cc_floor(cuda, release_name)):
+                found.append((release_name, cuda, default))
     return found
 
 
@@ -78,7 +75,7 @@ def _floor_fix(have: tuple[int, int], vllm_version: str, need: str) -> str:
     if same:
         _, cuda, _ = same[0]
         return f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
-    older = [b for b in builds_running_on(have) if version_tuple(b[0]) < version_tuple(vllm_version)]
+    older = [b for b in builds_running_on(have) if pep440(b[0]) < pep440(vllm_version)]
     if older:
         version, cuda, default = older[0]
         pin = f"image.vllm_version={version}" + ("" if default else f" with image.cuda={cuda}")
@@ -260,7 +257,7 @@ def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     board_cuda, major = board["cuda"], board["jetpack_major"]
     rows: list[tuple[str, str, str, str]] = []
     if jetson_build(img.vllm_version, hw.l4t) is None:
-        known = sorted((v for v in table["versions"] if jetson_build(v, hw.l4t)), key=version_tuple, reverse=True)
+        known = sorted((v for v in table["versions"] if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
         rows.append(("warning", "image.vllm_version",
                      f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
                      f"the image pins PyPI's torch {table['versions'][img.vllm_version]['torch']}, which may not be "

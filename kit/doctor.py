@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.datafiles import gpu_catalog, load_yaml
+from kit.versions import version_or_oldest
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 GIB = 1 << 30
@@ -202,14 +203,7 @@ def catalog_key_for(smi_name: str, memory_mib: int | None = None) -> str | None:
     return candidates[0] if candidates else None
 
 
-def version_key(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.replace("+", ".").replace("-", ".").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+version_key = version_or_oldest  # host tools' versions (Docker, Compose, the driver), compared by packaging
 
 
 # ----------------------------------------------------------------------------------------- checking
@@ -242,7 +236,7 @@ def check_compose(facts: HostFacts) -> Check:
     if result.returncode != 0 or not text:
         return Check("compose", FAIL, "`docker compose` (Compose v2) does not answer", install)
     version = text.lstrip("v")
-    if version_key(version)[:1] < (2,):
+    if version_key(version).major < 2:
         return Check("compose", FAIL, f"`docker compose` is {text}, not v2", install)
     need = table["min_version"]
     if version_key(version) < version_key(need):
@@ -359,11 +353,11 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
     note = None
     compat = host_table()["cuda_forward_compat"]
     rule = compat.get(cuda)
-    if rule and have[:1] and have[0] in rule["branches"] and img.strategy == "official" \
+    if rule and have.major in rule["branches"] and img.strategy == "official" \
             and version_key(img.vllm_version) >= version_key(compat["since"]):
         kinds = {gpu_catalog()[g.catalog_key].get("kind") if g.catalog_key else None for g in gpus}
         switch = (f"set {compat['env']}={compat['value']} in the stack's .env (vLLM's CUDA {cuda} image then loads CUDA's "
-                  f"forward-compatibility libraries, which the NVIDIA runtime accepts on R{have[0]})")
+                  f"forward-compatibility libraries, which the NVIDIA runtime accepts on R{have.major})")
         if kinds <= set(compat["gpu_kinds"]):
             options.append(switch)
         else:

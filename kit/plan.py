@@ -22,10 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.errors import PlanError
 from kit.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.versions import release_at_least
+from kit.versions import version as version_of
 
 GIB = 1 << 30
 DATA_DIR = Path(__file__).parent / "data"
@@ -54,32 +57,18 @@ CUDA_GRAPH_PER_GRAPH_GIB = 0.005  # ... plus per captured graph (logs: 0.36-0.78
 CPU_PROCESS_OVERHEAD_GIB = 1.0  # RSS beyond weights when the CPU backend sizes KV from RAM (approximate)
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    text = version.strip().lstrip("vV")
-    parts: list[int] = []
-    for piece in text.split(".")[:3]:
-        digits = ""
-        for ch in piece:
-            if ch not in "0123456789":  # str.isdigit() also says yes to "¹", which int() refuses
-                break
-            digits += ch
-        if not digits:
-            break
-        if len(digits) > 6:  # int() of thousands of digits is slow (and refused by Python past 4300)
-            raise PlanError(f"vllm_version {version[:40]!r} is not a version", hint="write it like 0.19.0")
-        parts.append(int(digits))
-    if not parts:
-        raise PlanError(f"vllm_version {version!r} is not a version", hint="write it like 0.19.0")
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
+def parse_version(text: str) -> Version:
+    try:
+        return version_of(text)
+    except InvalidVersion:
+        raise PlanError(f"vllm_version {text[:40]!r} is not a version", hint="write it like 0.19.0") from None
 
 
-def _at_least(version: tuple[int, int, int], since: tuple[int, ...]) -> bool:
-    return version[: len(since)] >= since
+def _at_least(version: Version, since: tuple[int, ...]) -> bool:
+    return release_at_least(version, since)
 
 
-def _versioned(table: list[tuple[tuple[int, int], Any]], version: tuple[int, int, int]) -> Any:
+def _versioned(table: list[tuple[tuple[int, int], Any]], version: Version) -> Any:
     value = table[0][1]
     for since, candidate in table:
         if _at_least(version, since):
@@ -339,7 +328,7 @@ def _resolve_quant(inputs: PlanInputs, gpu: GpuInfo | None) -> tuple[str | None,
     )
 
 
-def _batch_defaults(inputs: PlanInputs, version: tuple[int, int, int], gpu: GpuInfo | None,
+def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
                     memory_gib: float | None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them."""
     name = (gpu.name if gpu else inputs.gpu_name or "").lower()
@@ -421,7 +410,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         max_num_seqs=inputs.max_num_seqs or seqs_default,
         max_num_batched_tokens=inputs.max_num_batched_tokens or mnbt_default,
         enforce_eager=inputs.enforce_eager or inputs.device == "cpu",
-        vllm_version=".".join(str(p) for p in version),
+        vllm_version=".".join(str(p) for p in (version.release + (0, 0))[:3]),  # "0.19" reads "0.19.0"
         block_size=block,
         cpu_kvcache_space_gib=cpu_space,
         entrypoint=inputs.entrypoint,
@@ -433,7 +422,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
     return resolved, gpu, notes
 
 
-def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
+def _runner_rule(version: Version) -> dict[str, Any] | None:
     """The V2-model-runner rule of the newest vllm.yaml release at or below ``version`` that records one."""
     from kit.datafiles import vllm_table
 
@@ -446,7 +435,7 @@ def _runner_rule(version: tuple[int, int, int]) -> dict[str, Any] | None:
     return best[1] if best else None
 
 
-def model_runner_for(model: ModelSpec, version: tuple[int, int, int]) -> str:
+def model_runner_for(model: ModelSpec, version: Version) -> str:
     """"V2" where vLLM picks its V2 model runner (which charges no CUDA-graph memory to the KV budget), else "V1"."""
     rule = _runner_rule(version)
     if rule is None or model.is_hybrid:
@@ -530,7 +519,12 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
     group = (q.group_size if q else None) or 0
     if method in ("awq", "gptq"):
         # packed int32 weights + fp16 scale + packed zero point per group and output column
-        per_group = (2 + bits / 8) / group if group > 0 else 0.0
+        zero_bytes = bits / 8
+        if method == "awq" and _machete_repacks(r):
+            # Machete stores AWQ's zero points pre-multiplied by the scales, in the activation dtype
+            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py:110-118, transform_w_zp, v0.26.0)
+            zero_bytes = dtype_bytes
+        per_group = (2 + zero_bytes) / group if group > 0 else 0.0
         return bits / 8 + per_group
     if method == "fp8":
         return 1.0  # scales are per tensor, per channel or per 128x128 block: negligible
@@ -539,6 +533,79 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
     if method in ("compressed-tensors", "modelopt"):
         return bits / 8 + (2 / group if group > 0 else 0.0)
     return bits / 8
+
+
+# vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
+# "Machete requires compute capability of 90"); the H200 logs at 0.26.0 say "Using MacheteLinearKernel".
+MACHETE_CAPABILITY = "9.0"
+MACHETE_SINCE = (0, 6)  # Machete arrived in vLLM 0.6 (date unverified); logged at 0.26.0
+
+
+def _machete_repacks(r: _Resolved) -> bool:
+    return r.compute_capability == MACHETE_CAPABILITY and _at_least(parse_version(r.vllm_version), MACHETE_SINCE)
+
+
+# PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp: round_size, get_allocation_size,
+# should_split): blocks are multiples of 512 B; a request of 10 MiB or more gets a new segment rounded up to
+# 2 MiB, and the segment's tail is split off as a free block only when it is larger than 1 MiB, so a tail of
+# 1 MiB or less stays with the tensor and torch.cuda.memory_allocated() counts it. vLLM's "Model loading took"
+# is that counter's growth over load_model (vllm/v1/worker/gpu/model_runner.py:282-306 with vllm/utils/mem_utils.py:86
+# DeviceMemoryProfiler; vllm/platforms/cuda.py:351-356: max_memory_allocated right after reset_peak_memory_stats;
+# all at v0.26.0).
+ALLOC_MIN_BLOCK = 512
+ALLOC_SPLIT_TAIL = 1 << 20
+ALLOC_OWN_SEGMENT = 10 << 20
+ALLOC_SEGMENT_ROUND = 2 << 20
+# vLLM wraps load_model in max_split_size_mb:20 (vllm/v1/worker/gpu_worker.py:273-294 and :429,
+# "20 MiB is the minimum PyTorch allows", PR #41268 merged 2026-04-30; read at v0.26.0, absent from the 0.19 logs
+# in kit/data/calibration.yaml). The allocator never splits a block of that size or more, so a weight of 20 MiB
+# or more keeps its whole 2 MiB-rounded segment (Qwen2.5-7B's o_proj: 24.5 MiB in 26 MiB).
+LOAD_MAX_SPLIT = 20 << 20
+LOAD_MAX_SPLIT_SINCE = (0, 26)  # the first release known to have it; 0.20-0.25 unverified
+
+
+def allocator_block_bytes(size: float, max_split: float | None = None) -> float:
+    """Bytes torch.cuda.memory_allocated() counts for one fresh tensor of ``size`` bytes."""
+    block = -(-int(size) // ALLOC_MIN_BLOCK) * ALLOC_MIN_BLOCK
+    if block < ALLOC_OWN_SEGMENT:
+        return block  # packed into shared 2 MiB / 20 MiB segments and split to the block
+    segment = -(-block // ALLOC_SEGMENT_ROUND) * ALLOC_SEGMENT_ROUND
+    if max_split is not None and block >= max_split:
+        return segment
+    return segment if segment - block <= ALLOC_SPLIT_TAIL else block
+
+
+def _allocator_slack_bytes(r: _Resolved, model: ModelSpec, tp: int, layers: range, first: bool, last: bool,
+                           pp: int) -> float:
+    """Segment tails the caching allocator leaves with the big tensors of one rank (embedding, lm_head, and each
+    dense layer's fused qkv, o, gate_up and down matrices, which vLLM allocates one by one). MoE experts, MLA
+    and other quantisation layouts are left out: their tails are a smaller share of the weights."""
+    dtype_bytes = DTYPE_BYTES[r.dtype]
+    max_split = LOAD_MAX_SPLIT if _at_least(parse_version(r.vllm_version), LOAD_MAX_SPLIT_SINCE) else None
+
+    def slack(elements: float, element_bytes: float = dtype_bytes) -> float:
+        size = elements * element_bytes
+        return allocator_block_bytes(size, max_split) - size
+
+    h = model.hidden_size
+    vocab_rank = padded_vocab(model.vocab_size) / tp
+    total = 0.0
+    if first:
+        total += slack(vocab_rank * h)
+    if last and (not model.tie_word_embeddings or (pp > 1 and not first)):
+        total += slack(vocab_rank * h)
+    method = _QUANT_FAMILY.get(r.quantization or "", r.quantization)
+    if model.is_mla or model.is_moe or method not in (None, "awq", "gptq", "fp8"):
+        return total
+    # the matrix itself: model dtype, or the packed int32 / fp8 weight of a quantised layer (scales and zero
+    # points are small, or under 10 MiB and packed into shared segments)
+    linear_bytes = dtype_bytes if method is None else (r.weight_bits or 8) / 8
+    hd, heads_rank = model.head_dim, model.num_attention_heads / tp
+    kv_rank = max(model.num_kv_heads // tp, 1)
+    inter_rank = model.intermediate_size / tp
+    per_layer = sum(slack(elements, linear_bytes) for elements in (
+        (heads_rank + 2 * kv_rank) * hd * h, h * heads_rank * hd, 2 * inter_rank * h, h * inter_rank))
+    return total + len(layers) * per_layer
 
 
 class _Counts(BaseModel):
@@ -726,7 +793,7 @@ def _cuda_graph_count(max_num_seqs: int) -> int:
     return len(piecewise) + len(full)
 
 
-def _error_text(version: tuple[int, int, int], max_len: int, needed: float, available: float, estimate: int) -> str:
+def _error_text(version: Version, max_len: int, needed: float, available: float, estimate: int) -> str:
     new = _at_least(version, NEW_ERROR_TEXT_SINCE)
     based = f"Based on the available memory, the estimated maximum model length is {estimate}. " if estimate > 0 else ""
     if new:
@@ -857,8 +924,11 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
     for i, layers in enumerate(ranges):
         first, last = i == 0, i == len(ranges) - 1
         counts = _stage_counts(model, tp, layers, first, last, pp)
-        weights = _stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
-        if r.runner == "pooling" and last and not model.tie_word_embeddings:
+        pooled_head_dropped = r.runner == "pooling" and last and not model.tie_word_embeddings
+        weights = (_stage_weight_bytes(r, model, counts, rope=False) * scale
+                   + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
+                   + _allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp))
+        if pooled_head_dropped:
             # vLLM's pooling adapter never allocates the LM head (model_executor/models/adapters.py at 0.32.0:
             # ParallelLMHead becomes a missing layer), so an untied head's weights are not loaded.
             weights -= padded_vocab(model.vocab_size) / tp * model.hidden_size * DTYPE_BYTES[r.dtype]

@@ -223,6 +223,13 @@ class Image(Strict):
         return None if value is None else check_repository(value)
 
     @model_validator(mode="after")
+    def _base_digest_agrees(self) -> Image:
+        # A base written as name@sha256:A with base_digest sha256:B would build A and claim B.
+        if self.base and "@" in self.base and self.base_digest and self.base.rsplit("@", 1)[1] != self.base_digest:
+            raise ValueError("image.base is pinned to another digest than image.base_digest; keep one digest")
+        return self
+
+    @model_validator(mode="after")
     def _pin_needs_repository(self) -> Image:
         if self.pin_digest and not self.repository:
             raise ValueError("pin_digest needs image.repository: the registry repository the digest was pushed to")
@@ -648,6 +655,24 @@ def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:
     return []
 
 
+def secret_problems(data: Any, where: str) -> list[Problem]:
+    """A credential anywhere in the preset (file or override, runtime.env included): refused, never quoted.
+
+    A preset is committed, shared and rendered into compose files, manifests and image labels; a secret
+    belongs in .env (compose) or a Secret (Kubernetes), which the kit never writes."""
+    from kit.secretrules import secret_values
+
+    problems = []
+    for field, kind in secret_values(data):
+        what = "a password in a URL (user:password@)" if kind == "url_password" else f"a {kind} token"
+        problems.append(Problem(
+            f"{where}: {field}", f"holds {what}; secrets never go in a preset",
+            "keep the URL here without credentials; the secret goes in .env (HF_TOKEN, VLLM_API_KEY, HF_ENDPOINT) "
+            "or a Kubernetes Secret, an index's user:password in the PIP_INDEX_URL environment variable of the "
+            "shell that runs `kit wheelhouse` / `kit lock`"))
+    return problems
+
+
 def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
     """Load, override and validate a preset. Returns (name, path, preset)."""
     path = find_preset(ref)
@@ -659,6 +684,9 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
         check_text(path.stem, "the preset's file name")
     except UnsafeValue as exc:
         raise PresetError(f"{where}: {exc}") from None
+    leaked = secret_problems(data, where)
+    if leaked:
+        raise PresetError(f"{where}: credentials in the preset", problems=leaked)
     try:
         preset = Preset.model_validate(data)
     except ValidationError as exc:

@@ -47,6 +47,8 @@ class RenderContext:
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
     ray_worker_ports: tuple[int, int] = dep.RAY_WORKER_PORTS
+    ray_client_port: int = dep.RAY_CLIENT_PORT
+    ray_dashboard_agent_port: int = dep.RAY_DASHBOARD_AGENT_PORT
 
     @property
     def service(self) -> str:

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
-from kit.pipeline import prepare
-from kit.workflow import build as build_stack
-from kit.workflow import render_into
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 
 @click.command()
@@ -26,11 +23,15 @@ from kit.workflow import render_into
 @click.option("--lock", "lock_path", type=click.Path(path_type=Path), help="Lock file (default: DIR/vllm-kit.lock.json).")
 @click.option("--offline", is_flag=True, help="With --locked: the base must be on this engine (no pull).")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
           wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, locked: bool, lock_path: Path | None,
           offline: bool, force: bool, as_json: bool) -> None:
     """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
+    from kit.pipeline import prepare
+    from kit.workflow import build as build_stack
+    from kit.workflow import render_into
+
     ref, overrides, _ = split_args(args, preset_option)
     if (lock_path or offline) and not locked:
         raise click.UsageError("--lock and --offline go with --locked")
@@ -49,7 +50,7 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
             "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
     if as_json:
-        print_json(data)
+        emit_json(data)
         return
     click.echo(f"image   {result.image_id}")
     click.echo(f"tags    {', '.join(result.tags)}")

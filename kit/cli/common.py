@@ -1,4 +1,8 @@
-"""What every command shares: preset arguments, output helpers."""
+"""What every command shares: preset arguments, the JSON envelope, output helpers.
+
+Imported by every command module, and by completion: it must stay light (no pydantic, docker or jinja2 here;
+those load when a command runs).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ import click
 
 from kit.errors import KitError, one_line
 from kit.inputfiles import NUMBER_MAX
+
+# ctx.meta is shared by a context and its children: the root group reads these when a command fails.
+JSON_MODE = "kit.json"
+COMMAND_NAME = "kit.command"
+PRESET_ARGS_METAVAR = "preset=NAME [KEY=VALUE ...]"
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -69,6 +78,75 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
+def problem_json(where: str | None, message: str, hint: str | None) -> dict[str, str | None]:
+    """One problem of the envelope: ``where`` ("presets/x.yaml: engine.dtype", a file, or a field) split in two."""
+    file, field = None, None
+    if where:
+        head, sep, tail = where.partition(": ")
+        if sep:
+            file, field = head, tail
+        elif "/" in where or where.endswith((".yaml", ".yml", ".json")):
+            file = where
+        else:
+            field = where
+    return {"file": file, "field": field, "message": one_line(message), "hint": one_line(hint) if hint else None}
+
+
+def error_problems(error: Exception) -> list[dict[str, str | None]]:
+    if isinstance(error, KitError):
+        if error.problems:
+            return [problem_json(p.where, p.message, p.hint or error.hint) for p in error.problems]
+        return [problem_json(None, error.message, error.hint)]
+    if isinstance(error, click.ClickException):
+        return [problem_json(None, error.format_message(), None)]
+    return [problem_json(None, f"{type(error).__name__}: {error}", "this is a bug in vllm-kit; run with -v")]
+
+
+def envelope(command: str, data: Any, *, ok: bool = True, problems: list[dict[str, str | None]] | None = None,
+             warnings: list[str] | None = None) -> dict[str, Any]:
+    """The one shape every ``--json`` prints (README: JSON output). ``ok`` is true exactly when the exit code is 0."""
+    return {"ok": ok, "command": command, "data": data, "problems": problems or [],
+            "warnings": [one_line(str(w)) for w in warnings or []]}
+
+
+def emit_json(data: Any, *, ok: bool = True, problems: list[dict[str, str | None]] | None = None,
+              warnings: list[str] | None = None) -> None:
+    """Print the envelope for the running command (its name is what the root group recorded)."""
+    ctx = click.get_current_context()
+    print_json(envelope(ctx.meta.get(COMMAND_NAME, ctx.info_name or ""), data, ok=ok, problems=problems,
+                        warnings=warnings))
+
+
+def _set_json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_MODE] = True
+    return value
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        root = ctx.find_root()
+        root.obj = {**(root.obj or {}), "verbose": True}
+
+
+def standard_options(func):  # noqa: ANN001 - click decorator
+    """`--json` (the envelope; the command gets ``as_json``) and `-v` accepted after the command name too."""
+    func = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_verbose,
+                        help="Show tracebacks and more detail (same as `kit -v`).")(func)
+    func = click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_set_json_mode,
+                        help="Print one JSON object on stdout: {ok, command, data, problems, warnings}.")(func)
+    return func
+
+
+class SubGroup(click.Group):
+    """A group under the root (`kit presets show`): the envelope's command names both words."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: ANN201 - click's signature
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[COMMAND_NAME] = f"{ctx.info_name} {name}"
+        return name, command, rest
+
+
 def fail(error: KitError) -> None:
     for line in error.lines():
         click.secho(line, fg="red", err=True)
@@ -77,9 +155,12 @@ def fail(error: KitError) -> None:
 
 
 def preset_arguments(func):  # noqa: ANN001 - click decorator
-    """`preset=NAME KEY=VALUE ...` positional arguments plus --preset."""
-    func = click.argument("args", nargs=-1)(func)
-    func = click.option("--preset", "preset_option", metavar="NAME", help="Preset name or path (same as preset=NAME).")(func)
+    """`preset=NAME KEY=VALUE ...` positional arguments plus --preset, completed from the presets and their schema."""
+    from kit.cli.completion import complete_preset_args, complete_preset_name
+
+    func = click.argument("args", nargs=-1, metavar=PRESET_ARGS_METAVAR, shell_complete=complete_preset_args)(func)
+    func = click.option("--preset", "preset_option", metavar="NAME", shell_complete=complete_preset_name,
+                        help="Preset name or path (same as preset=NAME).")(func)
     return func
 
 

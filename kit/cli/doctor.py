@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, split_args
-from kit.doctor import FAIL, diagnose, report_json
+from kit.cli.common import emit_json, preset_arguments, problem_json, split_args, standard_options
 
 STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red"}
 
 
 @click.command()
 @preset_arguments
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON: {checks: [{name, status, detail, fix}], ok}.")
+@standard_options
 def doctor(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> None:
     """Check this host: Docker, Compose, the NVIDIA runtime and driver, GPUs, shm, disk, HF cache."""
+    from kit.doctor import FAIL, diagnose, report_json
     from kit.preset import display_path, load_preset
 
     ref, overrides, _ = split_args(args, preset_option)
@@ -24,8 +24,10 @@ def doctor(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> N
         where = display_path(path)
     checks = diagnose(preset, where)
     report = report_json(checks)
-    if as_json:
-        print_json(report)
+    if as_json:  # data: {checks: [{name, status, detail, fix}], ok}; failed checks are the problems
+        emit_json(report, ok=report["ok"],
+                  problems=[problem_json(None, f"{c.name}: {c.detail}", c.fix) for c in checks if c.status == FAIL],
+                  warnings=[f"{c.name}: {c.detail}" for c in checks if c.status == "warn"])
     else:
         width = max(len(c.name) for c in checks)
         for c in checks:

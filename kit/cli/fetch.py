@@ -8,10 +8,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, require_preset, split_args, status
-from kit.pipeline import prepare
-from kit.stack import Stack
-from kit.workflow import ensure_image, ensure_model, model_overrides, project_for, render_into
+from kit.cli.common import (emit_json, preset_arguments, problem_json, require_preset, split_args, standard_options,
+                            status)
 
 
 @click.command()
@@ -19,11 +17,16 @@ from kit.workflow import ensure_image, ensure_model, model_overrides, project_fo
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True)
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse if the image is missing.")
 @click.option("--base-image", metavar="REF")
+@standard_options
 def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheelhouse: Path | None,
-          base_image: str | None) -> None:
+          base_image: str | None, as_json: bool) -> None:
     """Download what vLLM will read into the HF cache volume: the model's weights in the format vLLM loads, its
     config and tokenizer, and the LoRA adapters, draft model and tokenizer the engine flags name
     (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
+    from kit.pipeline import prepare
+    from kit.stack import Stack
+    from kit.workflow import ensure_image, ensure_model, model_overrides, project_for, render_into
+
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     prepared = prepare(require_preset(ref), overrides + model_overrides(extras.get("model")), base_image=base_image)
     render_into(prepared, out_dir)
@@ -35,6 +38,12 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     status(f"fetching into the stack's HF cache volume: {shlex.join(argv)}")
     result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=stack.directory, timeout=24 * 3600)
     lines = result.stdout.strip().splitlines()
-    click.echo(lines[-1] if lines else "(no output)")
+    verdict = lines[-1] if lines else "(no output)"
+    if as_json:
+        failed = result.returncode != 0
+        emit_json({"out": str(out_dir), "command": argv, "returncode": result.returncode, "verdict": verdict},
+                  ok=not failed, problems=[problem_json(None, verdict, None)] if failed else None)
+    else:
+        click.echo(verdict)
     if result.returncode != 0:
         raise SystemExit(1)

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import print_json, status
-from kit.imagediff import diff_images
+from kit.cli.common import emit_json, standard_options, status
 
 
 @click.command("image-diff")
 @click.argument("image_a")
 @click.argument("image_b")
 @click.option("--limit", default=40, show_default=True, help="Differences listed per kind.")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 @click.pass_context
 def image_diff(ctx: click.Context, image_a: str, image_b: str, limit: int, as_json: bool) -> None:
     """Compare two images' content; exit 0 when the same, 1 when they differ (like diff)."""
+    from kit.imagediff import diff_images
+
     result = diff_images(image_a, image_b, progress=status)
-    if as_json:
-        print_json(result.to_json())
+    if as_json:  # like diff's exit status, ok means "the same"; differing images are data, not problems
+        emit_json(result.to_json(), ok=result.same_content)
     else:
         same_layers = sum(result.same_layers)
         click.echo(f"ids      {result.a['id'][:19]} vs {result.b['id'][:19]}: "

@@ -6,10 +6,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
-from kit.lock import LOCK_FILE, make_lock, write_lock
-from kit.pipeline import prepare
-from kit.workflow import render_into
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 
 @click.command()
@@ -22,11 +19,15 @@ from kit.workflow import render_into
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the table's for the base).")
 @click.option("--refresh", is_flag=True, help="Resolve the wheels again even when the wheelhouse fits.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
          wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
          as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
+    from kit.lock import LOCK_FILE, make_lock, write_lock
+    from kit.pipeline import prepare
+    from kit.workflow import render_into
+
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
     render_into(prepared, out_dir, force=force)
@@ -35,7 +36,7 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
     path = out_dir / LOCK_FILE
     write_lock(result, path)
     if as_json:
-        print_json({"lock": str(path), **result.model_dump(exclude_none=True)})
+        emit_json({"lock": str(path), **result.model_dump(exclude_none=True)})
         return
     click.echo(f"lock      {path}")
     click.echo(f"base      {result.base.ref} -> {result.base.pinned} ({result.base.kind})")

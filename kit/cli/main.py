@@ -1,76 +1,117 @@
-"""Root group: global options, the error policy, and the explicit list of commands."""
+"""Root group: global options, the error policy, and the explicit list of commands (imported when they run)."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 
 import click
 
 from kit import __version__
-from kit.cli.common import fail
+from kit.cli.common import COMMAND_NAME, JSON_MODE, error_problems, envelope, fail, print_json
 from kit.errors import KitError, one_line
+
+# name -> (module:attribute, one-line help). The root group imports a command's module only when that command runs
+# or completes, so `kit --help` prints from this table without loading pydantic, docker or jinja2. The help text is
+# the command's own first docstring line; tests/unit/test_cli_lazy.py fails when the two drift apart.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "render": ("kit.cli.render:render", "Write a deployment for a preset."),
+    "validate": ("kit.cli.validate:validate", "Check a preset."),
+    "doctor": ("kit.cli.doctor:doctor", "Check this host."),
+    "presets": ("kit.cli.presets:presets", "List the presets, one line each."),
+    "gpus": ("kit.cli.presets:gpus", "List the GPU catalog."),
+    "plan": ("kit.cli.plan:plan", "Predict vLLM's memory at start."),
+    "wheelhouse": ("kit.cli.wheelhouse:wheelhouse", "Fill a wheelhouse for an offline build."),
+    "build": ("kit.cli.build:build", "Build a preset's image."),
+    "lock": ("kit.cli.lock:lock", "Pin a preset's inputs."),
+    "push": ("kit.cli.push:push", "Push a built image."),
+    "image-diff": ("kit.cli.imagediff:image_diff", "Compare two images' content."),
+    "smoke": ("kit.cli.smoke:smoke", "Prove a preset's stack answers."),
+    "probe": ("kit.cli.probe:probe", "Measure a preset's real start-up."),
+    "fetch": ("kit.cli.fetch:fetch", "Download what vLLM will read into the HF cache volume."),
+    "up": ("kit.cli.up:up", "Render, build, start detached and wait until it answers."),
+    "down": ("kit.cli.up:down", "Stop a stack started by `kit up` and remove its containers."),
+    "completion": ("kit.cli.completion:completion", "Print the shell completion script."),
+}
+
+
+def load_command(name: str) -> click.Command:
+    module_name, attribute = COMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 class KitGroup(click.Group):
-    """Turns a KitError into one red line per problem and exit 1; a traceback only with -v.
+    """Loads commands lazily, and turns a KitError into one red line per problem and exit 1 (a traceback only with -v).
 
     Anything else that escapes a command is a bug in the kit, but the user still gets one line (and exit 1)
-    rather than a page of Python: the traceback is there with -v for the bug report.
+    rather than a page of Python: the traceback is there with -v for the bug report. With --json, every failure
+    is the JSON envelope on stdout instead, with the same exit code.
     """
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # noqa: ANN201 - click's signature
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[COMMAND_NAME] = name
+        # Seen before the command parses its options, so a usage error in JSON mode is JSON as well.
+        if "--json" in rest:
+            ctx.meta[JSON_MODE] = True
+        return name, command, rest
+
     def invoke(self, ctx: click.Context):  # noqa: ANN201
-        def verbose() -> bool:  # read when it fails: the group's callback sets ctx.obj inside super().invoke
+        def verbose() -> bool:  # read when it fails: the callbacks set ctx.obj inside super().invoke
             return bool(ctx.obj and ctx.obj.get("verbose"))
+
+        def json_failure(error: Exception, exit_code: int) -> None:
+            print_json(envelope(ctx.meta.get(COMMAND_NAME, ""), None, ok=False, problems=error_problems(error)))
+            ctx.exit(exit_code)
 
         try:
             return super().invoke(ctx)
         except KitError as error:
             if verbose():
                 raise
+            if ctx.meta.get(JSON_MODE):
+                json_failure(error, error.exit_code)
             fail(error)
             ctx.exit(error.exit_code)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
-            raise  # usage errors (exit 2) and deliberate exits are click's to report
+        except click.exceptions.ClickException as error:
+            if ctx.meta.get(JSON_MODE):
+                json_failure(error, error.exit_code)
+            raise  # usage errors (exit 2) are click's to report
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise  # deliberate exits
         except Exception as error:  # noqa: BLE001 - the last line of the one-line policy
             if verbose():
                 raise
+            if ctx.meta.get(JSON_MODE):
+                json_failure(error, 1)
             click.secho(one_line(f"internal error: {type(error).__name__}: {error}"), fg="red", err=True)
             click.echo("hint: this is a bug in vllm-kit; run again with -v for the traceback and report it", err=True)
             ctx.exit(1)
 
 
 @click.group(cls=KitGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and more detail.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and more detail (also accepted after the command).")
+@click.option("--no-color", is_flag=True, help="No colour (also when NO_COLOR is set, or off a terminal).")
 @click.version_option(__version__, prog_name="vllm-kit")
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(ctx: click.Context, verbose: bool, no_color: bool) -> None:
     """vllm-kit: presets to correct, slim, pinned vLLM deployments."""
-    ctx.obj = {"verbose": verbose}
-
-
-def _add_commands() -> None:
-    from kit.cli import (build, doctor, fetch, imagediff, lock, plan, presets, probe, push, render, smoke, up, validate,
-                         wheelhouse)
-
-    cli.add_command(render.render)
-    cli.add_command(validate.validate)
-    cli.add_command(doctor.doctor)
-    cli.add_command(presets.presets)
-    cli.add_command(presets.gpus)
-    cli.add_command(plan.plan)
-    cli.add_command(wheelhouse.wheelhouse)
-    cli.add_command(build.build)
-    cli.add_command(lock.lock)
-    cli.add_command(push.push)
-    cli.add_command(imagediff.image_diff)
-    cli.add_command(smoke.smoke)
-    cli.add_command(probe.probe)
-    cli.add_command(fetch.fetch)
-    cli.add_command(up.up)
-    cli.add_command(up.down)
-
-
-_add_commands()
+    ctx.obj = {**(ctx.obj or {}), "verbose": verbose or bool((ctx.obj or {}).get("verbose"))}
+    # https://no-color.org: any non-empty NO_COLOR turns colour off. Children inherit ctx.color.
+    if no_color or os.environ.get("NO_COLOR"):
+        ctx.color = False
 
 
 def main() -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import click
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
-from kit.cli.common import FiniteFloatRange, count_option_type, print_json, split_args
+import click
+
+from kit.cli.common import (FiniteFloatRange, count_option_type, emit_json, preset_arguments, problem_json, split_args,
+                            standard_options)
 from kit.errors import PlanError, shown
-from kit.modelinfo import load_model_spec
-from kit import plan as planner
-from kit.plan import DEFAULT_VLLM_VERSION, Plan, PlanInputs, find_gpu
+
+if TYPE_CHECKING:  # the planner (pydantic) loads when the command runs, not for --help or completion
+    from kit.plan import Plan, PlanInputs
 
 # A sanity cap, not a hardware fact: a thousand times the largest GPU or host memory in use today.
 GPU_MEMORY_GIB_MAX = 1 << 20
@@ -33,12 +35,18 @@ def plan_inputs_from_options(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     enforce_eager: bool = False,
-    vllm_version: str = DEFAULT_VLLM_VERSION,
+    vllm_version: str | None = None,
     block_size: int | None = None,
     cpu_kvcache_space_gib: float | None = None,
     allow_hub: bool = False,
 ) -> PlanInputs:
     """Build PlanInputs from CLI-shaped values (a preset can call this with its own fields)."""
+    from pydantic import ValidationError
+
+    from kit.modelinfo import load_model_spec
+    from kit.plan import DEFAULT_VLLM_VERSION, PlanInputs, find_gpu
+
+    vllm_version = vllm_version or DEFAULT_VLLM_VERSION
     spec = load_model_spec(model, allow_hub=allow_hub)
     gpu_name = None
     if gpu:
@@ -88,7 +96,9 @@ def format_plan(result: Plan) -> str:
         f"  {'peak activation':<20}{result.activation_gib:>10.2f} GiB",
         f"  {'non-torch':<20}{result.non_torch_gib:>10.2f} GiB",
         f"  {'CUDA graphs':<20}{result.cuda_graph_gib:>10.2f} GiB",
-        f"  {'KV cache':<20}{result.kv_cache_gib:>10.2f} GiB",
+        # A model that does not fit leaves a negative budget: say by how much, not "-3.20 GiB of KV cache".
+        f"  {'KV cache':<20}{result.kv_cache_gib:>10.2f} GiB" if result.kv_cache_gib >= 0 else
+        f"  {'KV cache':<20}{'none':>10}      (does not fit by {-result.kv_cache_gib:.2f} GiB)",
         f"  {'KV cache tokens':<20}{result.kv_cache_tokens:>10,}",
         f"  {'max concurrency':<20}{result.max_concurrency:>10.2f} x  (at {i['max_model_len']:,} tokens)",
         f"  {'fits':<20}{'yes' if result.fits else 'no':>10}",
@@ -99,8 +109,7 @@ def format_plan(result: Plan) -> str:
 
 
 @click.command("plan")
-@click.argument("args", nargs=-1)
-@click.option("--preset", "preset_option", metavar="NAME", help="Plan a preset (same as preset=NAME); KEY=VALUE overrides.")
+@preset_arguments
 @click.option("--model", metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
 @click.option("--gpu", metavar="NAME", help="GPU from the catalog (see `kit gpus`).")
 @click.option("--gpu-memory-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), metavar="X",
@@ -116,19 +125,21 @@ def format_plan(result: Plan) -> str:
 @click.option("--max-num-seqs", type=count_option_type())
 @click.option("--max-num-batched-tokens", type=count_option_type())
 @click.option("--enforce-eager", is_flag=True)
-@click.option("--vllm-version", default=DEFAULT_VLLM_VERSION, show_default=True)
+@click.option("--vllm-version", metavar="X.Y.Z", help="vLLM release to plan for (default: the kit's pinned one).")
 @click.option("--block-size", type=count_option_type())
 @click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@standard_options
 def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | None, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
                  max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
-                 enforce_eager: bool, vllm_version: str, block_size: int | None,
+                 enforce_eager: bool, vllm_version: str | None, block_size: int | None,
                  cpu_kvcache_space_gib: float | None, as_json: bool) -> None:
     """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not.
 
     kit plan preset=NAME [KEY=VALUE ...] [--json], or standalone: kit plan --model ID (--gpu NAME | --gpu-memory-gib X) ...
     """
+    from kit import plan as planner
+
     ref, overrides, _ = split_args(args, preset_option)
     if ref is not None:
         from kit.errors import KitError
@@ -157,8 +168,10 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
 
 
 def _report(result: Plan, as_json: bool) -> None:
-    if as_json:
-        print_json(result.to_json())
+    if as_json:  # data: the plan; a model that does not fit is ok=false with vLLM's error as the problem
+        hints = "; ".join(s["message"] for s in result.suggestions) or None
+        emit_json(result.to_json(), ok=result.fits,
+                  problems=None if result.fits else [problem_json(None, result.error or "does not fit", hints)])
     else:
         click.echo(format_plan(result))
     if not result.fits:

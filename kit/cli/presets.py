@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import click
-import yaml
 
-from kit.cli.common import print_json
-from kit.datafiles import gpu_catalog
-from kit.preset import load_preset, preset_names
+from kit.cli.common import PRESET_ARGS_METAVAR, SubGroup, emit_json, split_args, standard_options
+from kit.cli.completion import complete_preset_args
 
 
-@click.group(invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.group(cls=SubGroup, invoke_without_command=True)
+@standard_options
 @click.pass_context
 def presets(ctx: click.Context, as_json: bool) -> None:
     """List the presets, one line each."""
     if ctx.invoked_subcommand is not None:
         return
+    from kit.preset import load_preset, preset_names
+
     rows = []
     for name in preset_names():
         _, _, preset = load_preset(name)
@@ -25,7 +25,7 @@ def presets(ctx: click.Context, as_json: bool) -> None:
         rows.append({"name": name, "hardware": hardware, "model": preset.model.id,
                      "vllm": preset.image.vllm_version, "description": preset.description})
     if as_json:
-        print_json(rows)
+        emit_json(rows)
         return
     width = max(len(r["name"]) for r in rows)
     for r in rows:
@@ -33,22 +33,37 @@ def presets(ctx: click.Context, as_json: bool) -> None:
 
 
 @presets.command()
-@click.argument("name")
-@click.argument("overrides", nargs=-1)
-def show(name: str, overrides: tuple[str, ...]) -> None:
-    """Print a preset resolved: defaults filled in, overrides applied."""
-    _, _, preset = load_preset(name, list(overrides))
+@click.argument("args", nargs=-1, metavar=PRESET_ARGS_METAVAR, shell_complete=complete_preset_args)
+@standard_options
+def show(args: tuple[str, ...], as_json: bool) -> None:
+    """Print a preset resolved: defaults filled in, overrides applied: kit presets show preset=NAME [KEY=VALUE ...]."""
+    import yaml
+
+    from kit.preset import load_preset
+
+    # A bare first word is the preset name, as this command took it before preset=NAME (kept working).
+    if args and "=" not in args[0]:
+        args = (f"preset={args[0]}", *args[1:])
+    ref, overrides, _ = split_args(args, None)
+    if not ref:
+        raise click.UsageError("no preset: kit presets show preset=NAME")
+    _, path, preset = load_preset(ref, overrides)
     data = preset.model_dump(mode="json", exclude_none=True)
+    if as_json:
+        emit_json({"preset": ref, "file": str(path), "resolved": data})
+        return
     click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@standard_options
 def gpus(as_json: bool) -> None:
     """List the GPU catalog: memory as CUDA reports it, compute capability."""
+    from kit.datafiles import gpu_catalog
+
     catalog = gpu_catalog()
     if as_json:
-        print_json(catalog)
+        emit_json(catalog)
         return
     for key, g in catalog.items():
         click.echo(f"{key:<22} {g['memory_gib']:>7.2f} GiB  cc {g['compute_capability']:<4} {g['name']}")

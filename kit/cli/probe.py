@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.cli.common import emit_json, preset_arguments, problem_json, require_preset, split_args, standard_options, status
 
 
 @click.command()
@@ -19,7 +19,7 @@ from kit.cli.common import preset_arguments, print_json, require_preset, split_a
 @click.option("--port", type=int, help="Port on 127.0.0.1 (default: a free one).")
 @click.option("--image", metavar="REF", help="Image to run (default: the preset's repository:version).")
 @click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False), help="Keep the server log here.")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_dir: Path | None, timeout: float,
           port: int | None, image: str | None, log_path: Path | None, as_json: bool) -> None:
     """Measure a preset's real start-up: kit probe preset=NAME [KEY=VALUE ...] [--native]."""
@@ -39,7 +39,9 @@ def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_
     for note in report["notes"]:
         status(f"note: {note}")
     if as_json:
-        print_json(report)
+        fatal = result.log.fatal or ("timed out" if result.timed_out else "no error logged")
+        emit_json(report, ok=result.ready, warnings=report["notes"],
+                  problems=None if result.ready else [problem_json(None, f"vLLM did not start: {fatal}", None)])
     else:
         click.echo(report["table"])
         if result.seconds_to_ready is not None:

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
-from kit.pipeline import prepare
-from kit.registry import push_image
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 PUSH_RECORD = "vllm-kit.push.json"
 
@@ -20,10 +18,13 @@ PUSH_RECORD = "vllm-kit.push.json"
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
               help="Directory of the render; the push record goes there.")
 @click.option("--base-image", metavar="REF", help="The base the image was built on (same as for `kit build`).")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_dir: Path, base_image: str | None,
          as_json: bool) -> None:
     """Push a built image: kit push preset=NAME --registry HOST; prints the digest to pin compose to."""
+    from kit.pipeline import prepare
+    from kit.registry import push_image
+
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image)
     source = prepared.image_ref
@@ -37,7 +38,7 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
     if out_dir.is_dir():
         (out_dir / PUSH_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     if as_json:
-        print_json(record)
+        emit_json(record)
         return
     click.echo(f"pushed  {pushed.ref}")
     click.echo(f"digest  {pushed.digest}")

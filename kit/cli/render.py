@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
-from kit.pipeline import prepare
-from kit.write import write_files
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.completion import complete_preset_name
 
 STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
 
@@ -22,13 +21,16 @@ STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "iden
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's (a hardened or local image).")
 @click.option("--target", type=click.Choice(["compose", "k8s"]), default="compose", show_default=True,
               help="compose: compose files (a head and a worker stack for several nodes); k8s: Kubernetes manifests in k8s/.")
-@click.option("--with-preset", "with_presets", metavar="NAME", multiple=True,
+@click.option("--with-preset", "with_presets", metavar="NAME", multiple=True, shell_complete=complete_preset_name,
               help="Run this preset's server beside the main one in the same compose stack (repeatable), "
                    "e.g. an embedding server beside a chat server: its own port, volumes and healthcheck, the same image.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@standard_options
 def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
            base_image: str | None, target: str, with_presets: tuple[str, ...], as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME]."""
+    from kit.pipeline import prepare
+    from kit.write import write_files
+
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target,
                        with_presets=list(with_presets))
@@ -36,14 +38,14 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:
-        print_json({
+        emit_json({
             "preset": prepared.name,
             "target": target,
             "out": str(out_dir),
             "dry_run": dry_run,
             "image": prepared.image_ref,
             "files": {r.path: r.status for r in results},
-        })
+        }, warnings=[str(w) for w in prepared.report.warnings])
         return
     for r in results:
         label = click.style(f"{r.status:>9}", fg=STATUS_COLOURS.get(r.status)) if not dry_run else f"{'would ' + r.status:>15}"

@@ -7,12 +7,10 @@ import tempfile
 from pathlib import Path
 
 import click
-from kit.cli.common import FiniteFloatRange
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
+from kit.cli.common import (FiniteFloatRange, emit_json, preset_arguments, problem_json, require_preset, split_args,
+                            standard_options, status)
 from kit.errors import SmokeError
-from kit.smoke import format_table
-from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
 
 
 @click.command()
@@ -23,7 +21,7 @@ from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--timeout", type=FiniteFloatRange(0, 86400, min_open=True), help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
 @click.option("--keep", is_flag=True, help="Leave the stack running.")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
           wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, as_json: bool) -> None:
     """Prove a preset's stack answers: kit smoke preset=NAME [model=ID|PATH] [--keep]."""
@@ -33,16 +31,21 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
         raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: pip install 'pytest-testinfra>=10' "
                          "in the kit's environment (from a checkout: pip install '.[smoke]'; "
                          "with pipx: pipx inject vllm-kit pytest-testinfra)")
+    from kit.smoke import format_table
+    from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
+
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
     out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))
     result = run_smoke(require_preset(ref), overrides, out, wheelhouse=wheelhouse, base_image=base_image, keep=keep,
                        timeout=timeout, progress=status)
     if as_json:
-        print_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
-                    "total_seconds": round(result.total_seconds, 1),
-                    "checks": [{"name": c.name, "ok": c.ok, "skipped": c.skipped, "detail": c.detail}
-                               for c in result.checks]})
+        emit_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
+                   "total_seconds": round(result.total_seconds, 1),
+                   "checks": [{"name": c.name, "ok": c.ok, "skipped": c.skipped, "detail": c.detail}
+                              for c in result.checks]},
+                  ok=result.ok, problems=[problem_json(None, f"{c.name}: {c.detail}", None)
+                                          for c in result.checks if not c.ok])
     else:
         click.echo(format_table(result.checks))
         click.echo(f"ready in {result.ready_seconds:.0f} s, smoke took {result.total_seconds:.0f} s")

@@ -6,10 +6,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, require_preset, split_args, status
-from kit.workflow import down as stack_down
-from kit.workflow import model_overrides, port_overrides
-from kit.workflow import up as stack_up
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 
 @click.command()
@@ -19,14 +16,22 @@ from kit.workflow import up as stack_up
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse (filled if empty).")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@standard_options
 def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
-       base_image: str | None, force: bool) -> None:
+       base_image: str | None, force: bool, as_json: bool) -> None:
     """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
+    from kit.workflow import model_overrides, port_overrides
+    from kit.workflow import up as stack_up
+
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
     prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse, base_image=base_image,
                                force=force, progress=status)
     rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
+    if as_json:
+        emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
+                   "url": f"http://{rt.bind_address}:{rt.port}", "ready_seconds": round(ready, 1)})
+        return
     click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on http://{rt.bind_address}:{rt.port}")
     click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/models")
     click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/completions -H 'Content-Type: application/json' "
@@ -37,7 +42,13 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 @click.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="The directory given to `kit up`.")
 @click.option("--volumes", is_flag=True, help="Also remove the cache volumes (models downloaded, compile cache).")
-def down(out_dir: Path, volumes: bool) -> None:
+@standard_options
+def down(out_dir: Path, volumes: bool, as_json: bool) -> None:
     """Stop a stack started by `kit up` and remove its containers."""
+    from kit.workflow import down as stack_down
+
     stack_down(out_dir, volumes=volumes)
+    if as_json:
+        emit_json({"out": str(out_dir), "volumes_removed": volumes})
+        return
     click.echo(f"stopped {out_dir}")

@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args
-from kit.errors import KitError
-from kit.pipeline import load_and_check
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
 
 
 @click.command()
 @preset_arguments
-@click.option("--json", "as_json", is_flag=True, help="Print problems as JSON.")
+@standard_options
 def validate(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> None:
     """Check a preset: kit validate preset=NAME [KEY=VALUE ...]."""
+    from kit.pipeline import load_and_check
+
     ref, overrides, _ = split_args(args, preset_option)
-    try:
-        name, path, _, report = load_and_check(require_preset(ref), overrides)
-    except KitError as error:
-        if not as_json:
-            raise
-        print_json({"ok": False, "problems": error.lines()})
-        raise SystemExit(1) from None
+    # Invalid presets raise KitError: the root group prints every problem (with --json, in the envelope).
+    name, path, _, report = load_and_check(require_preset(ref), overrides)
     if as_json:
-        print_json({"ok": True, "preset": name, "warnings": [str(w) for w in report.warnings]})
+        emit_json({"preset": name, "file": str(path)}, warnings=[str(w) for w in report.warnings])
         return
     for warning in report.warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)

@@ -6,19 +6,20 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import preset_arguments, print_json, require_preset, split_args, status
-from kit.pipeline import prepare
-from kit.wheelhouse import build_wheelhouse, probe_base_image
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 
 @click.command()
 @preset_arguments
 @click.option("--base-image", metavar="REF", help="The base the image will build on; probed for its Python and glibc.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's, from the table).")
-@click.option("--json", "as_json", is_flag=True)
+@standard_options
 def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str | None,
                python_version: str | None, as_json: bool) -> None:
     """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME DIR (wheels already there are reused)."""
+    from kit.pipeline import prepare
+    from kit.wheelhouse import build_wheelhouse, probe_base_image
+
     positional = [a for a in args if "=" not in a]
     if len(positional) != 1:
         raise click.UsageError("give exactly one wheelhouse directory: kit wheelhouse preset=NAME DIR")
@@ -33,7 +34,7 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
             glibc = probed[1]
     result = build_wheelhouse(prepared.deployment, directory, python_version=python_version, glibc=glibc, progress=status)
     if as_json:
-        print_json({"dir": str(result.directory), "lock": str(result.lock_path), "packages": result.packages,
+        emit_json({"dir": str(result.directory), "lock": str(result.lock_path), "packages": result.packages,
                     "excluded": result.excluded, "bytes": result.total_bytes, "seconds": round(result.seconds, 1)})
         return
     click.echo(f"{result.directory}: {len(result.packages)} wheels, {result.total_bytes / 2**20:.0f} MiB, "

@@ -32,7 +32,7 @@ def test_kv_cache_log_equals_the_plan(cpu_stack):
     result = subprocess.run([sys.executable, "-m", "kit.cli.main", "plan", "preset=cpu", "--json"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["kv_cache_tokens"] == logged
+    assert json.loads(result.stdout)["data"]["kv_cache_tokens"] == logged
 
 
 def test_image_contract(cpu_image, docker_client):
@@ -131,7 +131,7 @@ def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_cl
          "--base-image", BASE_IMAGE, "--wheelhouse", str(cpu_wheelhouse), "--json"],
         capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)["data"]
     assert report["ok"] and len(report["checks"]) == 11
     # Nothing it started is left: containers, networks, volumes of its project.
     leftovers = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("kit-smoke-cpu-")]

@@ -27,7 +27,7 @@ def test_doctor_for_real_on_this_host():
     for args in ([], ["preset=cpu"]):
         done = subprocess.run([sys.executable, "-m", "kit.cli.main", "doctor", "--json", *args],
                               capture_output=True, text=True, cwd=REPO, timeout=120)
-        report = json.loads(done.stdout)
+        report = json.loads(done.stdout)["data"]
         checks = {c["name"]: c for c in report["checks"]}
         for name in ("docker engine", "compose", "shared memory"):
             assert checks[name]["status"] == PASS, (name, checks[name]["detail"])

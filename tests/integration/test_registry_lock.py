@@ -223,7 +223,7 @@ def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, t
     result = CliRunner().invoke(cli, ["push", "preset=cpu", *OVERRIDES, "--registry", registry,
                                       "--base-image", BASE_IMAGE, "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
-    record = json.loads(result.stdout)
+    record = json.loads(result.stdout)["data"]
     assert record == json.loads((out / "vllm-kit.push.json").read_text())
     tag = prepared.image_ref.rsplit(":", 1)[1]
     request = urllib.request.Request(f"http://{registry}/v2/{REPOSITORY}/manifests/{tag}", method="HEAD", headers={

@@ -25,7 +25,7 @@ def test_render_writes_the_stack(run, tmp_path):
     for name in ("Dockerfile", "compose.yaml", ".env.example", "requirements.txt", ".dockerignore"):
         assert (tmp_path / name).is_file()
     again = run("render", "--preset", "cpu", "--out", str(tmp_path), "--json")
-    assert set(json.loads(again.stdout)["files"].values()) == {"identical"}
+    assert set(json.loads(again.stdout)["data"]["files"].values()) == {"identical"}
 
 
 def test_render_override_and_dry_run(run, tmp_path):
@@ -73,6 +73,7 @@ def test_validate(run):
     assert result.stderr.count("presets/rtx4090-awq.yaml:") == 2
     result = run("validate", "preset=cpu", "engine.dtype=float8", "--json")
     assert result.exit_code == 1 and json.loads(result.stdout)["ok"] is False
+    assert json.loads(result.stdout)["problems"][0]["field"] == "engine.dtype"
 
 
 def test_presets_list_and_show(run):

@@ -448,12 +448,12 @@ def test_moe_layer_count_matches_the_per_layer_rule():
 
 def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(monkeypatch):
     # Stands in for a kit bug (not for the thing under test: the CLI's last-resort error policy).
-    import kit.cli.validate
+    import kit.pipeline  # kit.cli.validate imports it when the command runs (lazy CLI)
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("boom\nsecond line")
 
-    monkeypatch.setattr(kit.cli.validate, "load_and_check", broken)
+    monkeypatch.setattr(kit.pipeline, "load_and_check", broken)
     outcome = run_kit(["validate", "preset=cpu"])
     assert outcome.exit_code == 1
     assert outcome.output.splitlines()[0] == "internal error: ZeroDivisionError: boom\\nsecond line"

@@ -39,7 +39,7 @@ def test_probe_prints_measured_beside_planned(stand_in_vllm: Path, monkeypatch: 
     monkeypatch.setenv("KIT_TEST_REPLAY_LOG", str(LOGS / "rtx4090-awq-preset.log.xz"))
     result = CliRunner().invoke(cli, ["probe", *AS_RUN, "--native", "--json", "--timeout", "60"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)["data"]
     assert report["ready"] and report["measured"]["vllm_version"] == "0.26.0"
     assert any("RTX 4090" in n for n in report["notes"]) and any("pins 0.33.0" in n for n in report["notes"])
     assert not any("defaults differ" in n for n in report["notes"])  # the batch sizes were set

@@ -208,7 +208,7 @@ def test_official_image_user_is_not_created_twice(rendered):
         assert "chown -R 2000:0 /home/vllm/.cache" in dockerfile and "chmod -R g+rwX" in dockerfile
         assert "pip install" not in dockerfile.replace("uv pip install --system", "")
     # Ray goes in with the installer the image has, into its system Python (it has no venv).
-    assert "RUN uv pip install --system --no-cache ${PIP_NO_INDEX:+--no-index}" in rendered["a100x8"].files["Dockerfile"]
+    assert "uv pip install --system --no-cache ${PIP_NO_INDEX:+--no-index}" in rendered["a100x8"].files["Dockerfile"]
     overridden = prepare("a100x8", base_image="site/hardened-vllm:1.0").files["Dockerfile"]
     assert "if ! id -u vllm" in overridden and "useradd --uid 2000 --gid 0" in overridden
     older = prepare("a100x8", ["image.vllm_version=0.16.0"]).files["Dockerfile"]  # predates the upstream user
