@@ -90,8 +90,9 @@ bench-cli: install  ## CLI start-up (--help, completion, render) against `python
 	$(PYTHON) bench/cli_startup.py
 
 .PHONY: fuzz
-fuzz: install  ## hostile model configs, overrides, preset files and CLI numbers: cases, tracebacks (0), slowest
+fuzz: install  ## hostile model configs, overrides, preset files, CLI numbers and render inputs: cases, tracebacks (0), structure changes (0), slowest
 	$(PYTHON) bench/fuzz.py
+	$(PYTHON) bench/fuzz_render.py
 
 golden: install  ## regenerate golden files after a reviewed change (then read the diff)
 	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -m golden -q
