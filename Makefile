@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down bench bench-plan golden schema lint clean
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-plan golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -70,6 +70,15 @@ run: setup-run  ## bring up PRESET (default cpu, with a locally made model) deta
 down:  ## stop the stack started by `make run` and remove its containers
 	$(PYTHON) -m kit.cli.main down --out $(RUN_DIR)
 
+$(VENV)/.installed-loadtest: pyproject.toml | $(PYTHON)
+	$(PYTHON) -m pip install -e '.[loadtest]'
+	touch $@
+
+CONCURRENCY ?= 1,2,4,8
+loadtest: $(VENV)/.installed-loadtest  ## load-test the stack `make run` started; report and plot in RUN_DIR
+	$(PYTHON) -m kit.cli.main loadtest preset=$(PRESET) --out $(RUN_DIR) --port $(PORT) --concurrency $(CONCURRENCY) \
+		--report $(RUN_DIR)/loadtest.json $(if $(BASELINE),--baseline $(BASELINE))
+
 bench: setup  ## build, size and start-up figures (printed, not asserted)
 	$(PYTHON) bench/bench.py --wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE)
 
@@ -81,8 +90,9 @@ bench-cli: install  ## CLI start-up (--help, completion, render) against `python
 	$(PYTHON) bench/cli_startup.py
 
 .PHONY: fuzz
-fuzz: install  ## hostile model configs, overrides, preset files and CLI numbers: cases, tracebacks (0), slowest
+fuzz: install  ## hostile model configs, overrides, preset files, CLI numbers and render inputs: cases, tracebacks (0), structure changes (0), slowest
 	$(PYTHON) bench/fuzz.py
+	$(PYTHON) bench/fuzz_render.py
 
 golden: install  ## regenerate golden files after a reviewed change (then read the diff)
 	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -m golden -q

@@ -17,6 +17,7 @@ from pathlib import Path
 from kit.deployment import FETCH_FILE
 from kit.docker_engine import docker_client
 from kit.errors import BuildError, KitError
+from kit.secretrules import redact
 from kit.wheelhouse import LOCK_NAME
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
@@ -59,6 +60,12 @@ class BuildRequest:
             args["BASE_IMAGE"] = self.base_image
         if self.offline:
             args["PIP_NO_INDEX"] = "1"
+        for key, value in args.items():
+            # The classic builder records build args in the image's history (`docker history`): a credential
+            # passed this way ships inside every copy of the image.
+            if redact(value) != value:
+                raise BuildError(f"build arg {key}: holds a credential, which would be stored in the image's history",
+                                 hint="give the build a URL without credentials (a wheelhouse builds offline)")
         return args
 
     def command(self) -> list[str]:
@@ -88,7 +95,7 @@ class BuildRequest:
                 "# (DOCKER_BUILDKIT=0), with the same build args, platform, tags, cache and pull flags, target,\n"
                 "# Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
                 "set -eu\n"
-                f"DOCKER_BUILDKIT=0 {shlex.join(self.command())}\n")
+                f"DOCKER_BUILDKIT=0 {redact(shlex.join(self.command()))}\n")
 
 
 def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None) -> Path:
@@ -163,7 +170,7 @@ def build_image(request: BuildRequest, log_dir: Path,
     cached = total = 0
     started = time.monotonic()
     with log_path.open("w", encoding="utf-8") as log:
-        log.write("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command()) + "\n")
+        log.write(redact("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command())) + "\n")
         stream = client.api.build(
             path=str(request.context_dir),
             tag=request.tags[0],
@@ -179,7 +186,7 @@ def build_image(request: BuildRequest, log_dir: Path,
         )
         for chunk in stream:
             if "stream" in chunk:
-                for line in chunk["stream"].splitlines():
+                for line in redact(chunk["stream"]).splitlines():
                     log.write(line + "\n")
                     lines.append(line)
                     m = STEP_RE.match(line.strip())
@@ -196,7 +203,7 @@ def build_image(request: BuildRequest, log_dir: Path,
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             if "error" in chunk:
-                log.write("ERROR: " + chunk["error"] + "\n")
+                log.write(redact("ERROR: " + chunk["error"]) + "\n")
                 raise BuildError(
                     f"build failed at {_failing_step(lines)}: {chunk['error'].strip().splitlines()[-1][:300]}",
                     hint=f"full log: {log_path}; re-run by hand: {script_path}",

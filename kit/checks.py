@@ -111,7 +111,7 @@ def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[
             "set cluster.head_address=<the head host's IP or DNS name> (or cluster.network=bridge to run every "
             "node on this Docker host)",
         ))
-    if target == "compose" and cl.network == "bridge" and rt.bind_address not in ("127.0.0.1", "::1"):
+    if target == "compose" and cl.network == "bridge" and rt.bind_address not in LOOPBACK:
         warnings.append(Problem(f"{where}: cluster.network",
                                 "bridge networking keeps every node on one Docker host; it is not a production layout",
                                 "use cluster.network=host with one node per host"))
@@ -150,6 +150,26 @@ def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[
     return errors, warnings
 
 
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def check_exposure(where: str, preset: Preset) -> list[Problem]:
+    """The API published beyond loopback: anyone who reaches the address may use the server.
+
+    A key can only be configured in .env (VLLM_API_KEY), which the kit never reads, so the warning says what
+    must be true rather than guessing whether it is."""
+    rt = preset.runtime
+    if rt.bind_address in LOOPBACK:
+        return []
+    return [Problem(
+        f"{where}: runtime.bind_address",
+        f"publishes the API on {rt.bind_address}:{rt.port}, beyond this host's loopback: without an API key "
+        "anyone who reaches that address can run requests on it",
+        "set VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer <key>'), or publish on "
+        "127.0.0.1 behind a proxy that authenticates",
+    )]
+
+
 def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -> None:
     from kit.preset_plan import plan_preset, summary_lines
 
@@ -173,6 +193,8 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     report.errors += flag_errors
     report.warnings += flag_warnings
     report.errors += check_parallelism(where, preset)
+    if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
+        report.warnings += check_exposure(where, preset)
     cluster_errors, cluster_warnings = check_cluster(where, preset, target)
     report.errors += cluster_errors
     report.warnings += cluster_warnings

@@ -15,7 +15,11 @@ _LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def one_line(text: str) -> str:
-    """``text`` with every control character written as an escape, so it prints as exactly one line."""
+    """``text`` as an error prints it: every control character written as an escape, so it is exactly one
+    line, and credentials (URL passwords, token-shaped strings) masked, so no error ever repeats a secret."""
+    from kit.secretrules import redact  # data-driven; imported late, errors.py is imported by everything
+
+    text = redact(text)
     return _LINE_BREAKERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 

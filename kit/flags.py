@@ -35,7 +35,6 @@ KIT_OWNED_KEYS: dict[str, str] = {
     "revision": "set it with model.revision",
     "host": "the server listens on all addresses inside the container; publish it with runtime.bind_address",
     "port": "the server listens on 8000 inside the container; publish it with runtime.port",
-    "api_key": "put the key in .env as VLLM_API_KEY (see .env.example); never in a preset",
 }
 
 _HUMAN_INT = re.compile(r"\d+(\.\d+)?[kKmMgGtT]?")
@@ -339,6 +338,22 @@ def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
     return Problem(where, f"is not a `vllm serve` flag in {label}", hint)
 
 
+def _secret_flag_problem(snapshot: Any, key: str, where: str) -> Problem | None:
+    """A flag that carries a secret (kit/data/secrets.yaml) is refused whatever its value, which is never quoted."""
+    from kit.secretrules import secret_flag_env
+
+    canonical = snapshot.aliases.get(key, (key, False))[0]
+    spec = snapshot.flags.get(canonical)
+    env = secret_flag_env(canonical, spec.type if spec else None)
+    if env is None:
+        return None
+    place = (f"put it in .env as {env} (see .env.example); on Kubernetes, in the <name>-secrets Secret made "
+             "from .env (`kubectl create secret generic ... --from-env-file=.env`, see k8s/)" if env else
+             "pass it through .env or a Kubernetes Secret, never the preset")
+    return Problem(where, "carries a secret: a preset is committed and rendered into compose files and "
+                   "manifests, so secrets never go in engine", place)
+
+
 def check_engine(engine: Mapping[str, object], version: str) -> list[Problem]:
     """Every problem with a preset's `engine:` mapping for the given vLLM."""
     snapshot = load_snapshot(version)
@@ -350,6 +365,10 @@ def check_engine(engine: Mapping[str, object], version: str) -> list[Problem]:
             problems.append(Problem(where, "keys must be text"))
             continue
         key = _snake(raw_key)
+        secret = _secret_flag_problem(snapshot, key, where)
+        if secret is not None:
+            problems.append(secret)
+            continue
         if key in KIT_OWNED_KEYS:
             problems.append(Problem(where, "is set by the kit, not in engine", KIT_OWNED_KEYS[key]))
             continue

@@ -24,12 +24,22 @@ import yaml
 from kit import deployment as dep
 from kit.datafiles import load_yaml
 from kit.preset import ram_in_bytes
+from kit.safevalue import check_text, k8s_escape
 
 K8S_DIR = "k8s"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHM_VOLUME = "dshm"
 PROBE_PERIOD = 10
+
+
+def literal(value: str) -> str:
+    """A preset-derived string as Kubernetes must see it in command/args/env: one line, `$(` not expanded."""
+    return k8s_escape(check_text(value, "a value for Kubernetes"))
+
+
+def literal_list(values: list[str]) -> list[str]:
+    return [literal(v) for v in values]
 
 
 def app_name(d: dep.Deployment) -> str:
@@ -153,7 +163,7 @@ def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
 
 
 def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    return [{"name": k, "value": v} for k, v in d.environment.items()] + list(extra or [])
+    return [{"name": k, "value": literal(v)} for k, v in d.environment.items()] + list(extra or [])
 
 
 def secret_env(d: dep.Deployment) -> list[dict[str, Any]]:
@@ -201,9 +211,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
     return {
         "name": "model-fetch",
         "image": ctx_image,
-        # Kubernetes expands $(VAR) in command and turns $$ into $ (core/v1 Container.command): a `$` in the JSON
-        # spec (an ignore pattern, a path) is doubled so that the script receives it as written.
-        "command": [arg.replace("$", "$$") for arg in d.fetch_command],
+        "command": literal_list(d.fetch_command),
         "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
         "envFrom": secret_env(d),
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
@@ -283,7 +291,7 @@ def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": labels(d, **{"app.kubernetes.io/component": "server"})},
-                "spec": pod_spec(d, image, plan, command=list(d.entrypoint), args=list(d.pod_serve_args),
+                "spec": pod_spec(d, image, plan, command=literal_list(d.entrypoint), args=literal_list(d.pod_serve_args),
                                  serves=True),
             },
         },
@@ -303,7 +311,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
     launcher_map = f"{name}-ray-node"
     node_ip = [{"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     leader = pod_spec(d, image, plan, command=list(cl.launcher),
-                      args=[*cl.head_options, "--", *d.entrypoint, *d.pod_serve_args],
+                      args=literal_list([*cl.head_options, "--", *d.entrypoint, *d.pod_serve_args]),
                       serves=True, launcher_map=launcher_map, extra_env=node_ip)
     # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
     worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),

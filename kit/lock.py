@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kit.build import BuildRequest, BuildResult, build_image, prepare_build_context, wheels_for_lock
 from kit.docker_engine import docker_client
@@ -55,8 +55,18 @@ class LockedBase(_Strict):
 class LockedPackage(_Strict):
     name: str
     version: str
-    file: str
+    file: str = Field(description="A wheel's file name in the wheelhouse: no directory part")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("file")
+    @classmethod
+    def _inside_wheelhouse(cls, value: str) -> str:
+        # The build reads wheelhouse/<file>; "../x.whl", "/x.whl" or "sub/x.whl" would pull a file from
+        # elsewhere into the image under the lock's authority.
+        if (not value or value in (".", "..") or "/" in value or "\\" in value or "\x00" in value
+                or not value.endswith(".whl")):
+            raise ValueError("must be a wheel's file name inside the wheelhouse (no directory, no ..)")
+        return value
 
 
 class LockedTarget(_Strict):
@@ -223,8 +233,14 @@ def lock_drift(lock: Lock, prepared: Prepared, where: str) -> list[Problem]:
 def verify_wheels(lock: Lock, wheelhouse: Path, where: str) -> list[Path]:
     """The locked wheels, each present and matching its sha256; else every problem at once."""
     problems, wheels = [], []
+    root = wheelhouse.resolve()
     for pkg in lock.packages:
         path = wheelhouse / pkg.file
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            problems.append(Problem(f"{where}: packages.{pkg.name}",
+                                    f"{pkg.file} is a link to a file outside {wheelhouse}",
+                                    "put the wheel itself in the wheelhouse (`kit lock` fills it)"))
+            continue
         if not path.is_file():
             problems.append(Problem(f"{where}: packages.{pkg.name}", f"missing wheel {pkg.file} in {wheelhouse}",
                                     "fill the wheelhouse again with `kit lock`"))
@@ -285,6 +301,27 @@ def check_installed(lock: Lock, found: dict) -> list[str]:
     return problems
 
 
+def base_mismatch(client, lock: Lock, image_id: str) -> list[str]:  # noqa: ANN001 - a docker client
+    """Whether the built image stands on the locked base: the base's layers are the first layers of the image.
+
+    The build's FROM received the pinned reference; this proves the result, whatever a FROM or a build arg
+    in the Dockerfile did with it. For a base locked by image ID the local base must still have that ID."""
+    from docker.errors import ImageNotFound
+
+    try:
+        base = client.images.get(lock.base.pinned)
+    except ImageNotFound:
+        return [f"the locked base {lock.base.pinned} is gone from the engine"]
+    problems = []
+    if lock.base.kind == "image-id" and base.id != lock.base.digest:
+        problems.append(f"the base is {base.id}, locked {lock.base.digest}")
+    base_layers = (base.attrs.get("RootFS") or {}).get("Layers") or []
+    built_layers = (client.images.get(image_id).attrs.get("RootFS") or {}).get("Layers") or []
+    if not base_layers or built_layers[: len(base_layers)] != base_layers:
+        problems.append(f"the image is not built on the locked base {lock.base.digest[:19]}... (its first layers differ)")
+    return problems
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -328,14 +365,16 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
             _link_or_copy(wheel, context / "wheels" / wheel.name)
         (context / "wheels" / LOCK_NAME).write_text(locked_requirements_text(lock))
     building = f"{d.image_repository}:kit-building-{secrets.token_hex(4)}"
-    extra = {"PIP_REQUIRE_HASHES": "1"} if wheels and d.strategy != "official" else {}
+    # Every strategy checks hashes: the venv's pip reads PIP_REQUIRE_HASHES itself, the official image's uv is
+    # given --require-hashes by the Dockerfile when the arg is set.
+    extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}
     request = BuildRequest(context_dir=context, tags=[building], base_image=pinned, no_cache=no_cache,
                            offline=bool(wheels), platform=d.platform if d.platform != "linux/amd64" else None,
                            extra_args=extra)
     result = build_image(request, out_dir / KIT_DIR, progress=say)
     try:
         found = installed_in(building, d.python)
-        mismatches = check_installed(lock, found)
+        mismatches = check_installed(lock, found) + base_mismatch(client, lock, result.image_id)
         if mismatches:
             raise BuildError(f"built image does not match {where}: {'; '.join(mismatches[:5])}",
                              hint=f"the release tags were not applied; log: {result.log_path}")

@@ -519,7 +519,12 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
     group = (q.group_size if q else None) or 0
     if method in ("awq", "gptq"):
         # packed int32 weights + fp16 scale + packed zero point per group and output column
-        per_group = (2 + bits / 8) / group if group > 0 else 0.0
+        zero_bytes = bits / 8
+        if method == "awq" and _machete_repacks(r):
+            # Machete stores AWQ's zero points pre-multiplied by the scales, in the activation dtype
+            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py:110-118, transform_w_zp, v0.26.0)
+            zero_bytes = dtype_bytes
+        per_group = (2 + zero_bytes) / group if group > 0 else 0.0
         return bits / 8 + per_group
     if method == "fp8":
         return 1.0  # scales are per tensor, per channel or per 128x128 block: negligible
@@ -528,6 +533,79 @@ def _linear_bytes_per_param(r: _Resolved, model: ModelSpec) -> float:
     if method in ("compressed-tensors", "modelopt"):
         return bits / 8 + (2 / group if group > 0 else 0.0)
     return bits / 8
+
+
+# vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
+# "Machete requires compute capability of 90"); the H200 logs at 0.26.0 say "Using MacheteLinearKernel".
+MACHETE_CAPABILITY = "9.0"
+MACHETE_SINCE = (0, 6)  # Machete arrived in vLLM 0.6 (date unverified); logged at 0.26.0
+
+
+def _machete_repacks(r: _Resolved) -> bool:
+    return r.compute_capability == MACHETE_CAPABILITY and _at_least(parse_version(r.vllm_version), MACHETE_SINCE)
+
+
+# PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp: round_size, get_allocation_size,
+# should_split): blocks are multiples of 512 B; a request of 10 MiB or more gets a new segment rounded up to
+# 2 MiB, and the segment's tail is split off as a free block only when it is larger than 1 MiB, so a tail of
+# 1 MiB or less stays with the tensor and torch.cuda.memory_allocated() counts it. vLLM's "Model loading took"
+# is that counter's growth over load_model (vllm/v1/worker/gpu/model_runner.py:282-306 with vllm/utils/mem_utils.py:86
+# DeviceMemoryProfiler; vllm/platforms/cuda.py:351-356: max_memory_allocated right after reset_peak_memory_stats;
+# all at v0.26.0).
+ALLOC_MIN_BLOCK = 512
+ALLOC_SPLIT_TAIL = 1 << 20
+ALLOC_OWN_SEGMENT = 10 << 20
+ALLOC_SEGMENT_ROUND = 2 << 20
+# vLLM wraps load_model in max_split_size_mb:20 (vllm/v1/worker/gpu_worker.py:273-294 and :429,
+# "20 MiB is the minimum PyTorch allows", PR #41268 merged 2026-04-30; read at v0.26.0, absent from the 0.19 logs
+# in kit/data/calibration.yaml). The allocator never splits a block of that size or more, so a weight of 20 MiB
+# or more keeps its whole 2 MiB-rounded segment (Qwen2.5-7B's o_proj: 24.5 MiB in 26 MiB).
+LOAD_MAX_SPLIT = 20 << 20
+LOAD_MAX_SPLIT_SINCE = (0, 26)  # the first release known to have it; 0.20-0.25 unverified
+
+
+def allocator_block_bytes(size: float, max_split: float | None = None) -> float:
+    """Bytes torch.cuda.memory_allocated() counts for one fresh tensor of ``size`` bytes."""
+    block = -(-int(size) // ALLOC_MIN_BLOCK) * ALLOC_MIN_BLOCK
+    if block < ALLOC_OWN_SEGMENT:
+        return block  # packed into shared 2 MiB / 20 MiB segments and split to the block
+    segment = -(-block // ALLOC_SEGMENT_ROUND) * ALLOC_SEGMENT_ROUND
+    if max_split is not None and block >= max_split:
+        return segment
+    return segment if segment - block <= ALLOC_SPLIT_TAIL else block
+
+
+def _allocator_slack_bytes(r: _Resolved, model: ModelSpec, tp: int, layers: range, first: bool, last: bool,
+                           pp: int) -> float:
+    """Segment tails the caching allocator leaves with the big tensors of one rank (embedding, lm_head, and each
+    dense layer's fused qkv, o, gate_up and down matrices, which vLLM allocates one by one). MoE experts, MLA
+    and other quantisation layouts are left out: their tails are a smaller share of the weights."""
+    dtype_bytes = DTYPE_BYTES[r.dtype]
+    max_split = LOAD_MAX_SPLIT if _at_least(parse_version(r.vllm_version), LOAD_MAX_SPLIT_SINCE) else None
+
+    def slack(elements: float, element_bytes: float = dtype_bytes) -> float:
+        size = elements * element_bytes
+        return allocator_block_bytes(size, max_split) - size
+
+    h = model.hidden_size
+    vocab_rank = padded_vocab(model.vocab_size) / tp
+    total = 0.0
+    if first:
+        total += slack(vocab_rank * h)
+    if last and (not model.tie_word_embeddings or (pp > 1 and not first)):
+        total += slack(vocab_rank * h)
+    method = _QUANT_FAMILY.get(r.quantization or "", r.quantization)
+    if model.is_mla or model.is_moe or method not in (None, "awq", "gptq", "fp8"):
+        return total
+    # the matrix itself: model dtype, or the packed int32 / fp8 weight of a quantised layer (scales and zero
+    # points are small, or under 10 MiB and packed into shared segments)
+    linear_bytes = dtype_bytes if method is None else (r.weight_bits or 8) / 8
+    hd, heads_rank = model.head_dim, model.num_attention_heads / tp
+    kv_rank = max(model.num_kv_heads // tp, 1)
+    inter_rank = model.intermediate_size / tp
+    per_layer = sum(slack(elements, linear_bytes) for elements in (
+        (heads_rank + 2 * kv_rank) * hd * h, h * heads_rank * hd, 2 * inter_rank * h, h * inter_rank))
+    return total + len(layers) * per_layer
 
 
 class _Counts(BaseModel):
@@ -846,8 +924,11 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
     for i, layers in enumerate(ranges):
         first, last = i == 0, i == len(ranges) - 1
         counts = _stage_counts(model, tp, layers, first, last, pp)
-        weights = _stage_weight_bytes(r, model, counts, rope=False) * scale + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
-        if r.runner == "pooling" and last and not model.tie_word_embeddings:
+        pooled_head_dropped = r.runner == "pooling" and last and not model.tie_word_embeddings
+        weights = (_stage_weight_bytes(r, model, counts, rope=False) * scale
+                   + _rope_cache_bytes(model, DTYPE_BYTES[r.dtype])
+                   + _allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp))
+        if pooled_head_dropped:
             # vLLM's pooling adapter never allocates the LM head (model_executor/models/adapters.py at 0.32.0:
             # ParallelLMHead becomes a missing layer), so an untied head's weights are not loaded.
             weights -= padded_vocab(model.vocab_size) / tp * model.hidden_size * DTYPE_BYTES[r.dtype]

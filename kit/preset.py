@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
 from kit.errors import PresetError, Problem, shown
+from kit.safevalue import UnsafeValue, check_argument, check_image_ref, check_repository, check_requirement, check_text
 from kit.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
@@ -131,6 +132,12 @@ class Model(Strict):
     def is_local(self) -> bool:
         return self.id.startswith(("/", "./", "../", "~"))
 
+    @field_validator("id", "served_model_name", "revision")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        # Each becomes the argument after --model/--served-model-name/--revision (or the positional model).
+        return None if value is None else check_argument(value)
+
     @model_validator(mode="after")
     def _generate_needs_path(self) -> Model:
         if self.generate and not self.is_local:
@@ -206,8 +213,21 @@ class Image(Strict):
     @classmethod
     def _pinned_base(cls, value: str | None) -> str | None:
         if value is not None:
+            check_image_ref(value)
             check_pinned_ref(value)
         return value
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        return None if value is None else check_repository(value)
+
+    @model_validator(mode="after")
+    def _base_digest_agrees(self) -> Image:
+        # A base written as name@sha256:A with base_digest sha256:B would build A and claim B.
+        if self.base and "@" in self.base and self.base_digest and self.base.rsplit("@", 1)[1] != self.base_digest:
+            raise ValueError("image.base is pinned to another digest than image.base_digest; keep one digest")
+        return self
 
     @model_validator(mode="after")
     def _pin_needs_repository(self) -> Image:
@@ -218,9 +238,8 @@ class Image(Strict):
     @field_validator("extra_pip")
     @classmethod
     def _pinned_pip(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[A-Za-z0-9_.+!\-]+", item):
-                raise ValueError(f"{item!r} is not pinned; write name==version")
+        for index, item in enumerate(value):
+            check_requirement(item, f"extra_pip[{index}]")
         return value
 
 
@@ -270,8 +289,7 @@ class Runtime(Strict):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
             if SECRET_NAME.search(name):
                 raise ValueError(f"{name} looks like a secret; put it in the .env file (see .env.example), not the preset")
-            if any(ord(c) < 32 for c in text):
-                raise ValueError(f"the value of {name} contains a newline or control character")
+            check_text(text, f"the value of {name}")
         return value
 
 
@@ -311,6 +329,17 @@ class Preset(Strict):
     image: Image
     runtime: Runtime = Field(default_factory=Runtime)
     cluster: Cluster = Field(default_factory=Cluster)
+
+    @model_validator(mode="after")
+    def _safe_text(self) -> Preset:
+        # The rules every renderer applies (kit/safevalue.py), so `kit validate` refuses what `kit render` would.
+        for where, text in _strings_with_paths(self.model_dump()):
+            check_text(text, where)
+        for key, value in self.engine.flags().items():
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str):
+                    check_argument(item, f"engine.{key}")
+        return self
 
     @model_validator(mode="after")
     def _multi_node_defaults(self) -> Preset:
@@ -497,6 +526,18 @@ def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) 
             loader.dispose()
 
 
+def _strings_with_paths(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, text) for every string in a dumped preset, keys included."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [pair for key, item in value.items()
+                for pair in (*_strings_with_paths(key, path), *_strings_with_paths(item, f"{path}.{key}" if path else str(key)))]
+    if isinstance(value, list):
+        return [pair for i, item in enumerate(value) for pair in _strings_with_paths(item, f"{path}[{i}]")]
+    return []
+
+
 def _strings_in(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -614,6 +655,24 @@ def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:
     return []
 
 
+def secret_problems(data: Any, where: str) -> list[Problem]:
+    """A credential anywhere in the preset (file or override, runtime.env included): refused, never quoted.
+
+    A preset is committed, shared and rendered into compose files, manifests and image labels; a secret
+    belongs in .env (compose) or a Secret (Kubernetes), which the kit never writes."""
+    from kit.secretrules import secret_values
+
+    problems = []
+    for field, kind in secret_values(data):
+        what = "a password in a URL (user:password@)" if kind == "url_password" else f"a {kind} token"
+        problems.append(Problem(
+            f"{where}: {field}", f"holds {what}; secrets never go in a preset",
+            "keep the URL here without credentials; the secret goes in .env (HF_TOKEN, VLLM_API_KEY, HF_ENDPOINT) "
+            "or a Kubernetes Secret, an index's user:password in the PIP_INDEX_URL environment variable of the "
+            "shell that runs `kit wheelhouse` / `kit lock`"))
+    return problems
+
+
 def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
     """Load, override and validate a preset. Returns (name, path, preset)."""
     path = find_preset(ref)
@@ -621,6 +680,13 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
     data = read_preset_file(path)
     data.pop("$schema", None)
     data = apply_overrides(data, list(overrides or []))
+    try:  # the file's name is the preset's name, which rendered files carry (headers, labels, tags)
+        check_text(path.stem, "the preset's file name")
+    except UnsafeValue as exc:
+        raise PresetError(f"{where}: {exc}") from None
+    leaked = secret_problems(data, where)
+    if leaked:
+        raise PresetError(f"{where}: credentials in the preset", problems=leaked)
     try:
         preset = Preset.model_validate(data)
     except ValidationError as exc:

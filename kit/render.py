@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kit import deployment as dep
+from kit.composefile import cluster_compose_file, compose_file
 from kit.deployment import Deployment
 from kit.hubfetch import fetch_script
 from kit.templating import render_template
@@ -44,6 +45,8 @@ class RenderContext:
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
     ray_worker_ports: tuple[int, int] = dep.RAY_WORKER_PORTS
+    ray_client_port: int = dep.RAY_CLIENT_PORT
+    ray_dashboard_agent_port: int = dep.RAY_DASHBOARD_AGENT_PORT
 
     @property
     def service(self) -> str:
@@ -162,16 +165,16 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
 
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
-        files["compose.yaml"] = render_template("compose.yaml.j2", c=ctx)
+        files["compose.yaml"] = compose_file(ctx)
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
             other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[],
                             service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
-            files[side_by_side_file(companion.d.preset_name)] = render_template("compose.yaml.j2", c=other)
+            files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
     else:
         for role in ("head", "worker"):
-            files[f"compose.{role}.yaml"] = render_template("cluster.compose.yaml.j2", c=replace(ctx, role=role))
+            files[f"compose.{role}.yaml"] = cluster_compose_file(replace(ctx, role=role))
         files[dep.LAUNCHER_FILE] = launcher_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files

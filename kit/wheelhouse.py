@@ -9,18 +9,21 @@ excluded packages to ``requirements.lock.txt``, then download exactly those whee
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from kit.deployment import Deployment
 from kit.errors import KitError
+from kit.secretrules import redact
 
 LOCK_NAME = "requirements.lock.txt"
 # pip's resolver report, kept beside the lock: `kit lock` takes each wheel's index-provided sha256 from it.
@@ -90,16 +93,41 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _run_pip(args: list[str], log: Path, on_line: Callable[[str], None] | None = None) -> None:
-    """Run the host's pip; every line goes to ``log``, and to ``on_line`` as it arrives (progress)."""
+def index_env(index_url: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The index for pip as environment (PIP_INDEX_URL), never as an argument: argv shows in `ps` and in logs.
+
+    The preset's image.pip_index_url has no credentials (the preset refuses them); a private index's
+    user:password comes from the caller's own PIP_INDEX_URL (from .env, say) when that is the same URL
+    with credentials added."""
+    if not index_url:
+        return {}
+    own = (os.environ if environ is None else environ).get("PIP_INDEX_URL", "")
+    if own and _without_userinfo(own) == index_url.rstrip("/"):
+        return {"PIP_INDEX_URL": own}
+    return {"PIP_INDEX_URL": index_url}
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])).rstrip("/")
+
+
+def _run_pip(args: list[str], log: Path, on_line: Callable[[str], None] | None = None,
+             env: Mapping[str, str] | None = None) -> None:
+    """Run the host's pip; every line goes to ``log``, and to ``on_line`` as it arrives (progress).
+
+    ``env`` adds to the environment (the index URL); lines are masked (kit.secretrules.redact) before they
+    reach the log or the screen, whatever pip prints."""
     argv = [sys.executable, "-m", "pip", *args]
     with log.open("a", encoding="utf-8") as fh:
-        fh.write("$ " + " ".join(argv) + "\n")
+        shown_env = " ".join(f"{k}={v}" for k, v in sorted((env or {}).items()))
+        fh.write(redact("$ " + (shown_env + " " if shown_env else "") + " ".join(argv)) + "\n")
         fh.flush()
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace") as proc:
+                              errors="replace", env={**os.environ, **(env or {})}) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
+                line = redact(line)
                 fh.write(line)
                 if on_line:
                     on_line(line.rstrip())
@@ -158,9 +186,7 @@ def resolve(d: Deployment, target: Target, workdir: Path, log: Path,
     report = workdir / "report.json"
     args = ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off", "--report", str(report),
             "--target", str(workdir / "unused-target"), *target.pip_args(), "-r", str(requirements)]
-    if d.pip_index_url:
-        args += ["--index-url", d.pip_index_url]
-    _run_pip(args, log, _resolve_progress(progress) if progress else None)
+    _run_pip(args, log, _resolve_progress(progress) if progress else None, env=index_env(d.pip_index_url))
     data = json.loads(report.read_text())
     return {_normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in data["install"]}
 
@@ -190,9 +216,7 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     lock.write_text(lock_text)
     say(f"downloading {len(kept)} wheels into {directory} (wheels already there are reused)")
     args = ["download", "--no-deps", "--progress-bar", "off", "-d", str(directory), *target.pip_args(), "-r", str(lock)]
-    if d.pip_index_url:
-        args += ["--index-url", d.pip_index_url]
-    _run_pip(args, log, _download_progress(say, len(kept)))
+    _run_pip(args, log, _download_progress(say, len(kept)), env=index_env(d.pip_index_url))
     have = {}
     for wheel in directory.glob("*.whl"):
         parts = wheel.name.split("-")

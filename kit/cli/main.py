@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image-diff": ("kit.cli.imagediff:image_diff", "Compare two images' content."),
     "smoke": ("kit.cli.smoke:smoke", "Prove a preset's stack answers."),
     "probe": ("kit.cli.probe:probe", "Measure a preset's real start-up."),
+    "loadtest": ("kit.cli.loadtest:loadtest", "Load-test a running stack."),
     "fetch": ("kit.cli.fetch:fetch", "Download what vLLM will read into the HF cache volume."),
     "up": ("kit.cli.up:up", "Render, build, start detached and wait until it answers."),
     "down": ("kit.cli.up:down", "Stop a stack started by `kit up` and remove its containers."),

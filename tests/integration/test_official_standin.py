@@ -277,3 +277,48 @@ def test_old_template_fails_on_the_standin(docker_client, standin, tmp_path):
         build_image(BuildRequest(context_dir=tmp_path, tags=[tag]), tmp_path / "log")
     log = (tmp_path / "log" / "build.log").read_text()
     assert "useradd: user 'vllm' already exists" in log, failed.value
+
+
+def test_locked_official_build_checks_hashes_in_the_image_and_its_base(docker_client, standin, tmp_path):
+    """`kit build --locked` on the official strategy: the real build_locked installs Ray from the lock with uv
+    --require-hashes and checks the result stands on the locked base; a wheel whose sha256 differs from the
+    lock's fails inside the build (uv), not only on the host."""
+    from kit.lock import LOCK_FILE, Lock, LockedBase, LockedPackage, base_mismatch, build_locked, render_inputs
+    from kit.lock import locked_requirements_text, write_lock
+
+    repository = f"vllm-kit/test-locked-{os.getpid()}"
+    prepared = prepare("a100x8", [f"image.repository={repository}"], base_image=STANDIN_TAG)
+    d = prepared.deployment
+    out, wheelhouse = tmp_path / "out", tmp_path / "wheels"
+    wheelhouse.mkdir()
+    wheel = make_standin_ray_wheel(wheelhouse)
+    render_into(prepared, out)
+    standin_id = docker_client.images.get(STANDIN_TAG).id
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = Lock(preset=prepared.name, vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
+                inputs=render_inputs(prepared.files), base_image_option=STANDIN_TAG,
+                base=LockedBase(ref=d.base_image, digest=standin_id, kind="image-id", pinned=standin_id),
+                packages=[LockedPackage(name="ray", version=wheel.name.split("-")[1], file=wheel.name, sha256=sha)])
+    write_lock(lock, out / LOCK_FILE)
+    standin += [prepared.image_ref, f"{repository}:{d.vllm_version}"]
+    built = build_locked(prepared, out, lock_path=out / LOCK_FILE, wheelhouse=wheelhouse, offline=True)
+    assert built.checked_packages == 1
+    log = (out / ".kit" / "build.log").read_text()
+    assert "PIP_REQUIRE_HASHES=1" in log and "--require-hashes --no-deps" in log
+    # The base check is real: the stand-in is not built on the image built from it.
+    other = lock.model_copy(update={"base": LockedBase(ref="x", digest=built.image_id, kind="image-id",
+                                                       pinned=built.image_id)})
+    assert base_mismatch(docker_client, lock, built.image_id) == []
+    assert any("not built on the locked base" in p for p in base_mismatch(docker_client, other, standin_id))
+
+    # The same build context with a lock whose hash does not match the wheel: uv refuses it in the build.
+    context = out / ".kit" / "build-context"
+    (context / "wheels" / "requirements.lock.txt").write_text(
+        locked_requirements_text(lock).replace(sha, "0" * 64))
+    tag = f"{repository}:tampered"
+    standin.append(tag)
+    request = BuildRequest(context_dir=context, tags=[tag], base_image=standin_id, offline=True,
+                           extra_args={"PIP_REQUIRE_HASHES": "1"})
+    with pytest.raises(BuildError):
+        build_image(request, tmp_path / "tampered-log")
+    assert "hash" in (tmp_path / "tampered-log" / "build.log").read_text().lower()

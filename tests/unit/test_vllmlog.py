@@ -94,19 +94,20 @@ def _inputs(entry: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
 
 def test_planner_meets_the_kv_targets_on_every_measured_engine() -> None:
     """Issue 12's targets: KV tokens median <= 1 %, every case <= 3 %."""
-    token_errors, weight_errors = [], []
+    token_errors, weight_errors = [], {}
     for entry in STARTED:
         log = vllmlog.parse(text_of(entry))
         result = planner.plan(_inputs(entry, log))
         token_errors.append(abs(result.kv_cache_tokens - log.kv_cache_tokens) / log.kv_cache_tokens)
         if log.weights_gib:
-            weight_errors.append(abs(result.weights_gib - log.weights_gib) / log.weights_gib)
+            weight_errors[entry["id"]] = abs(result.weights_gib - log.weights_gib) / log.weights_gib
     assert len(token_errors) >= 12
     assert statistics.median(token_errors) <= 0.01
     assert max(token_errors) <= 0.03
-    # weights: median within 1 %; fp16/quantised Qwen2.5 and AWQ layouts are up to ~3.4 % low (README)
-    assert statistics.median(weight_errors) <= 0.01
-    assert max(weight_errors) <= 0.035
+    # weights: every case within 1 % (allocator segment tails and Machete's zero points included, README)
+    assert len(weight_errors) >= 12
+    for case_id, error in weight_errors.items():
+        assert error <= 0.01, case_id
 
 
 def test_v1_wording_cpu_variant_and_tracebacks() -> None:
