@@ -97,6 +97,21 @@ def test_docker_command_keeps_device_ids(tmp_path: Path) -> None:
     assert request == [{"driver": "nvidia", "device_ids": ["0", "1"], "capabilities": [["gpu"]]}]
 
 
+def test_eight_gpu_ray_preset_probes_with_its_own_parallel_flags(tmp_path: Path) -> None:
+    """The a100x8 run the 8-GPU issue needs: TP 8 on the Ray executor, the budget scaled by an override."""
+    name, _path, preset = load_preset("a100x8", ["engine.gpu_memory_utilization=0.5"])
+    model_dir = probe.write_dummy_model_dir(probe.catalog_config(preset.model.id), tmp_path / "m")
+    argv = probe.prepare(name, preset, model_dir, mode="native", port=18125).argv
+    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"] and argv[4] == str(model_dir)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.5"
+    assert argv[-2:] == ["--load-format", "dummy"] or argv[-3:-1] == ["--load-format", "dummy"]
+    run = probe.prepare(name, preset, model_dir, mode="docker").docker
+    assert run["device_requests"] == [{"driver": "nvidia", "count": 8, "capabilities": [["gpu"]]}]
+    assert run["shm_size"] == plan_deployment(name, preset).shm.shm_size  # Ray's object store included
+
+
 REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
 
 
