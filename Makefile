@@ -23,9 +23,9 @@ help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
 
 # Steps of scripts/setup-host.sh that serving does not need: arm64 emulation and its base image, the local
-# registry and hadolint are for the tests. The local base image is only for the cpu preset.
+# registry, hadolint and the prometheus .deb are for the tests. The local base image is only for the cpu preset.
 comma := ,
-RUN_SETUP_SKIP := arm64,registry,hadolint$(if $(filter cpu,$(PRESET)),,$(comma)base)
+RUN_SETUP_SKIP := arm64,registry,hadolint,prometheus$(if $(filter cpu,$(PRESET)),,$(comma)base)
 
 $(PYTHON):
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV) || { echo "making $(VENV) failed: on Debian, apt-get install -y python3-venv"; exit 1; }

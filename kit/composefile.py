@@ -215,6 +215,11 @@ def compose_file(ctx: Any) -> str:
         doc["include"] = [_s(path) for path in ctx.includes]
     doc["services"] = {fetch: fetch_service(ctx), serve: server}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
+    profile_comments: dict[Path, list[str]] = {}
+    for parts in ctx.profile_parts:  # --with PROFILE: services beside the server (kit/profiles.py)
+        doc["services"].update(parts.services)
+        doc["volumes"].update(parts.volumes)
+        profile_comments.update(parts.comments)
     comments = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
                        "and healthchecks."],
@@ -227,6 +232,7 @@ def compose_file(ctx: Any) -> str:
             "tini as PID 1: if the server dies or hangs (the watchdog exits), the container exits and the restart",
             "policy brings it back."],
         **_runtime_comments(ctx, ("services", serve)),
+        **profile_comments,
     }
     start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
              if ctx.included_by else "Start: docker compose up -d --wait    Stop: docker compose down")

@@ -10,6 +10,7 @@ from kit import deployment as dep
 from kit.composefile import cluster_compose_file, compose_file
 from kit.deployment import Deployment
 from kit.hubfetch import fetch_script
+from kit.profiles import build_profiles
 from kit.templating import render_template
 
 DOCKERIGNORE = """\
@@ -41,6 +42,7 @@ class RenderContext:
     service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
     included_by: str = ""  # that stack's main file, for the header
     includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
+    profile_parts: tuple[Any, ...] = ()  # kit.profiles.ProfileParts of `--with PROFILE`, merged into compose.yaml
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
@@ -132,14 +134,17 @@ def launcher_text(name: str = dep.LAUNCHER_FILE) -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Any = None, companions: tuple[Companion, ...] = ()) -> dict[str, str]:
+           plan: Any = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
-    adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes.
+    adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes; each profile
+    (kit/profiles.py) adds its services to compose.yaml and its files beside it.
     k8s: Kubernetes manifests in k8s/ (see kit/k8s.py). The image's files are the same for both."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
     if companions and (target != "compose" or d.cluster is not None):
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
+    if profiles and (target != "compose" or d.cluster is not None):
+        raise ValueError("profiles need the compose target of a one-node stack")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
 
     requirements = requirements_text(d)
@@ -153,6 +158,9 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
     )
+    if profiles:
+        servers = [ctx.server_service] + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
+        ctx = replace(ctx, profile_parts=build_profiles(ctx, profiles, servers))
     files = {
         "Dockerfile": dockerfile,
         "requirements.txt": requirements,
@@ -167,9 +175,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
+        for parts in ctx.profile_parts:
+            files.update(parts.files)
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
-            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[],
+            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profile_parts=(),
                             service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
             files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
     else:

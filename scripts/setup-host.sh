@@ -16,10 +16,13 @@
 #      binfmt registration this step warns and carries on (the test skips).
 #   6. Debian's docker-registry package (a local registry for the lock/push
 #      tests; the tests start it with a config of their own on 127.0.0.1).
+#   7. Debian's prometheus package, downloaded (not installed) into
+#      $KIT_CACHE_DIR/debs: the monitoring test builds a Prometheus stand-in
+#      image from it, since prom/prometheus cannot be pulled.
 #
 # Environment:
 #   KIT_SETUP_SKIP       steps to skip, comma- or space-separated:
-#                        docker, compose, hadolint, base, arm64, registry
+#                        docker, compose, hadolint, base, arm64, registry, prometheus
 #                        (default: none)
 #   KIT_BASE_IMAGE       tag of the base image            (default: vllm-kit/base:bookworm)
 #   KIT_BASE_SUITE       Debian suite of the base image   (default: bookworm; python3.11)
@@ -30,6 +33,7 @@
 #   KIT_DOCKERD_LOG      dockerd log file                 (default: /var/log/dockerd.log)
 #   KIT_DOCKER_WAIT      seconds to wait for dockerd      (default: 60)
 #   PYTHON               Python whose pip installs tools  (default: python3)
+#   KIT_CACHE_DIR        the tests' host cache            (default: ~/.cache/vllm-kit)
 set -euo pipefail
 
 KIT_SETUP_SKIP="${KIT_SETUP_SKIP:-}"
@@ -285,14 +289,34 @@ setup_registry() {
     fi
 }
 
+# --- 7. Prometheus for the monitoring test ---------------------------------
+setup_prometheus() {
+    local debs="${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs"
+    if compgen -G "$debs/prometheus_*.deb" >/dev/null; then
+        log "prometheus .deb present in $debs"
+        return 0
+    fi
+    mkdir -p "$debs"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update (reading the package lists)"
+        as_root apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get download prometheus -> $debs (about 20 MB; only its binaries are used)"
+    # apt-get download writes into the current directory; as root apt warns that its _apt user cannot write
+    # there, which is harmless.
+    (cd "$debs" && apt-get download -q prometheus >&2)
+}
+
 main() {
-    log "steps: docker compose hadolint base arm64 registry; skipped: ${KIT_SETUP_SKIP:-none}"
+    log "steps: docker compose hadolint base arm64 registry prometheus; skipped: ${KIT_SETUP_SKIP:-none}"
     skipped docker   || setup_docker
     skipped compose  || setup_compose
     skipped hadolint || setup_hadolint
     skipped base     || setup_base
     skipped arm64    || setup_arm64
     skipped registry || setup_registry
+    skipped prometheus || setup_prometheus
     log "done in ${SECONDS}s"
 }
 

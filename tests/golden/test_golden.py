@@ -26,17 +26,22 @@ VARIANTS = {
     "rtx3090x2-fp16@k8s": ("rtx3090x2-fp16", [], "k8s"),
     "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
     "cpu+cpu-embed": ("cpu", [], "compose"),
+    "cpu@monitoring": ("cpu", [], "compose"),
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
+# Profiles (--with): golden name -> the profiles whose services join the stack.
+WITH_PROFILES = {"cpu@monitoring": ["monitoring"]}
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
-COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10"}
+# The monitoring profile's Grafana refuses to start without its admin password (from .env).
+COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "GRAFANA_ADMIN_PASSWORD": "golden-test"}
 
 
 def render_case(name: str) -> dict[str, str]:
     preset, overrides, target = CASES[name]
-    return prepare(preset, overrides, target=target, with_presets=WITH_PRESETS.get(name)).files
+    return prepare(preset, overrides, target=target, with_presets=WITH_PRESETS.get(name),
+                   with_profiles=WITH_PROFILES.get(name)).files
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
