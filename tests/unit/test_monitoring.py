@@ -194,3 +194,10 @@ def test_render_with_monitoring_writes_the_files(tmp_path):
     for path in (PROMETHEUS_FILE, DATASOURCE_FILE, DASHBOARD_PROVIDER_FILE, DASHBOARD_FILE):
         assert data["files"][path] == "create"
         assert (tmp_path / path).is_file()
+
+
+def test_with_completes_profile_names_from_data():
+    from tests.unit.test_cli_completion import completions
+
+    assert completions("kit render preset=cpu --with mon") == ["monitoring"]
+    assert completions("kit render preset=cpu --with ") == sorted(profile_help())
