@@ -185,6 +185,16 @@ def _notes(ctx: Any) -> list[str]:
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
 
 
+def _merge_profiles(ctx: Any, doc: dict[str, Any]) -> dict[Path, list[str]]:
+    """--with PROFILE: the profiles' services and volumes join the stack (kit/profiles.py); returns their comments."""
+    comments: dict[Path, list[str]] = {}
+    for parts in ctx.profile_parts:
+        doc["services"].update(parts.services)
+        doc["volumes"].update(parts.volumes)
+        comments.update(parts.comments)
+    return comments
+
+
 def compose_file(ctx: Any) -> str:
     """compose.yaml for one node: the one-shot model fetch, then the server. A server beside another preset's
     (``ctx.service_suffix``) gets suffixed service names in its own file, which compose.yaml includes."""
@@ -215,11 +225,7 @@ def compose_file(ctx: Any) -> str:
         doc["include"] = [_s(path) for path in ctx.includes]
     doc["services"] = {fetch: fetch_service(ctx), serve: server}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
-    profile_comments: dict[Path, list[str]] = {}
-    for parts in ctx.profile_parts:  # --with PROFILE: services beside the server (kit/profiles.py)
-        doc["services"].update(parts.services)
-        doc["volumes"].update(parts.volumes)
-        profile_comments.update(parts.comments)
+    profile_comments = _merge_profiles(ctx, doc)
     comments = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
                        "and healthchecks."],
@@ -282,6 +288,7 @@ def cluster_compose_file(ctx: Any) -> str:
         "services": {ctx.fetch_service: fetch_service(ctx), name: node},
         "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}},
     }
+    profile_comments = _merge_profiles(ctx, doc)
     service = ("services", name)
     if head:
         launcher_why = [
@@ -304,6 +311,7 @@ def cluster_compose_file(ctx: Any) -> str:
             "No healthcheck: `ray start --block` exits when this node's Ray stops, and the restart policy rejoins it."]),
         (*service, "deploy"): ["One container per worker node on this host."] if replicas else [],
         **_runtime_comments(ctx, service),
+        **profile_comments,
     }
     if not head:
         comments.pop((*service, "healthcheck"))

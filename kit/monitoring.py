@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from kit.composefile import dump_with_comments
 from kit.datafiles import load_yaml
@@ -53,11 +54,11 @@ def prometheus_config(targets: list[str], labels: dict[str, str]) -> dict[str, A
     }
 
 
-def datasource_config() -> dict[str, Any]:
+def datasource_config(prometheus_host: str) -> dict[str, Any]:
     s = settings()
     return {"apiVersion": 1, "datasources": [{
         "name": s["datasource"]["name"], "uid": s["datasource"]["uid"], "type": "prometheus", "access": "proxy",
-        "url": f"http://{PROMETHEUS_SERVICE}:{s['ports']['prometheus']}", "isDefault": True, "editable": False,
+        "url": f"http://{prometheus_host}:{s['ports']['prometheus']}", "isDefault": True, "editable": False,
         # Grafana's smallest rate window ($__rate_interval) follows the scrape interval.
         "jsonData": {"timeInterval": s["scrape_interval"]},
     }]}
@@ -125,50 +126,67 @@ def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
     s = settings()
     ports = s["ports"]
     restart = ctx.d.preset.runtime.restart
+    cluster = ctx.d.cluster
+    host_network = cluster is not None and cluster.host_network
+    if host_network:
+        # A Ray cluster over hosts: the head's server listens on the host itself, so Prometheus and Grafana share
+        # the host's network too and listen on its loopback only (no ports to publish).
+        targets = [urlsplit(ctx.health_url).netloc]
+        prometheus_host = "127.0.0.1"
+    else:
+        targets = [f"{name}:{ctx.port}" for name in servers]
+        prometheus_host = PROMETHEUS_SERVICE
     # Compose prefixes volume names with the project's, so fixed names do not clash between stacks.
     prom_volume, grafana_volume = "prometheus-data", "grafana-data"
-    prometheus = _hardened({
-        "image": image_ref("prometheus"),
-        "command": [f"--config.file={PROMETHEUS_CONFIG}", f"--storage.tsdb.path={PROMETHEUS_DATA}",
-                    f"--storage.tsdb.retention.time={s['retention']}"],
-        "ports": [f"127.0.0.1:{ports['prometheus']}:{ports['prometheus']}"],
-        "volumes": [f"./{PROMETHEUS_FILE}:{PROMETHEUS_CONFIG}:ro", f"{prom_volume}:{PROMETHEUS_DATA}"],
-        "restart": restart,
-    }, [])
-    grafana = _hardened({
-        "image": image_ref("grafana"),
-        "depends_on": [PROMETHEUS_SERVICE],
+    command = [f"--config.file={PROMETHEUS_CONFIG}", f"--storage.tsdb.path={PROMETHEUS_DATA}",
+               f"--storage.tsdb.retention.time={s['retention']}"]
+    environment = {
         # Fixed text, compose interpolation meant: the admin password from .env, never from this file.
-        "environment": {"GF_SECURITY_ADMIN_PASSWORD": f"${{{ADMIN_PASSWORD_ENV}:?set {ADMIN_PASSWORD_ENV} in .env "
-                                                      "(see .env.example)}",
-                        **{k: str(v) for k, v in s["grafana_env"].items()}},
-        "ports": [f"127.0.0.1:{ports['grafana']}:{ports['grafana']}"],
-        "volumes": [f"./{DIR}/grafana/provisioning:{GRAFANA_PROVISIONING}:ro",
-                    f"./{DIR}/grafana/dashboards:{GRAFANA_DASHBOARDS}:ro", f"{grafana_volume}:{GRAFANA_DATA}"],
-        "restart": restart,
-    }, ["/tmp"])
-    targets = [f"{name}:{ctx.port}" for name in servers]
+        "GF_SECURITY_ADMIN_PASSWORD": f"${{{ADMIN_PASSWORD_ENV}:?set {ADMIN_PASSWORD_ENV} in .env (see .env.example)}}",
+        **{k: str(v) for k, v in s["grafana_env"].items()},
+    }
+    prometheus: dict[str, Any] = {"image": image_ref("prometheus")}
+    grafana: dict[str, Any] = {"image": image_ref("grafana"), "depends_on": [PROMETHEUS_SERVICE]}
+    if host_network:
+        command.append(f"--web.listen-address=127.0.0.1:{ports['prometheus']}")
+        environment["GF_SERVER_HTTP_ADDR"] = "127.0.0.1"
+        prometheus["network_mode"] = grafana["network_mode"] = "host"
+    prometheus["command"] = command
+    grafana["environment"] = environment
+    if not host_network:
+        prometheus["ports"] = [f"127.0.0.1:{ports['prometheus']}:{ports['prometheus']}"]
+        grafana["ports"] = [f"127.0.0.1:{ports['grafana']}:{ports['grafana']}"]
+    prometheus["volumes"] = [f"./{PROMETHEUS_FILE}:{PROMETHEUS_CONFIG}:ro", f"{prom_volume}:{PROMETHEUS_DATA}"]
+    grafana["volumes"] = [f"./{DIR}/grafana/provisioning:{GRAFANA_PROVISIONING}:ro",
+                          f"./{DIR}/grafana/dashboards:{GRAFANA_DASHBOARDS}:ro", f"{grafana_volume}:{GRAFANA_DATA}"]
+    prometheus["restart"] = grafana["restart"] = restart
+    _hardened(prometheus, [])
+    _hardened(grafana, ["/tmp"])
     labels = {"preset": check_text(ctx.d.preset_name, "a preset name")}
     yaml_header = [f"Rendered by vllm-kit for preset {ctx.d.preset_name} (--with monitoring); `kit render` rewrites it."]
     files = {
         PROMETHEUS_FILE: dump_with_comments(prometheus_config(targets, labels), [
             *yaml_header,
             "vLLM serves /metrics outside --api-key's reach (only /v1 paths need the key): no credentials here."], {}),
-        DATASOURCE_FILE: dump_with_comments(datasource_config(), yaml_header, {}),
+        DATASOURCE_FILE: dump_with_comments(datasource_config(prometheus_host), yaml_header, {}),
         DASHBOARD_PROVIDER_FILE: dump_with_comments(dashboard_provider_config(), yaml_header, {}),
         DASHBOARD_FILE: json.dumps(dashboard(), indent=2) + "\n",
     }
+    scraped = ", ".join(servers if not host_network else [f"the head's server ({targets[0]})"])
     comments = {
         ("services", PROMETHEUS_SERVICE): [
-            f"Monitoring: Prometheus scrapes /metrics of {', '.join(servers)} every {s['scrape_interval']} "
-            f"({PROMETHEUS_FILE}); http://127.0.0.1:{ports['prometheus']}"],
+            f"Monitoring: Prometheus scrapes /metrics of {scraped} every {s['scrape_interval']} "
+            f"({PROMETHEUS_FILE}); http://127.0.0.1:{ports['prometheus']}",
+            *([] if cluster is None else [
+                "Ray workers serve no /metrics of vLLM's: the head's API server reports the engine of every node."])],
         ("services", GRAFANA_SERVICE): [
             f"Grafana with the Prometheus datasource and the kit's vLLM dashboard; http://127.0.0.1:{ports['grafana']} "
             f"(admin / {ADMIN_PASSWORD_ENV} from .env)",
             "/tmp on tmpfs and console logs: what Grafana writes outside its data volume on a read-only root."],
     }
     env_example = [
-        "# Grafana's admin password (the monitoring profile): required, the stack refuses to start without it.",
+        "# Grafana's admin password (the monitoring profile): required where Grafana runs (a Ray cluster's head host);",
+        "# the stack refuses to start without it.",
         f"{ADMIN_PASSWORD_ENV}=",
     ]
     return ProfileParts(

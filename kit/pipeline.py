@@ -71,9 +71,8 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
         companions = companions_for(deployment, list(with_presets or []), base_image=base_image, force=force)
         if companions and (target != "compose" or deployment.cluster is not None):
             raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
-        if profiles and (target != "compose" or deployment.cluster is not None):
-            raise PresetError(f"--with {profiles[0]}: profiles need the compose target of a one-node preset "
-                              f"({display_path(path)} renders {'Kubernetes manifests' if target != 'compose' else 'a Ray cluster'})")
+        if profiles and target != "compose":
+            raise PresetError(f"--with {profiles[0]}: profiles add compose services; --target {target} has none")
         files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan,
                        companions=tuple(Companion(c.deployment, c.report.plan_lines) for c in companions),
                        profiles=profiles)

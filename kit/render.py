@@ -143,8 +143,8 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         raise ValueError(f"unknown target {target!r}")
     if companions and (target != "compose" or d.cluster is not None):
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
-    if profiles and (target != "compose" or d.cluster is not None):
-        raise ValueError("profiles need the compose target of a one-node stack")
+    if profiles and target != "compose":
+        raise ValueError("profiles need the compose target")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
 
     requirements = requirements_text(d)
@@ -159,8 +159,10 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
     )
     if profiles:
+        # The API servers of the stack: with several nodes only the head serves (workers run Ray alone).
         servers = [ctx.server_service] + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
-        ctx = replace(ctx, profile_parts=build_profiles(ctx, profiles, servers))
+        profile_ctx = ctx if d.cluster is None else replace(ctx, role="head")
+        ctx = replace(ctx, profile_parts=build_profiles(profile_ctx, profiles, servers))
     files = {
         "Dockerfile": dockerfile,
         "requirements.txt": requirements,
@@ -183,8 +185,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
                             service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
             files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
     else:
-        for role in ("head", "worker"):
-            files[f"compose.{role}.yaml"] = cluster_compose_file(replace(ctx, role=role))
+        for role in ("head", "worker"):  # profiles' services run on the head's host, in its stack
+            files[f"compose.{role}.yaml"] = cluster_compose_file(
+                replace(ctx, role=role, profile_parts=ctx.profile_parts if role == "head" else ()))
+        for parts in ctx.profile_parts:
+            files.update(parts.files)
         files[dep.LAUNCHER_FILE] = launcher_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files

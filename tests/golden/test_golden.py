@@ -27,11 +27,13 @@ VARIANTS = {
     "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
     "cpu+cpu-embed": ("cpu", [], "compose"),
     "cpu@monitoring": ("cpu", [], "compose"),
+    "a100x8@nodes2-monitoring": ("a100x8", ["hardware.nodes=2", "cluster.head_address=ray-head.example.internal"],
+                                 "compose"),
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
 # Profiles (--with): golden name -> the profiles whose services join the stack.
-WITH_PROFILES = {"cpu@monitoring": ["monitoring"]}
+WITH_PROFILES = {"cpu@monitoring": ["monitoring"], "a100x8@nodes2-monitoring": ["monitoring"]}
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
 # The monitoring profile's Grafana refuses to start without its admin password (from .env).

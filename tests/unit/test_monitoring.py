@@ -179,11 +179,35 @@ def test_with_an_unknown_profile_is_a_usage_error(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_profiles_need_a_one_node_compose_stack():
-    with pytest.raises(PresetError, match="--with monitoring: profiles need the compose target"):
+def test_profiles_need_the_compose_target():
+    with pytest.raises(PresetError, match="--with monitoring: profiles add compose services; --target k8s has none"):
         prepare("cpu", target="k8s", with_profiles=["monitoring"])
-    with pytest.raises(PresetError, match="a Ray cluster"):
-        prepare("cpu", ["hardware.nodes=2", "cluster.network=bridge"], with_profiles=["monitoring"])
+
+
+def test_a_cluster_on_one_docker_host_is_scraped_at_the_heads_server():
+    files = prepare("cpu", ["hardware.nodes=2", "cluster.network=bridge"], with_profiles=["monitoring"]).files
+    head, worker = (yaml.safe_load(files[f"compose.{role}.yaml"]) for role in ("head", "worker"))
+    assert {PROMETHEUS_SERVICE, GRAFANA_SERVICE} <= set(head["services"])
+    assert PROMETHEUS_SERVICE not in worker["services"]  # one Prometheus per stack, beside the head
+    config = yaml.safe_load(files[PROMETHEUS_FILE])
+    assert config["scrape_configs"][0]["static_configs"][0]["targets"] == ["vllm:8000"]
+    assert head["services"][PROMETHEUS_SERVICE]["ports"] == ["127.0.0.1:9090:9090"]
+
+
+def test_a_cluster_over_hosts_monitors_on_the_heads_loopback():
+    files = prepare("a100x8", ["hardware.nodes=2", "cluster.head_address=ray-head.example.internal"],
+                    with_profiles=["monitoring"]).files
+    services = yaml.safe_load(files["compose.head.yaml"])["services"]
+    prometheus, grafana = services[PROMETHEUS_SERVICE], services[GRAFANA_SERVICE]
+    # Host networking, as the head's server: nothing published, both listen on the host's loopback only.
+    assert prometheus["network_mode"] == grafana["network_mode"] == "host"
+    assert "ports" not in prometheus and "ports" not in grafana
+    assert "--web.listen-address=127.0.0.1:9090" in prometheus["command"]
+    assert grafana["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
+    config = yaml.safe_load(files[PROMETHEUS_FILE])
+    assert config["scrape_configs"][0]["static_configs"][0]["targets"] == ["127.0.0.1:8000"]
+    assert yaml.safe_load(files[DATASOURCE_FILE])["datasources"][0]["url"] == "http://127.0.0.1:9090"
+    assert PROMETHEUS_SERVICE not in files["compose.worker.yaml"]
 
 
 def test_render_with_monitoring_writes_the_files(tmp_path):
