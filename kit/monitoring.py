@@ -28,6 +28,12 @@ GRAFANA_DASHBOARDS = "/etc/grafana/dashboards/vllm-kit"
 GRAFANA_DATA = "/var/lib/grafana"
 PROMETHEUS_SERVICE = "prometheus"
 GRAFANA_SERVICE = "grafana"
+PROMETHEUS_VOLUME = "prometheus-data"
+GRAFANA_VOLUME = "grafana-data"
+# Where they listen inside their containers: the images' defaults (Prometheus --web.listen-address :9090,
+# Grafana [server] http_port 3000).
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
 ADMIN_PASSWORD_ENV = "GRAFANA_ADMIN_PASSWORD"
 JOB = "vllm"
 
@@ -54,11 +60,11 @@ def prometheus_config(targets: list[str], labels: dict[str, str]) -> dict[str, A
     }
 
 
-def datasource_config(prometheus_host: str) -> dict[str, Any]:
+def datasource_config(prometheus_url: str) -> dict[str, Any]:
     s = settings()
     return {"apiVersion": 1, "datasources": [{
         "name": s["datasource"]["name"], "uid": s["datasource"]["uid"], "type": "prometheus", "access": "proxy",
-        "url": f"http://{prometheus_host}:{s['ports']['prometheus']}", "isDefault": True, "editable": False,
+        "url": prometheus_url, "isDefault": True, "editable": False,
         # Grafana's smallest rate window ($__rate_interval) follows the scrape interval.
         "jsonData": {"timeInterval": s["scrape_interval"]},
     }]}
@@ -120,24 +126,13 @@ def _hardened(service: dict[str, Any], tmpfs: list[str]) -> dict[str, Any]:
     return service
 
 
-def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
-    """Prometheus scraping each vLLM server of the stack (``servers``: their compose service names) on the compose
-    network, and Grafana reading Prometheus; both published on the host's 127.0.0.1 only."""
+def _services(restart: str, host_network: bool) -> dict[str, dict[str, Any]]:
+    """The two compose services. On a compose network each publishes its container port on the host's 127.0.0.1;
+    with host networking (the head of a Ray cluster over hosts) each listens on the host's 127.0.0.1 itself."""
     s = settings()
-    ports = s["ports"]
-    restart = ctx.d.preset.runtime.restart
-    cluster = ctx.d.cluster
-    host_network = cluster is not None and cluster.host_network
-    if host_network:
-        # A Ray cluster over hosts: the head's server listens on the host itself, so Prometheus and Grafana share
-        # the host's network too and listen on its loopback only (no ports to publish).
-        targets = [urlsplit(ctx.health_url).netloc]
-        prometheus_host = "127.0.0.1"
-    else:
-        targets = [f"{name}:{ctx.port}" for name in servers]
-        prometheus_host = PROMETHEUS_SERVICE
-    # Compose prefixes volume names with the project's, so fixed names do not clash between stacks.
-    prom_volume, grafana_volume = "prometheus-data", "grafana-data"
+    host_ports = s["ports"]
+    prometheus: dict[str, Any] = {"image": image_ref("prometheus")}
+    grafana: dict[str, Any] = {"image": image_ref("grafana"), "depends_on": [PROMETHEUS_SERVICE]}
     command = [f"--config.file={PROMETHEUS_CONFIG}", f"--storage.tsdb.path={PROMETHEUS_DATA}",
                f"--storage.tsdb.retention.time={s['retention']}"]
     environment = {
@@ -145,30 +140,44 @@ def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
         "GF_SECURITY_ADMIN_PASSWORD": f"${{{ADMIN_PASSWORD_ENV}:?set {ADMIN_PASSWORD_ENV} in .env (see .env.example)}}",
         **{k: str(v) for k, v in s["grafana_env"].items()},
     }
-    prometheus: dict[str, Any] = {"image": image_ref("prometheus")}
-    grafana: dict[str, Any] = {"image": image_ref("grafana"), "depends_on": [PROMETHEUS_SERVICE]}
     if host_network:
-        command.append(f"--web.listen-address=127.0.0.1:{ports['prometheus']}")
-        environment["GF_SERVER_HTTP_ADDR"] = "127.0.0.1"
         prometheus["network_mode"] = grafana["network_mode"] = "host"
+        command.append(f"--web.listen-address=127.0.0.1:{host_ports['prometheus']}")
+        environment["GF_SERVER_HTTP_ADDR"] = "127.0.0.1"
+        environment["GF_SERVER_HTTP_PORT"] = str(host_ports["grafana"])
     prometheus["command"] = command
     grafana["environment"] = environment
     if not host_network:
-        prometheus["ports"] = [f"127.0.0.1:{ports['prometheus']}:{ports['prometheus']}"]
-        grafana["ports"] = [f"127.0.0.1:{ports['grafana']}:{ports['grafana']}"]
-    prometheus["volumes"] = [f"./{PROMETHEUS_FILE}:{PROMETHEUS_CONFIG}:ro", f"{prom_volume}:{PROMETHEUS_DATA}"]
+        prometheus["ports"] = [f"127.0.0.1:{host_ports['prometheus']}:{PROMETHEUS_PORT}"]
+        grafana["ports"] = [f"127.0.0.1:{host_ports['grafana']}:{GRAFANA_PORT}"]
+    prometheus["volumes"] = [f"./{PROMETHEUS_FILE}:{PROMETHEUS_CONFIG}:ro", f"{PROMETHEUS_VOLUME}:{PROMETHEUS_DATA}"]
     grafana["volumes"] = [f"./{DIR}/grafana/provisioning:{GRAFANA_PROVISIONING}:ro",
-                          f"./{DIR}/grafana/dashboards:{GRAFANA_DASHBOARDS}:ro", f"{grafana_volume}:{GRAFANA_DATA}"]
+                          f"./{DIR}/grafana/dashboards:{GRAFANA_DASHBOARDS}:ro", f"{GRAFANA_VOLUME}:{GRAFANA_DATA}"]
     prometheus["restart"] = grafana["restart"] = restart
-    _hardened(prometheus, [])
-    _hardened(grafana, ["/tmp"])
+    return {PROMETHEUS_SERVICE: _hardened(prometheus, []), GRAFANA_SERVICE: _hardened(grafana, ["/tmp"])}
+
+
+def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
+    """Prometheus scraping each vLLM server of the stack (``servers``: their compose service names), and Grafana
+    reading Prometheus; both reachable on the host's 127.0.0.1 only."""
+    s = settings()
+    host_ports = s["ports"]
+    cluster = ctx.d.cluster
+    host_network = cluster is not None and cluster.host_network
+    if host_network:
+        # A Ray cluster over hosts: the head's server listens on the host itself (its healthcheck's address).
+        targets = [urlsplit(ctx.health_url).netloc]
+        prometheus_url = f"http://127.0.0.1:{host_ports['prometheus']}"
+    else:
+        targets = [f"{name}:{ctx.port}" for name in servers]
+        prometheus_url = f"http://{PROMETHEUS_SERVICE}:{PROMETHEUS_PORT}"
     labels = {"preset": check_text(ctx.d.preset_name, "a preset name")}
     yaml_header = [f"Rendered by vllm-kit for preset {ctx.d.preset_name} (--with monitoring); `kit render` rewrites it."]
     files = {
         PROMETHEUS_FILE: dump_with_comments(prometheus_config(targets, labels), [
             *yaml_header,
             "vLLM serves /metrics outside --api-key's reach (only /v1 paths need the key): no credentials here."], {}),
-        DATASOURCE_FILE: dump_with_comments(datasource_config(prometheus_host), yaml_header, {}),
+        DATASOURCE_FILE: dump_with_comments(datasource_config(prometheus_url), yaml_header, {}),
         DASHBOARD_PROVIDER_FILE: dump_with_comments(dashboard_provider_config(), yaml_header, {}),
         DASHBOARD_FILE: json.dumps(dashboard(), indent=2) + "\n",
     }
@@ -176,12 +185,12 @@ def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
     comments = {
         ("services", PROMETHEUS_SERVICE): [
             f"Monitoring: Prometheus scrapes /metrics of {scraped} every {s['scrape_interval']} "
-            f"({PROMETHEUS_FILE}); http://127.0.0.1:{ports['prometheus']}",
+            f"({PROMETHEUS_FILE}); http://127.0.0.1:{host_ports['prometheus']}",
             *([] if cluster is None else [
                 "Ray workers serve no /metrics of vLLM's: the head's API server reports the engine of every node."])],
         ("services", GRAFANA_SERVICE): [
-            f"Grafana with the Prometheus datasource and the kit's vLLM dashboard; http://127.0.0.1:{ports['grafana']} "
-            f"(admin / {ADMIN_PASSWORD_ENV} from .env)",
+            f"Grafana with the Prometheus datasource and the kit's vLLM dashboard; "
+            f"http://127.0.0.1:{host_ports['grafana']} (admin / {ADMIN_PASSWORD_ENV} from .env)",
             "/tmp on tmpfs and console logs: what Grafana writes outside its data volume on a read-only root."],
     }
     env_example = [
@@ -190,7 +199,8 @@ def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
         f"{ADMIN_PASSWORD_ENV}=",
     ]
     return ProfileParts(
-        services={PROMETHEUS_SERVICE: prometheus, GRAFANA_SERVICE: grafana},
-        volumes={prom_volume: {}, grafana_volume: {}},
+        services=_services(ctx.d.preset.runtime.restart, host_network),
+        # Compose prefixes volume names with the project's, so fixed names do not clash between stacks.
+        volumes={PROMETHEUS_VOLUME: {}, GRAFANA_VOLUME: {}},
         files=files, comments=comments, env_example=env_example,
     )

@@ -48,6 +48,7 @@ def prometheus_deb() -> Path:
 @pytest.fixture(scope="module")
 def prometheus_image(docker_client, tmp_path_factory) -> str:
     """Built once per content (Dockerfile + .deb) and kept, like the base images: a tag names what is in it."""
+    started = time.monotonic()
     deb = prometheus_deb()
     dockerfile = (STANDIN_DIR / "Dockerfile").read_bytes()
     digest = hashlib.sha256(dockerfile + deb.read_bytes() + BASE_IMAGE.encode()).hexdigest()[:12]
@@ -58,6 +59,7 @@ def prometheus_image(docker_client, tmp_path_factory) -> str:
         shutil.copy2(deb, context / "prometheus.deb")
         build_image(BuildRequest(context_dir=context, tags=[tag], base_image=BASE_IMAGE),
                     tmp_path_factory.mktemp("prometheus-standin-log"), progress=session_progress)
+    session_progress(f"prometheus stand-in {tag} ready in {time.monotonic() - started:.1f} s")
     return tag
 
 
@@ -90,9 +92,11 @@ def monitored(cpu_stack, prometheus_image, tmp_path_factory):
     }))
     project = f"kit-test-monitoring-{os.getpid()}"
     argv = [*compose_argv(), "-p", project, "-f", str(test_file)]
+    started = time.monotonic()
     try:
         subprocess.run([*argv, "up", "-d", "--no-build"], cwd=out, check=True, capture_output=True, text=True,
                        timeout=120)
+        session_progress(f"rendered prometheus service up in {time.monotonic() - started:.1f} s")
         yield out, port, cpu_stack
     finally:
         subprocess.run([*argv, "down", "--volumes", "--timeout", "10"], cwd=out, capture_output=True, timeout=120)
@@ -109,7 +113,8 @@ def test_rendered_config_passes_promtool(monitored, prometheus_image):
 
 def test_prometheus_scrapes_vllm_metrics(monitored):
     out, port, stack = monitored
-    deadline = time.monotonic() + SCRAPE_DEADLINE_S
+    started = time.monotonic()
+    deadline = started + SCRAPE_DEADLINE_S
     answer: dict = {}
     while time.monotonic() < deadline:
         try:
@@ -119,7 +124,8 @@ def test_prometheus_scrapes_vllm_metrics(monitored):
         if answer.get("status") == "success" and answer["data"]["result"]:
             break
         time.sleep(1)
-    print(f"[kit] PromQL vllm:kv_cache_usage_perc -> {json.dumps(answer.get('data', {}).get('result'))}")
+    session_progress(f"PromQL vllm:kv_cache_usage_perc after {time.monotonic() - started:.1f} s -> "
+                     f"{json.dumps(answer.get('data', {}).get('result'))}")
     assert answer.get("status") == "success" and answer["data"]["result"], answer
     series = answer["data"]["result"][0]
     # The rendered job and target: the server's compose service on the stack's network, the preset's label.
