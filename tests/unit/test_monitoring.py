@@ -150,8 +150,10 @@ def test_services_are_pinned_hardened_and_local(files):
     services = yaml.safe_load(files["compose.yaml"])["services"]
     for name in (PROMETHEUS_SERVICE, GRAFANA_SERVICE):
         service = services[name]
-        repository, _, tag = service["image"].partition(":")
+        ref, _, digest = service["image"].partition("@")
+        repository, _, tag = ref.partition(":")
         assert tag and tag != "latest" and repository in {"prom/prometheus", "grafana/grafana"}
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
         assert service["cap_drop"] == ["ALL"] and service["read_only"] is True
         assert service["security_opt"] == ["no-new-privileges:true"]
         assert all(p.startswith("127.0.0.1:") for p in service["ports"])
