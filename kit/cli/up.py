@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
 
 
 @click.command()
@@ -25,8 +25,11 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
-    prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse, base_image=base_image,
-                               force=force, progress=status)
+    from kit.cli.output import progress
+
+    with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
+        prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse,
+                                   base_image=base_image, force=force, progress=on_line)
     rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,

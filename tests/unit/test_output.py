@@ -126,3 +126,14 @@ def test_render_refusal_hints_are_overrides():
 def test_too_long_context_hint_is_an_override():
     result = CliRunner().invoke(cli, ["plan", "preset=rtx4090-awq", "engine.max_model_len=400000"])
     assert result.exit_code == 1 and "engine.max_model_len=40960 or less" in result.stderr
+
+
+def test_doctor_fixes_on_a_small_gpu_are_overrides():
+    from kit.doctor import _plan_on
+    from kit.preset import load_preset
+
+    _, _, preset = load_preset("rtx4090-awq", ["engine.max_model_len=40960"])
+    result = _plan_on(preset, 12.0)  # a card smaller than the preset's: the plan does not fit
+    assert not result.fits and result.suggestions
+    assert all(not s["message"].startswith("--") for s in result.suggestions)
+    assert result.suggestions[0]["message"].startswith("engine.max_model_len=")
