@@ -159,26 +159,42 @@ def logs_argv(project: Project, *, services: tuple[str, ...], follow: bool, tail
 # ---------------------------------------------------------------- status
 
 def server_url(row: Mapping[str, Any] | None, compose_file: Path | None) -> str:
-    """Where the API server answers from this host: its published port on 127.0.0.1 (the kit sends traffic only
-    there; README), or with host networking (multi-node) the `--port` of its command, else vLLM's default 8000."""
-    from kit.loadtest import LOOPBACK, LOOPBACK_REACHABLE
+    """Where the API server answers from this host, on 127.0.0.1 only (the kit sends traffic nowhere else; README):
+    the running container's published port; with nothing running, the port the compose file publishes; with host
+    networking (a multi-node head), the `--port` its command gives vLLM; else vLLM's default 8000."""
+    from kit.loadtest import LOOPBACK
 
     for pub in (row or {}).get("publishers") or []:
         if pub.get("PublishedPort"):
-            address = pub.get("URL") or LOOPBACK
-            if address not in LOOPBACK_REACHABLE:
-                raise KitError(f"the server publishes on {address}, and kit status asks {LOOPBACK} only")
-            return f"http://{LOOPBACK}:{pub['PublishedPort']}"
-    return f"http://{LOOPBACK}:{_command_port(compose_file) or 8000}"
+            return _loopback_url(pub.get("URL") or LOOPBACK, int(pub["PublishedPort"]))
+    service = _server_service(compose_file)
+    for entry in service.get("ports") or []:  # "ADDRESS:HOST_PORT:CONTAINER_PORT", as kit/render.py writes it
+        parts = str(entry).rsplit(":", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            return _loopback_url(parts[0].strip("[]") or LOOPBACK, int(parts[1]))
+    return f"http://{LOOPBACK}:{_command_port(service) or 8000}"
 
 
-def _command_port(compose_file: Path | None) -> int | None:
+def _loopback_url(address: str, port: int) -> str:
+    from kit.loadtest import LOOPBACK, LOOPBACK_REACHABLE
+
+    if address not in LOOPBACK_REACHABLE:
+        raise KitError(f"the server publishes on {address}, and kit status asks {LOOPBACK} only")
+    return f"http://{LOOPBACK}:{port}"
+
+
+def _server_service(compose_file: Path | None) -> dict[str, Any]:
     import yaml
 
+    from kit.datafiles import SAFE_LOADER
+
     if compose_file is None or not compose_file.is_file():
-        return None
-    service = ((yaml.safe_load(compose_file.read_text(encoding="utf-8")) or {}).get("services") or {}).get(
-        SERVER_SERVICE) or {}
+        return {}
+    doc = yaml.load(compose_file.read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}  # noqa: S506 - safe loader
+    return (doc.get("services") or {}).get(SERVER_SERVICE) or {}
+
+
+def _command_port(service: Mapping[str, Any]) -> int | None:
     command = [str(a) for a in service.get("command") or []]
     if "--" in command:  # the cluster launcher's own options (Ray's --port) come before `-- vllm serve ...`
         command = command[command.index("--") + 1:]

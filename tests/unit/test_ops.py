@@ -169,3 +169,8 @@ def test_status_json_shape_and_table(server, tmp_path, monkeypatch):
     rows[0]["publishers"][0]["PublishedPort"] = 9  # nothing answers there
     down = invoke("status", "--out", str(tmp_path), "--json")
     assert down.exit_code == 1 and json.loads(down.stdout)["data"]["health"] == "unreachable"
+
+
+def test_a_stopped_single_node_stack_is_asked_on_the_port_its_file_publishes(tmp_path):
+    write_files(prepare("cpu", ["runtime.port=18777"]).files, tmp_path)
+    assert ops.server_url(None, tmp_path / "compose.yaml") == "http://127.0.0.1:18777"
