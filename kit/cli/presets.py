@@ -44,9 +44,11 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
 
     # A bare first word is the preset name, as this command took it before preset=NAME: kept working, with a
     # warning, so every command spells the preset the same way.
+    warnings = []
     if args and "=" not in args[0]:
-        click.secho(f"warning: `kit presets show {args[0]}` is deprecated: use `kit presets show preset={args[0]}`",
-                    fg="yellow", err=True)
+        warnings.append(f"`kit presets show {args[0]}` is deprecated: use `kit presets show preset={args[0]}`")
+        if not as_json:
+            click.secho(f"warning: {warnings[-1]}", fg="yellow", err=True)
         args = (f"preset={args[0]}", *args[1:])
     ref, overrides, _ = split_args(args, None)
     if not ref:
@@ -54,7 +56,7 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
     _, path, preset = load_preset(ref, overrides)
     data = preset.model_dump(mode="json", exclude_none=True)
     if as_json:
-        emit_json({"preset": ref, "file": str(path), "resolved": data})
+        emit_json({"preset": ref, "file": str(path), "resolved": data}, warnings=warnings)
         return
     click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
 

@@ -26,8 +26,9 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     positional = [a for a in args if "=" not in a]
     if len(positional) > 1 or (positional and out_dir is not None) or not (positional or out_dir):
         raise click.UsageError("give one wheelhouse directory: kit wheelhouse preset=NAME --out DIR")
-    if positional:
-        click.secho(f"warning: a positional DIR is deprecated: use --out {positional[0]}", fg="yellow", err=True)
+    warnings = [f"a positional DIR is deprecated: use --out {positional[0]}"] if positional else []
+    if warnings and not as_json:
+        click.secho(f"warning: {warnings[0]}", fg="yellow", err=True)
     directory = out_dir or Path(positional[0])
     ref, overrides, _ = split_args(tuple(a for a in args if "=" in a), preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image)
@@ -40,7 +41,8 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     result = build_wheelhouse(prepared.deployment, directory, python_version=python_version, glibc=glibc, progress=status)
     if as_json:
         emit_json({"dir": str(result.directory), "lock": str(result.lock_path), "packages": result.packages,
-                    "excluded": result.excluded, "bytes": result.total_bytes, "seconds": round(result.seconds, 1)})
+                    "excluded": result.excluded, "bytes": result.total_bytes, "seconds": round(result.seconds, 1)},
+                  warnings=warnings)
         return
     click.echo(f"{result.directory}: {len(result.packages)} wheels, {result.total_bytes / 2**20:.0f} MiB, "
                f"lock {result.lock_path.name}; left out: {', '.join(result.excluded) or 'nothing'} "

@@ -137,3 +137,9 @@ def test_doctor_fixes_on_a_small_gpu_are_overrides():
     assert not result.fits and result.suggestions
     assert all(not s["message"].startswith("--") for s in result.suggestions)
     assert result.suggestions[0]["message"].startswith("engine.max_model_len=")
+
+
+def test_deprecation_is_a_warning_of_the_envelope_in_json_mode():
+    result = CliRunner().invoke(cli, ["presets", "show", "cpu", "--json"])
+    env = json.loads(result.stdout)
+    assert result.exit_code == 0 and env["ok"] and "preset=cpu" in env["warnings"][0] and result.stderr == ""
