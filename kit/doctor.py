@@ -382,12 +382,12 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
 
 def _plan_on(preset: Any, memory_gib: float) -> Any:
     from kit.plan import plan
-    from kit.preset_plan import plan_inputs_for
+    from kit.preset_plan import as_preset_fixes, plan_inputs_for
 
     inputs = plan_inputs_for(preset)
     if inputs is None:
         return None
-    return plan(inputs.model_copy(update={"gpu_memory_gib": memory_gib}))
+    return as_preset_fixes(plan(inputs.model_copy(update={"gpu_memory_gib": memory_gib})))  # fixes as overrides
 
 
 def check_gpus(facts: HostFacts, preset: Any | None, where: str = "preset") -> list[Check]:

@@ -503,10 +503,15 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def format_table(report: dict[str, Any]) -> str:
-    header = ("conc", "ok", "err", "req/s", "out tok/s", "TTFT p50", "p90", "p99", "ITL p50", "p90", "p99",
-              "TPOT p50", "KV max", "run max", "wait max")
-    rows = [header]
+TABLE_HEADER = ("conc", "ok", "err", "req/s", "out tok/s", "TTFT p50", "p90", "p99", "ITL p50", "p90", "p99",
+                "TPOT p50", "KV max", "run max", "wait max")
+TABLE_NOTE = "(latencies in ms; KV = vllm:kv_cache_usage_perc; run/wait = requests running/waiting)"
+COMPARISON_HEADER = ("conc", "figure", "baseline", "now", "delta", "delta %", "")
+
+
+def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row of TABLE_HEADER's cells per concurrency level."""
+    rows = []
     for lv in report["levels"]:
         ttft, itl, server = lv["ttft_ms"] or {}, lv["itl_ms"] or {}, lv.get("server", {})
         kv = (server.get("kv_cache_usage_perc") or {}).get("max")
@@ -517,21 +522,34 @@ def format_table(report: dict[str, Any]) -> str:
                      "-" if kv is None else f"{100 * kv:.2f}%",
                      _fmt((server.get("num_requests_running") or {}).get("max"), 0),
                      _fmt((server.get("num_requests_waiting") or {}).get("max"), 0)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return rows
+
+
+def comparison_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row of COMPARISON_HEADER's cells per figure compared."""
+    out = []
+    for row in rows:
+        mark = {True: "better", False: "worse", None: ""}[row["improved"]]
+        pct = "-" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f}%"
+        delta = "-" if row["delta"] is None else f"{row['delta']:+.2f}"
+        out.append((str(row["concurrency"]), row["figure"], _fmt(row["baseline"], 2), _fmt(row["now"], 2), delta, pct,
+                    mark))
+    return out
+
+
+def format_table(report: dict[str, Any]) -> str:
+    rows = [TABLE_HEADER, *table_rows(report)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
-    return "\n".join(lines + ["(latencies in ms; KV = vllm:kv_cache_usage_perc; run/wait = requests running/waiting)"])
+    return "\n".join(lines + [TABLE_NOTE])
 
 
 def format_comparison(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no concurrency level in common with the baseline"
     lines = [f"{'conc':>4}  {'figure':<13}{'baseline':>10}{'now':>10}{'delta':>10}{'delta %':>9}"]
-    for row in rows:
-        mark = {True: "  better", False: "  worse", None: ""}[row["improved"]]
-        pct = "-" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f}%"
-        delta = "-" if row["delta"] is None else f"{row['delta']:+.2f}"
-        lines.append(f"{row['concurrency']:>4}  {row['figure']:<13}{_fmt(row['baseline'], 2):>10}"
-                     f"{_fmt(row['now'], 2):>10}{delta:>10}{pct:>9}{mark}")
+    for conc, figure, baseline, now, delta, pct, mark in comparison_rows(rows):
+        lines.append(f"{conc:>4}  {figure:<13}{baseline:>10}{now:>10}{delta:>10}{pct:>9}{'  ' + mark if mark else ''}")
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 
@@ -111,9 +112,45 @@ def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tup
     if inputs is None:
         return None, [Problem(f"{where}: model.id", "no memory plan: the local model directory does not exist yet")]
     try:
-        return plan(inputs), []
+        return as_preset_fixes(plan(inputs)), []
     except KitError as exc:
-        raise KitError(f"{where}: {exc.message}", hint=exc.hint) from None
+        raise KitError(f"{where}: {exc.message}", hint=flags_as_overrides(exc.hint)) from None
+
+
+# A vLLM flag with its value, as the planner spells a fix for the command line ("--max-model-len 40960").
+_FLAG_WITH_VALUE = re.compile(r"--([a-z0-9]+(?:-[a-z0-9]+)*)[ =]([^\s;,()]+)")
+
+
+def flags_as_overrides(text: str | None, fields: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """A hint for someone working in a preset: `--max-model-len 4096` becomes `engine.max_model_len=4096`, the
+    override they would type (the engine section names vLLM's flags in snake_case; README: Presets). Only the
+    engine's typed fields and ``fields`` are rewritten: a hint may also name an option of the kit's own."""
+    from kit.preset import Engine
+
+    if not text:
+        return text
+
+    def rewrite(match: re.Match[str]) -> str:
+        field = match.group(1).replace("-", "_")
+        return f"engine.{field}={match.group(2)}" if field in Engine.model_fields or field in fields else match.group(0)
+
+    return _FLAG_WITH_VALUE.sub(rewrite, text)
+
+
+def as_preset_fixes(result: Plan) -> Plan:
+    """The plan with its suggested fixes spelled as preset overrides; more tensor parallelism also needs the GPUs."""
+    if not result.suggestions:
+        return result
+    fixes = []
+    for suggestion in result.suggestions:
+        message = flags_as_overrides(suggestion["message"], set(suggestion["change"]))
+        tp = suggestion["change"].get("tensor_parallel_size")
+        if tp:
+            gpus = tp * int(result.inputs.get("pipeline_parallel_size") or 1)
+            message = message.replace(f"engine.tensor_parallel_size={tp}",
+                                      f"engine.tensor_parallel_size={tp} hardware.count={gpus}", 1)
+        fixes.append({**suggestion, "message": message})
+    return result.model_copy(update={"suggestions": fixes})
 
 
 def summary_lines(result: Plan) -> list[str]:

@@ -432,7 +432,7 @@ def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
     vLLM version the log reports (the preset's own where the log is silent)."""
     from kit.modelinfo import load_model_spec
     from kit.plan import plan
-    from kit.preset_plan import plan_inputs_for
+    from kit.preset_plan import as_preset_fixes, plan_inputs_for
 
     try:
         inputs = plan_inputs_for(preset)
@@ -445,7 +445,7 @@ def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
             update["gpu_memory_gib"] = result.log.total_gib
         if result.log.vllm_version:
             update["vllm_version"] = result.log.vllm_version
-        return plan(inputs.model_copy(update=update)).to_json()
+        return as_preset_fixes(plan(inputs.model_copy(update=update))).to_json()  # a preset's fixes are overrides
     except KitError as exc:
         return {"error": exc.message}
 

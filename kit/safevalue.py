@@ -8,8 +8,10 @@ This module imports nothing heavy (the CLI's validate path loads it).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
+if TYPE_CHECKING:  # packaging's requirement grammar costs a render about 20 ms to import: loaded on first use
+    from packaging.requirements import Requirement
 
 
 class UnsafeValue(ValueError):
@@ -89,6 +91,8 @@ def check_requirement(line: object, what: str = "the value") -> Requirement:
     requirements.txt is read by pip line by line: an option (`--index-url`, `-e`, `-r`) would change where
     packages come from, so only a plain `name[extras]==version` is taken.
     """
+    from packaging.requirements import InvalidRequirement, Requirement
+
     text = check_text(line, what)
     if text.lstrip().startswith("-"):
         raise UnsafeValue(f"{what} is a pip option; only name==version is allowed")

@@ -67,6 +67,19 @@ def word(value: object) -> str:
     return text
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept between runs: parsing and compiling them is a tenth of a render (issue 14).
+
+    jinja2's default directory is private to the user (created 0700 in the temp dir, its owner and mode checked
+    before use) and entries are keyed by the template's source checksum, so an edited template is compiled again.
+    Where no such directory can be made, templates are compiled every time, as before.
+    """
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -76,6 +89,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters.update(
         yaml_str=yaml_str,

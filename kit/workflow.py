@@ -1,4 +1,4 @@
-"""The long jobs, composed from the one-way steps: build, smoke, up/down.
+"""The long jobs, composed from the one-way steps: build, smoke, up (kit/ops.py stops and reads a stack).
 
 render (pure) -> write -> wheelhouse (optional) -> build context -> build -> model -> compose up -> checks.
 Each function cleans up what it started when it fails.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kit.build import BuildRequest, BuildResult, build_image, prepare_build_context
 from kit.docker_engine import docker_client
-from kit.errors import KitError, SmokeError
+from kit.errors import KitError
 from kit.pipeline import Prepared, prepare
 from kit.smoke import Check, run_checks
 from kit.stack import KIT_DIR, Stack, ensure_tiny_model, require_free_port, write_smoke_env
@@ -156,9 +156,3 @@ def project_for(out_dir: Path) -> str:
     import re
 
     return re.sub(r"[^a-z0-9_-]", "", out_dir.resolve().name.lower()) or "vllm-kit"
-
-
-def down(out_dir: Path, *, volumes: bool = False) -> None:
-    if not (out_dir / "compose.yaml").is_file():
-        raise SmokeError(f"{out_dir}: no compose.yaml here", hint="pass the --out directory you used with `kit up`")
-    Stack(out_dir, project_for(out_dir)).down(volumes=volumes)

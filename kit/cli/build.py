@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
 
 
 @click.command()
@@ -28,34 +28,44 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
           wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, locked: bool, lock_path: Path | None,
           offline: bool, force: bool, as_json: bool) -> None:
     """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
+    from kit.cli.output import progress
     from kit.pipeline import prepare
-    from kit.workflow import build as build_stack
     from kit.workflow import render_into
 
     ref, overrides, _ = split_args(args, preset_option)
     if (lock_path or offline) and not locked:
         raise click.UsageError("--lock and --offline go with --locked")
+
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
     render_into(prepared, out_dir, force=force)
-    if locked:
-        from kit.lock import LOCK_FILE, build_locked
-
-        built = build_locked(prepared, out_dir, lock_path=lock_path or out_dir / LOCK_FILE, wheelhouse=wheelhouse,
-                             offline=offline, no_cache=no_cache, extra_tags=list(tags), progress=status)
-        result = dataclasses.replace(built.result, image_id=built.image_id, tags=built.tags)
-    else:
-        result = build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
-                             progress=status)
+    with progress("build") as on_line:
+        result = _build(prepared, out_dir, locked=locked, lock_path=lock_path, wheelhouse=wheelhouse, offline=offline,
+                        no_cache=no_cache, tags=tags, progress=on_line)
     data = {"image_id": result.image_id, "tags": result.tags, "size_bytes": result.size_bytes,
             "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
     if as_json:
         emit_json(data)
         return
-    click.echo(f"image   {result.image_id}")
-    click.echo(f"tags    {', '.join(result.tags)}")
-    click.echo(f"size    {result.size_bytes / 2**30:.2f} GiB")
-    click.echo(f"time    {result.seconds:.0f} s ({result.cached_steps}/{result.total_steps} steps cached)")
-    for key, value in sorted(result.labels.items()):
-        click.echo(f"label   {key}={value}")
-    click.echo(f"log     {result.log_path} (command: {result.script_path})")
+    from kit.cli.output import key_values
+
+    key_values([("image", result.image_id), ("tags", ", ".join(result.tags)),
+                ("size", f"{result.size_bytes / 2**30:.2f} GiB"),
+                ("time", f"{result.seconds:.0f} s ({result.cached_steps}/{result.total_steps} steps cached)"),
+                *(("label", f"{key}={value}") for key, value in sorted(result.labels.items())),
+                ("log", f"{result.log_path} (command: {result.script_path})")])
+
+
+def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001
+           offline: bool, no_cache: bool, tags: tuple[str, ...], progress):  # noqa: ANN001, ANN202
+    from kit.workflow import build as build_stack
+
+    if locked:
+        from kit.lock import LOCK_FILE, build_locked
+
+        built = build_locked(prepared, out_dir, lock_path=lock_path or out_dir / LOCK_FILE, wheelhouse=wheelhouse,
+                             offline=offline, no_cache=no_cache, extra_tags=list(tags), progress=progress)
+        return dataclasses.replace(built.result, image_id=built.image_id, tags=built.tags)
+    return build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
+                       progress=progress)
+

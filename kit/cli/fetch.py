@@ -33,10 +33,20 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
     stack = Stack(out_dir, project_for(out_dir))
-    # -T: no TTY, so the script's progress (stderr) streams straight to ours while its verdict (stdout) is kept.
+    # -T: no TTY. The script's progress (stderr, a line per file with the bytes so far) drives a progress bar on a
+    # terminal and passes through as lines elsewhere; its verdict (the last stdout line) is kept.
     argv = stack.argv("run", "--rm", "--no-deps", "-T", "model-fetch")
     status(f"fetching into the stack's HF cache volume: {shlex.join(argv)}")
-    result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, cwd=stack.directory, timeout=24 * 3600)
+    from kit.cli.output import progress
+
+    with progress("fetch") as on_line, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                        text=True, cwd=stack.directory) as child:
+        assert child.stderr is not None and child.stdout is not None
+        for line in child.stderr:
+            on_line(line.rstrip("\n"))
+        stdout = child.stdout.read()
+        returncode = child.wait()
+    result = subprocess.CompletedProcess(argv, returncode, stdout, None)
     lines = result.stdout.strip().splitlines()
     verdict = lines[-1] if lines else "(no output)"
     if as_json:

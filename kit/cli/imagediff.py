@@ -21,19 +21,21 @@ def image_diff(ctx: click.Context, image_a: str, image_b: str, limit: int, as_js
     if as_json:  # like diff's exit status, ok means "the same"; differing images are data, not problems
         emit_json(result.to_json(), ok=result.same_content)
     else:
+        from kit.cli.output import key_values, table
+
         same_layers = sum(result.same_layers)
-        click.echo(f"ids      {result.a['id'][:19]} vs {result.b['id'][:19]}: "
-                   f"{'same' if result.same_id else 'different'}")
-        click.echo(f"layers   {same_layers} of {len(result.a['layers'])} the same (diff_ids, which include mtimes)")
-        click.echo(f"files    {result.files_a} vs {result.files_b}")
-        for key, (x, y) in sorted(result.config.items()):
-            click.echo(f"config   {key}: {x!r} vs {y!r}")
-        for label, paths in (("only A", result.only_a), ("only B", result.only_b)):
-            for path in paths[:limit]:
-                click.echo(f"{label}   /{path}")
-        for path, fields in list(result.changed.items())[:limit]:
-            click.echo(f"changed  /{path} ({', '.join(fields)})")
         total = len(result.only_a) + len(result.only_b) + len(result.changed) + len(result.config)
-        click.echo("content  the same (every file's path, mode, owner and sha256)" if result.same_content
-                   else f"content  {total} difference(s)")
+        key_values([
+            ("ids", f"{result.a['id'][:19]} vs {result.b['id'][:19]}: {'same' if result.same_id else 'different'}"),
+            ("layers", f"{same_layers} of {len(result.a['layers'])} the same (diff_ids, which include mtimes)"),
+            ("files", f"{result.files_a} vs {result.files_b}"),
+            ("content", "the same (every file's path, mode, owner and sha256)" if result.same_content
+             else f"{total} difference(s)"),
+        ])
+        rows = [("config", key, f"{x!r} vs {y!r}") for key, (x, y) in sorted(result.config.items())]
+        for label, paths in (("only A", result.only_a), ("only B", result.only_b)):
+            rows += [(label, f"/{path}", "") for path in paths[:limit]]
+        rows += [("changed", f"/{path}", ", ".join(fields)) for path, fields in list(result.changed.items())[:limit]]
+        if rows:
+            table(("difference", "where", "what"), rows)
     ctx.exit(0 if result.same_content else 1)

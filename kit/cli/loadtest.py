@@ -99,10 +99,16 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
         problems = [{"file": None, "field": None, "message": failure, "hint": None}] if failure else None
         emit_json(data, ok=not failure, problems=problems)
     else:
-        click.echo(lt.format_table(report))
+        from kit.cli.output import table
+
+        table(lt.TABLE_HEADER, lt.table_rows(report), right=lt.TABLE_HEADER)
+        click.echo(lt.TABLE_NOTE)
         if comparison is not None:
             click.echo(f"\nagainst {baseline}:")
-            click.echo(lt.format_comparison(comparison))
+            if comparison:
+                table(lt.COMPARISON_HEADER, lt.comparison_rows(comparison), right=lt.COMPARISON_HEADER[2:6])
+            else:
+                click.echo(lt.format_comparison(comparison))
     if failure:
         if not as_json:
             click.secho(failure, fg="red", err=True)

@@ -33,6 +33,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fetch": ("kit.cli.fetch:fetch", "Download what vLLM will read into the HF cache volume."),
     "up": ("kit.cli.up:up", "Render, build, start detached and wait until it answers."),
     "down": ("kit.cli.up:down", "Stop a stack started by `kit up` and remove its containers."),
+    "ps": ("kit.cli.ops:ps", "List a stack's containers: kit ps --out DIR."),
+    "logs": ("kit.cli.ops:logs", "Print a stack's logs: kit logs [-f] [SERVICE] --out DIR."),
+    "status": ("kit.cli.ops:status", "Ask a running stack how it is: health, model, KV cache usage, requests running and waiting."),
     "completion": ("kit.cli.completion:completion", "Print the shell completion script."),
 }
 

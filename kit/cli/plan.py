@@ -80,32 +80,34 @@ def plan_inputs_from_options(
         raise PlanError(f"{field}: {first['msg']} (got {shown(first.get('input'))})") from None
 
 
-def format_plan(result: Plan) -> str:
-    """The small human table."""
+def plan_heading(result: Plan) -> list[str]:
     i = result.inputs
     where = i["gpu_name"] or ("cpu" if i["device"] == "cpu" else "GPU")
     memory = f"{i['gpu_memory_gib']:.2f} GiB" if i["gpu_memory_gib"] else "-"
-    lines = [
+    return [
         f"{i['model']} on {where} ({memory}), TP={i['tensor_parallel_size']} PP={i['pipeline_parallel_size']}, "
         f"vLLM {i['vllm_version']}",
         f"dtype {i['dtype']}, quantization {i['quantization'] or 'none'}, KV cache {i['kv_cache_dtype']}, "
         f"utilization {i['gpu_memory_utilization']}, max_model_len {i['max_model_len']}, "
         f"max_num_seqs {i['max_num_seqs']}, max_num_batched_tokens {i['max_num_batched_tokens']}",
-        "",
-        f"  {'weights':<20}{result.weights_gib:>10.2f} GiB",
-        f"  {'peak activation':<20}{result.activation_gib:>10.2f} GiB",
-        f"  {'non-torch':<20}{result.non_torch_gib:>10.2f} GiB",
-        f"  {'CUDA graphs':<20}{result.cuda_graph_gib:>10.2f} GiB",
-        # A model that does not fit leaves a negative budget: say by how much, not "-3.20 GiB of KV cache".
-        f"  {'KV cache':<20}{result.kv_cache_gib:>10.2f} GiB" if result.kv_cache_gib >= 0 else
-        f"  {'KV cache':<20}{'none':>10}      (does not fit by {-result.kv_cache_gib:.2f} GiB)",
-        f"  {'KV cache tokens':<20}{result.kv_cache_tokens:>10,}",
-        f"  {'max concurrency':<20}{result.max_concurrency:>10.2f} x  (at {i['max_model_len']:,} tokens)",
-        f"  {'fits':<20}{'yes' if result.fits else 'no':>10}",
     ]
+
+
+def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
+    """(quantity, value, note) per rank, as the human table shows them."""
+    i = result.inputs
+    gib = "{:.2f} GiB".format
+    # A model that does not fit leaves a negative budget: say by how much, not "-3.20 GiB of KV cache".
+    kv = (gib(result.kv_cache_gib), "") if result.kv_cache_gib >= 0 else \
+        ("none", f"does not fit by {-result.kv_cache_gib:.2f} GiB")
+    rows = [("weights", gib(result.weights_gib), ""), ("peak activation", gib(result.activation_gib), ""),
+            ("non-torch", gib(result.non_torch_gib), ""), ("CUDA graphs", gib(result.cuda_graph_gib), ""),
+            ("KV cache", *kv), ("KV cache tokens", f"{result.kv_cache_tokens:,}", ""),
+            ("max concurrency", f"{result.max_concurrency:.2f} x", f"at {i['max_model_len']:,} tokens"),
+            ("fits", "yes" if result.fits else "no", "")]
     if result.approximate.get("value"):
-        lines.append(f"  approximate: {result.approximate['reason']}")
-    return "\n".join(lines)
+        rows.append(("approximate", "yes", result.approximate["reason"]))
+    return rows
 
 
 @click.command("plan")
@@ -144,14 +146,18 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
     if ref is not None:
         from kit.errors import KitError
         from kit.preset import load_preset
-        from kit.preset_plan import plan_inputs_for
+        from kit.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
 
         _, path, preset = load_preset(ref, overrides)
         preset_inputs = plan_inputs_for(preset)
         if preset_inputs is None:
             raise KitError(f"{path}: model.id {preset.model.id}: no config.json there",
                            hint="make or download the model first, or plan with --model /path/to/config.json")
-        _report(planner.plan(preset_inputs), as_json)
+        try:
+            result = planner.plan(preset_inputs)
+        except KitError as exc:  # the user works in a preset: the fix is an override, not a vLLM flag
+            raise type(exc)(exc.message, hint=flags_as_overrides(exc.hint), problems=exc.problems) from None
+        _report(as_preset_fixes(result), as_json)
         return
     if model is None:
         raise click.UsageError("give preset=NAME or --model ID|PATH")
@@ -173,7 +179,11 @@ def _report(result: Plan, as_json: bool) -> None:
         emit_json(result.to_json(), ok=result.fits,
                   problems=None if result.fits else [problem_json(None, result.error or "does not fit", hints)])
     else:
-        click.echo(format_plan(result))
+        from kit.cli.output import table
+
+        for line in plan_heading(result):
+            click.echo(line)
+        table(("quantity", "per rank", "note"), plan_rows(result), right=("per rank",), header=False)
     if not result.fits:
         click.secho(f"vLLM would refuse to start: {result.error}", fg="red", err=True)
         for suggestion in result.suggestions:

@@ -27,9 +27,10 @@ def presets(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        click.echo(f"{r['name']:<{width}}  {r['hardware']:<16} vLLM {r['vllm']:<8} {r['model']}")
+    from kit.cli.output import table
+
+    table(("preset", "hardware", "vLLM", "model"), [(r["name"], r["hardware"], r["vllm"], r["model"]) for r in rows],
+          styles={"preset": "bold"})
 
 
 @presets.command()
@@ -41,8 +42,13 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
 
     from kit.preset import load_preset
 
-    # A bare first word is the preset name, as this command took it before preset=NAME (kept working).
+    # A bare first word is the preset name, as this command took it before preset=NAME: kept working, with a
+    # warning, so every command spells the preset the same way.
+    warnings = []
     if args and "=" not in args[0]:
+        warnings.append(f"`kit presets show {args[0]}` is deprecated: use `kit presets show preset={args[0]}`")
+        if not as_json:
+            click.secho(f"warning: {warnings[-1]}", fg="yellow", err=True)
         args = (f"preset={args[0]}", *args[1:])
     ref, overrides, _ = split_args(args, None)
     if not ref:
@@ -50,7 +56,7 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
     _, path, preset = load_preset(ref, overrides)
     data = preset.model_dump(mode="json", exclude_none=True)
     if as_json:
-        emit_json({"preset": ref, "file": str(path), "resolved": data})
+        emit_json({"preset": ref, "file": str(path), "resolved": data}, warnings=warnings)
         return
     click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
 
@@ -65,5 +71,8 @@ def gpus(as_json: bool) -> None:
     if as_json:
         emit_json(catalog)
         return
-    for key, g in catalog.items():
-        click.echo(f"{key:<22} {g['memory_gib']:>7.2f} GiB  cc {g['compute_capability']:<4} {g['name']}")
+    from kit.cli.output import table
+
+    table(("gpu", "memory GiB", "cc", "name"),
+          [(key, f"{g['memory_gib']:.2f}", g["compute_capability"], g["name"]) for key, g in catalog.items()],
+          right=("memory GiB",), styles={"gpu": "bold"})

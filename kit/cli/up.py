@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
 
 
 @click.command()
@@ -25,8 +25,11 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
-    prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse, base_image=base_image,
-                               force=force, progress=status)
+    from kit.cli.output import progress
+
+    with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
+        prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse,
+                                   base_image=base_image, force=force, progress=on_line)
     rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
@@ -40,15 +43,22 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 
 
 @click.command()
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="The directory given to `kit up`.")
+# Required, unlike the read-only ps/logs/status (default: here): stopping is never done by accident.
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="The stack's directory (the --out given to `kit up` or `kit render`).")
 @click.option("--volumes", is_flag=True, help="Also remove the cache volumes (models downloaded, compile cache).")
 @standard_options
 def down(out_dir: Path, volumes: bool, as_json: bool) -> None:
-    """Stop a stack started by `kit up` and remove its containers."""
-    from kit.workflow import down as stack_down
+    """Stop a stack started by `kit up` and remove its containers.
 
-    stack_down(out_dir, volumes=volumes)
+    Every compose project started from DIR is stopped: one node's compose.yaml, or a cluster's head and worker
+    (compose.head.yaml, compose.worker.yaml) started on this host, whatever project names they were given.
+    """
+    from kit.ops import down as stack_down
+
+    stopped = stack_down(out_dir, volumes=volumes)
     if as_json:
-        emit_json({"out": str(out_dir), "volumes_removed": volumes})
+        emit_json({"out": str(out_dir), "volumes_removed": volumes, "projects": stopped})
         return
-    click.echo(f"stopped {out_dir}")
+    for project in stopped:
+        click.echo(f"stopped {project['project']} ({', '.join(project['files'])}) in {out_dir}")

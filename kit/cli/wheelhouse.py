@@ -13,17 +13,23 @@ from kit.cli.common import emit_json, preset_arguments, require_preset, split_ar
 @preset_arguments
 @click.option("--base-image", metavar="REF", help="The base the image will build on; probed for its Python and glibc.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's, from the table).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="The wheelhouse directory (created if missing).")
 @standard_options
 def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str | None,
-               python_version: str | None, as_json: bool) -> None:
-    """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME DIR (wheels already there are reused)."""
+               python_version: str | None, out_dir: Path | None, as_json: bool) -> None:
+    """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME --out DIR (wheels already there are reused)."""
     from kit.pipeline import prepare
     from kit.wheelhouse import build_wheelhouse, probe_base_image
 
+    # Every command names its directory with --out; a positional DIR (this command's first form) still works.
     positional = [a for a in args if "=" not in a]
-    if len(positional) != 1:
-        raise click.UsageError("give exactly one wheelhouse directory: kit wheelhouse preset=NAME DIR")
-    directory = Path(positional[0])
+    if len(positional) > 1 or (positional and out_dir is not None) or not (positional or out_dir):
+        raise click.UsageError("give one wheelhouse directory: kit wheelhouse preset=NAME --out DIR")
+    warnings = [f"a positional DIR is deprecated: use --out {positional[0]}"] if positional else []
+    if warnings and not as_json:
+        click.secho(f"warning: {warnings[0]}", fg="yellow", err=True)
+    directory = out_dir or Path(positional[0])
     ref, overrides, _ = split_args(tuple(a for a in args if "=" in a), preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image)
     glibc = None
@@ -35,7 +41,8 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     result = build_wheelhouse(prepared.deployment, directory, python_version=python_version, glibc=glibc, progress=status)
     if as_json:
         emit_json({"dir": str(result.directory), "lock": str(result.lock_path), "packages": result.packages,
-                    "excluded": result.excluded, "bytes": result.total_bytes, "seconds": round(result.seconds, 1)})
+                    "excluded": result.excluded, "bytes": result.total_bytes, "seconds": round(result.seconds, 1)},
+                  warnings=warnings)
         return
     click.echo(f"{result.directory}: {len(result.packages)} wheels, {result.total_bytes / 2**20:.0f} MiB, "
                f"lock {result.lock_path.name}; left out: {', '.join(result.excluded) or 'nothing'} "

@@ -79,8 +79,8 @@ def test_validate(run):
 def test_presets_list_and_show(run):
     result = run("presets")
     assert result.exit_code == 0
-    assert len(result.stdout.strip().splitlines()) == len(preset_names())
-    shown = run("presets", "show", "a100x8", "engine.max_num_seqs=64")
+    assert len(result.stdout.strip().splitlines()) == len(preset_names()) + 2  # a header and its rule
+    shown = run("presets", "show", "preset=a100x8", "engine.max_num_seqs=64")
     assert "max_num_seqs: 64" in shown.stdout
 
 

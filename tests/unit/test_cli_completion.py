@@ -31,7 +31,7 @@ def test_completion_refuses_an_unknown_shell():
 
 def test_command_names_complete():
     assert completions("kit re") == ["render"]
-    assert set(completions("kit p")) == {"plan", "presets", "probe", "push"}
+    assert set(completions("kit p")) == {"plan", "presets", "probe", "ps", "push"}
 
 
 def test_preset_names_complete():

@@ -33,3 +33,22 @@ def test_filters_refuse_control_characters_without_echoing(bad):
 
 def test_exec_form_is_a_json_list():
     assert exec_form(["python", "-m", "x y"]) == '["python", "-m", "x y"]'
+
+
+
+def test_compiled_templates_come_back_from_the_cache_unchanged(tmp_path, monkeypatch):
+    # The bytecode cache only saves compiling: a render from stored code is byte for byte a fresh render.
+    import kit.templating
+    from kit.pipeline import prepare
+
+    assert environment().bytecode_cache is not None  # the kit's own environment keeps compiled templates
+    monkeypatch.setattr(kit.templating, "_bytecode_cache", lambda: jinja2.FileSystemBytecodeCache(str(tmp_path)))
+    try:
+        environment.cache_clear()
+        first = prepare("cpu").files  # compiles, stores
+        stored = sorted(p.name for p in tmp_path.iterdir())
+        environment.cache_clear()
+        assert stored and prepare("cpu").files == first  # loads the stored code
+        assert sorted(p.name for p in tmp_path.iterdir()) == stored
+    finally:
+        environment.cache_clear()

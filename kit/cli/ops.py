@@ -1,0 +1,109 @@
+"""`kit ps`, `kit logs`, `kit status`: a running stack, read from its directory (`--out DIR`) via docker compose."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import click
+
+from kit.cli.common import emit_json, problem_json, standard_options
+
+OUT_HELP = "The stack's directory (the --out given to `kit up` or `kit render`)."
+
+
+def out_option(func):  # noqa: ANN001 - click decorator
+    return click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("."),
+                        show_default=True, help=OUT_HELP)(func)
+
+
+@click.command()
+@out_option
+@standard_options
+def ps(out_dir: Path, as_json: bool) -> None:
+    """List a stack's containers: kit ps --out DIR."""
+    from kit import ops
+    from kit.cli.output import table
+
+    rows = ops.ps(out_dir)
+    if as_json:
+        emit_json([{k: v for k, v in r.items() if k != "publishers"} for r in rows])
+        return
+    if not rows:
+        click.echo(f"no containers for the stack in {out_dir}", err=True)
+        return
+    table(("project", "service", "container", "state", "health", "ports"),
+          [(r["project"], r["service"], r["container"], r["state"], r["health"] or "", r["ports"]) for r in rows])
+
+
+@click.command()
+@click.argument("services", nargs=-1, metavar="[SERVICE]...")
+@out_option
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N", help="Only the last N lines per container.")
+@click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
+@standard_options
+def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | None, timestamps: bool,
+         as_json: bool) -> None:
+    """Print a stack's logs: kit logs [-f] [SERVICE] --out DIR."""
+    from kit import ops
+
+    if follow and as_json:
+        raise click.UsageError("--follow streams; --json prints one object: pick one")
+    projects = ops.find_projects(out_dir)
+    if follow:
+        # Streams straight to the terminal until the user stops it (Ctrl-C ends compose as well).
+        argvs = [ops.logs_argv(p, services=services, follow=True, tail=tail, timestamps=timestamps) for p in projects]
+        children = [subprocess.Popen(argv, cwd=p.files[0].parent) for argv, p in zip(argvs, projects)]
+        try:
+            codes = [child.wait() for child in children]
+        except KeyboardInterrupt:
+            for child in children:
+                child.terminate()
+            codes = [0]
+        raise SystemExit(max(codes))
+    lines: list[str] = []
+    for project in projects:
+        argv = ops.logs_argv(project, services=services, follow=False, tail=tail, timestamps=timestamps)
+        text = ops.run_compose(project, *argv[argv.index("logs"):])
+        lines += text.splitlines()
+    if as_json:
+        emit_json({"out": str(out_dir), "projects": [p.name for p in projects], "services": list(services),
+                   "lines": lines})
+        return
+    for line in lines:
+        click.echo(line)
+
+
+@click.command()
+@out_option
+@standard_options
+def status(out_dir: Path, as_json: bool) -> None:
+    """Ask a running stack how it is: health, model, KV cache usage, requests running and waiting."""
+    from kit import ops
+
+    data = ops.status(out_dir)
+    healthy = data["health"] == "ok"
+    if as_json:
+        problems = None if healthy else [problem_json(None, f"{data['url']}/health: {data['health']}",
+                                                      "see `kit logs --out DIR`")]
+        emit_json(data, ok=healthy, problems=problems)
+    else:
+        from kit.cli.output import key_values
+
+        kv = data["kv_cache_usage_perc"]
+        key_values([
+            ("project", data["project"] or "(none running)"),
+            ("container", f"{data['container'] or '-'} ({data['state'] or 'absent'}, health {data['container_health'] or '-'})"),
+            ("url", data["url"]),
+            ("health", data["health"]),
+            ("model", ", ".join(data["models"]) or f"- (/v1/models: {data['models_http'] or 'no answer'})"),
+            ("KV cache", "-" if kv is None else f"{kv * 100:.1f} % used"),
+            ("requests", f"{_count(data['requests_running'])} running, {_count(data['requests_waiting'])} waiting"),
+        ])
+    if not healthy:
+        raise SystemExit(1)
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
