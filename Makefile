@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-plan golden schema lint clean
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan golden schema lint clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -81,6 +81,11 @@ loadtest: $(VENV)/.installed-loadtest  ## load-test the stack `make run` started
 
 bench: setup  ## build, size and start-up figures (printed, not asserted)
 	$(PYTHON) bench/bench.py --wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE)
+	$(PYTHON) bench/image_sizes.py
+
+bench-size: install  ## slim images' size breakdown vs the official image's published size; pruning's cut from the rtx4090-awq wheelhouse
+	$(PYTHON) bench/image_sizes.py
+	$(PYTHON) bench/image_sizes.py --wheelhouse $(CACHE_DIR)/wheelhouse-rtx4090-awq --arch 8.9
 
 bench-plan: install  ## memory planner error against real vLLM start-up logs
 	$(PYTHON) bench/plan_accuracy.py

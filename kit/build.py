@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.deployment import FETCH_FILE
+from kit.deployment import FETCH_FILE, PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE
 from kit.docker_engine import docker_client
 from kit.errors import BuildError, KitError
 from kit.secretrules import redact
 from kit.wheelhouse import LOCK_NAME
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
+OPTIONAL_CONTEXT_FILES = (PRUNE_SCRIPT_FILE, PRUNE_RULES_FILE)  # rendered for images that prune
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
 PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")
@@ -111,6 +112,9 @@ def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Pat
     context_dir.mkdir(parents=True)
     for name in CONTEXT_FILES:
         shutil.copy2(rendered_dir / name, context_dir / name)
+    for name in OPTIONAL_CONTEXT_FILES:
+        if (rendered_dir / name).is_file():
+            shutil.copy2(rendered_dir / name, context_dir / name)
     if wheelhouse is not None:
         wheels = wheels_for_lock(wheelhouse)
         target = context_dir / "wheels"

@@ -72,3 +72,22 @@ def gpu_names() -> list[str]:
         names.append(key)
         names.extend(str(a).lower() for a in entry.get("aliases", []))
     return names
+
+
+def prune_rules() -> dict[str, Any]:
+    """What slim GPU images leave out (kit/data/prune.yaml), as kit/prune.py reads it."""
+    return load_yaml("prune.yaml")
+
+
+FLOOR_DIR = DATA_DIR / "floor"
+
+
+@functools.cache
+def floor_files(name: str = "vllm-0.26.0-h200") -> list[dict[str, Any]]:
+    """The measured floor (kit/data/floor/NAME.json.xz): one dict per file, keyed by the file's `columns`."""
+    import json
+    import lzma
+
+    with lzma.open(FLOOR_DIR / f"{name}.json.xz", "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    return [dict(zip(data["columns"], row)) for row in data["files"]]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from kit.datafiles import gpu_catalog, load_yaml, vllm_table
+from kit.datafiles import gpu_catalog, load_yaml, prune_rules, vllm_table
 from kit.errors import PresetError
 from kit.preset import Preset, check_pinned_ref
 
@@ -31,6 +31,10 @@ LAUNCHER_DIR = "/opt/kit"
 # root-owned and read-only to the server's user; its content is part of the image's tag (kit/render.py).
 FETCH_FILE = "fetch_files.py"
 FETCH_SCRIPT_PATH = f"/opt/vllm-kit/{FETCH_FILE}"
+# Slim GPU images cut their environment to the floor in the builder stage: kit/prune.py is rendered as this
+# script beside the Dockerfile, with kit/data/prune.yaml as JSON (both only for strategies prune.yaml names).
+PRUNE_SCRIPT_FILE = "prune_site.py"
+PRUNE_RULES_FILE = "prune-rules.json"
 # One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
 # which exits when /health stops answering while the server process lives, so the restart policy acts.
 WATCHDOG_FILE = "serve_watchdog.py"
@@ -146,7 +150,9 @@ class Deployment:
     cuda: str | None
     min_driver: str | None
     requirements: list[str]
-    exclude_packages: list[str]  # resolved dependencies the image leaves out (see kit/data/vllm.yaml)
+    exclude_packages: list[str]  # resolved dependencies the image leaves out (kit/data/vllm.yaml, prune.yaml)
+    prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
+    prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
     runtime_packages: list[str]  # distro packages the runtime stage needs
     runtime_packages_reason: str
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
@@ -301,8 +307,16 @@ def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
     return [], ""
 
 
+def prunes(preset: Preset) -> bool:
+    return preset.image.strategy in prune_rules()["applies_to"]
+
+
 def exclude_packages_for(preset: Preset) -> list[str]:
-    return list(vllm_table()["cpu"]["exclude"]) if preset.image.strategy == "cpu" else []
+    if preset.image.strategy == "cpu":
+        return list(vllm_table()["cpu"]["exclude"])
+    if prunes(preset):
+        return [d["name"] for d in prune_rules()["distributions"]]
+    return []
 
 
 def image_env_for(preset: Preset) -> dict[str, str]:
@@ -484,7 +498,7 @@ def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
 # What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
 # from one build, as the image never depends on the model or the flags.
 IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-                "exclude_packages", "runtime_packages", "image_env", "pip_index_url")
+                "exclude_packages", "prune", "prune_arch", "runtime_packages", "image_env", "pip_index_url")
 
 
 def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
@@ -591,6 +605,8 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         min_driver=min_driver,
         requirements=requirements_for(preset),
         exclude_packages=exclude_packages_for(preset),
+        prune=prunes(preset),
+        prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
         runtime_packages=runtime_packages,
         runtime_packages_reason=runtime_packages_reason,
         image_env=image_env_for(preset),

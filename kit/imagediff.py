@@ -7,6 +7,7 @@ compared too (environment, entrypoint, user, labels, platform), without its crea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import tarfile
@@ -66,8 +67,9 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "other"
 
 
-def image_manifest(ref: str, progress: Callable[[str], None] | None = None) -> dict[str, Entry]:
-    """{path: Entry} for every file in the image, from its flattened file system."""
+@contextlib.contextmanager
+def exported(ref: str) -> Iterator[io.BufferedReader]:
+    """The image's flattened file system as a tar stream (``docker export`` of a created, never started container)."""
     from docker.errors import ImageNotFound
 
     client = docker_client()
@@ -77,10 +79,15 @@ def image_manifest(ref: str, progress: Callable[[str], None] | None = None) -> d
         raise KitError(f"image {ref}: not on this engine") from None
     container = client.containers.create(ref, entrypoint=["/kit-never-runs"], command=[], network_disabled=True)
     try:
-        stream = io.BufferedReader(_ChunkReader(iter(container.export(chunk_size=1 << 20))), buffer_size=1 << 20)
-        return manifest_from_tar(stream, ref, progress)
+        yield io.BufferedReader(_ChunkReader(iter(container.export(chunk_size=1 << 20))), buffer_size=1 << 20)
     finally:
         container.remove(force=True)
+
+
+def image_manifest(ref: str, progress: Callable[[str], None] | None = None) -> dict[str, Entry]:
+    """{path: Entry} for every file in the image, from its flattened file system."""
+    with exported(ref) as stream:
+        return manifest_from_tar(stream, ref, progress)
 
 
 def manifest_from_tar(stream, label: str = "", progress: Callable[[str], None] | None = None) -> dict[str, Entry]:  # noqa: ANN001

@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kit.checks import CheckReport, check_preset
-from kit.deployment import FETCH_FILE, Deployment, plan_deployment, side_by_side_preset, side_by_side_problems
+from kit.deployment import (FETCH_FILE, PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, Deployment, plan_deployment,
+                            side_by_side_preset, side_by_side_problems)
 from kit.errors import PresetError, Problem
 from kit.preset import Preset, display_path, load_preset
 from kit.profiles import check_profiles
@@ -28,7 +29,8 @@ class Prepared:
     @property
     def image_ref(self) -> str:
         files = self.files
-        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE])
+        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE],
+                            *(files[name] for name in (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE) if name in files))
 
 
 def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,

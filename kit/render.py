@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from importlib import resources
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +21,8 @@ DOCKERIGNORE = """\
 !Dockerfile
 !requirements.txt
 !fetch_files.py
+!prune_site.py
+!prune-rules.json
 !wheels/
 """
 
@@ -97,17 +101,30 @@ def requirements_text(d: Deployment) -> str:
     return "\n".join(lines) + "\n"
 
 
-def content_tag(dockerfile: str, requirements: str, fetch_script: str) -> str:
+def content_tag(dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:
     """A tag that changes exactly when the image's inputs change (not with flags or the model): the fetch
-    script is COPYed into the image, so a change to it must rebuild."""
-    digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script)).encode()).hexdigest()
+    script is COPYed into the image, and the prune script and rules decide its files, so a change to any of
+    them must rebuild."""
+    digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script, *build_files)).encode()).hexdigest()
     return digest[:12]
 
 
-def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str) -> str:
+def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:
     if d.preset.image.pin_digest:  # production: the exact image `kit push` recorded
         return f"{d.image_repository}@{d.preset.image.pin_digest}"
-    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script)}"
+    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script, *build_files)}"
+
+
+def prune_files(d: Deployment) -> dict[str, str]:
+    """The prune step's build files (kit/prune.py and kit/data/prune.yaml as JSON), for images that prune."""
+    if not d.prune:
+        return {}
+    from kit.datafiles import prune_rules
+
+    source = resources.files("kit").joinpath("prune.py").read_text(encoding="utf-8")
+    rules = json.dumps(prune_rules(), indent=1, sort_keys=True) + "\n"
+    # Sorted by name: the order the content tag hashes them in.
+    return {dep.PRUNE_RULES_FILE: rules, dep.PRUNE_SCRIPT_FILE: source}
 
 
 TARGETS = ("compose", "k8s")
@@ -149,11 +166,12 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
 
     requirements = requirements_text(d)
     script = fetch_script()
+    pruning = prune_files(d)
     draft = RenderContext(d=d, image_ref="")
     dockerfile = render_template(template, c=draft)
     ctx = RenderContext(
         d=d,
-        image_ref=image_ref_for(d, dockerfile, requirements, script),
+        image_ref=image_ref_for(d, dockerfile, requirements, script, *pruning.values()),
         plan_lines=list(plan_lines or []),
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
@@ -169,6 +187,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         dep.FETCH_FILE: script,
         ".dockerignore": DOCKERIGNORE,
         ".env.example": render_template("env.example.j2", c=ctx),
+        **pruning,
     }
     if target == "k8s":
         from kit.k8s import render_manifests

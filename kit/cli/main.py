@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("kit.cli.lock:lock", "Pin a preset's inputs."),
     "push": ("kit.cli.push:push", "Push a built image."),
     "image-diff": ("kit.cli.imagediff:image_diff", "Compare two images' content."),
+    "image-size": ("kit.cli.imagesize:image_size", "Size an image by layer, Python distribution and directory."),
     "smoke": ("kit.cli.smoke:smoke", "Prove a preset's stack answers."),
     "probe": ("kit.cli.probe:probe", "Measure a preset's real start-up."),
     "loadtest": ("kit.cli.loadtest:loadtest", "Load-test a running stack."),

@@ -1,0 +1,71 @@
+"""Slim images' sizes beside the official image's published size (printed, not asserted).
+
+For every local image the kit built with strategy slim (label io.vllm-kit.strategy=slim), prints `kit
+image-size`'s breakdown and the ratio to each published official size (kit/data/vllm.yaml
+official_image_sizes). With IMAGE arguments, those images instead.
+
+    python bench/image_sizes.py [IMAGE ...]
+    python bench/image_sizes.py --wheelhouse DIR --arch 8.9   # what pruning takes from that wheelhouse's lock
+
+The second form needs no image: it sums the installed size of every wheel the lock names (file sizes in the
+wheels) and what kit/prune.py's rules would remove from them, per rule: the after-size of a slim image
+without building it.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+from kit.datafiles import vllm_table
+from kit.docker_engine import docker_client
+from kit.datafiles import prune_rules
+from kit.imagesize import format_breakdown, human, image_sizes
+from kit.prune import file_rules, matching_rule, normalise_name
+
+
+def prune_estimate(wheelhouse: Path, arch: str) -> None:
+    rules = prune_rules()
+    compiled = file_rules(rules, arch)
+    excluded = {normalise_name(d["name"]) for d in rules["distributions"]}
+    total, removed, by_rule = 0, 0, {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name = normalise_name(wheel.name.split("-")[0])
+        for info in zipfile.ZipFile(wheel).infolist():
+            if info.is_dir():
+                continue
+            total += info.file_size
+            why = f"distribution {name}" if name in excluded else (matching_rule(info.filename, compiled) or {}).get("pattern")
+            if why:
+                removed += info.file_size
+                by_rule[why] = by_rule.get(why, 0) + info.file_size
+    print(f"{wheelhouse.name}: wheels install {human(total)}; the prune rules (arch {arch}) remove {human(removed)}, "
+          f"leaving {human(total - removed)}")
+    for why, size in sorted(by_rule.items(), key=lambda kv: -kv[1]):
+        print(f"  {human(size):>10}  {why}")
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--wheelhouse"]:
+        prune_estimate(Path(argv[1]), argv[argv.index("--arch") + 1] if "--arch" in argv else "9.0")
+        return 0
+    refs = argv or sorted({img.tags[0] for img in docker_client().images.list(
+        filters={"label": "io.vllm-kit.strategy=slim"}) if img.tags})
+    if not refs:
+        print("no slim image on this engine (build one: kit build preset=rtx4090-awq --wheelhouse DIR)")
+        return 0
+    for ref in refs:
+        result = image_sizes(ref, progress=lambda m: print(m, file=sys.stderr))
+        print(format_breakdown(result))
+        size = docker_client().images.get(ref).attrs["Size"]
+        for point in vllm_table()["official_image_sizes"]:
+            official = point["gb"] * 1e9
+            print(f"  vs {point['image']} ({point['date']}, {point['gb']} GB; {point['source']}): "
+                  f"{human(size)} = {size / official:.2f}x")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""The prune rules (kit/data/prune.yaml) against the measured floor, and kit/prune.py on real directories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit import prune
+from kit.datafiles import floor_files, prune_rules
+
+pytestmark = pytest.mark.unit
+
+FLOOR_ARCH = "9.0"  # the floor was measured on an H200
+
+
+def test_no_rule_removes_a_file_the_floor_run_read():
+    compiled = prune.file_rules(prune_rules(), FLOOR_ARCH)
+    site_files = [f for f in floor_files() if f["where"] != "system"]
+    assert len(site_files) > 5000  # the list is the real measurement, not an empty stand-in
+    hits = [(f["path"], prune.matching_rule(f["path"], compiled)["pattern"]) for f in site_files
+            if prune.matching_rule(f["path"], compiled)]
+    assert hits == []
+
+
+def test_floor_holds_what_a_cuda_server_must_load():
+    paths = {f["path"] for f in floor_files()}
+    for needed in ("torch/lib/libtorch_cuda.so", "triton/_C/libtriton.so", "nvidia/cu13/lib/libcublasLt.so.13",
+                   "triton/backends/nvidia/bin/ptxas", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"):
+        assert needed in paths, needed
+    # cuDNN's engine libraries were never read: the reason its rule exists.
+    assert not [p for p in paths if p.startswith("nvidia/cudnn/lib/libcudnn_")]
+
+
+def test_every_rule_says_why_and_distributions_are_not_floor_requirements():
+    rules = prune_rules()
+    for rule in rules["files"] + rules["keep"] + rules["distributions"]:
+        assert len(rule["reason"]) > 20, rule
+    names = {prune.normalise_name(d["name"]) for d in rules["distributions"]}
+    assert "torchvision" not in names  # vLLM 0.26 imports it at start-up: the pruned run failed without it
+    assert {"torchaudio", "opencv-python-headless"} <= names
+
+
+@pytest.mark.parametrize(("pattern", "path", "matches"), [
+    ("**/*.a", "nvidia/x/lib/libfoo.a", True),
+    ("**/*.a", "libfoo.a", True),
+    ("**/*.a", "libfoo.abi3.so", False),
+    ("nvidia/cudnn/lib/libcudnn_*.so*", "nvidia/cudnn/lib/libcudnn_adv.so.9", True),
+    ("nvidia/cudnn/lib/libcudnn_*.so*", "nvidia/cudnn/lib/libcudnn.so.9", False),
+    ("**/tests/**", "numpy/_core/tests/test_a.py", True),
+    ("**/tests/**", "numpy/_core/testing/a.py", False),
+    ("triton/backends/nvidia/lib/cupti*/**", "triton/backends/nvidia/lib/cupti-blackwell/libcupti.so", True),
+    ("torch/bin/protoc*", "torch/binx/protoc", False),
+])
+def test_pattern_semantics(pattern, path, matches):
+    assert bool(prune.pattern_regex(pattern).match(path)) is matches
+
+
+def test_arch_conditions():
+    rules = {r["pattern"]: r for r in prune_rules()["files"]}
+    fa3, fa2 = rules["vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"], rules["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"]
+    assert prune.rule_applies(fa3, "8.9") and not prune.rule_applies(fa3, "9.0")
+    assert prune.rule_applies(fa2, "9.0") and not prune.rule_applies(fa2, "8.9") and not prune.rule_applies(fa2, "10.0")
+    assert not prune.rule_applies(fa3, None)  # no GPU named: no family rule
+    assert prune.rule_applies(rules["**/*.a"], None)
+
+
+def _site(tmp_path: Path) -> Path:
+    site = tmp_path / "site-packages"
+    files = {
+        "torchaudio/__init__.py": "x", "torchaudio/lib/libtorchaudio.so": "x" * 100,
+        "torch/__init__.py": "x", "torch/fx/passes/tests/__init__.py": "", "torch/lib/libtorch_cuda.so": "y" * 50,
+        "numpy/_core/tests/test_x.py": "z" * 10, "nvidia/cudnn/lib/libcudnn.so.9": "c",
+        "nvidia/cudnn/lib/libcudnn_adv.so.9": "c" * 1000, "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": "f" * 7,
+    }
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    info = site / "torchaudio-2.11.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: torchaudio\n")
+    (info / "RECORD").write_text("torchaudio/__init__.py,,\ntorchaudio/lib/libtorchaudio.so,,\n"
+                                 "torchaudio-2.11.0.dist-info/RECORD,,\n")
+    return site
+
+
+def test_script_removes_by_record_and_pattern_and_keeps_the_rest(tmp_path):
+    site = _site(tmp_path)
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps(prune_rules()))
+    report = tmp_path / "report.json"
+    # Run as the image runs it: the module file as a script, with nothing of the kit importable.
+    subprocess.run([sys.executable, "-I", prune.__file__, str(rules_file), str(site), "--arch", "8.9",
+                    "--report", str(report)], check=True, capture_output=True, cwd=tmp_path)
+    left = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    assert left == ["nvidia/cudnn/lib/libcudnn.so.9", "torch/__init__.py", "torch/fx/passes/tests/__init__.py",
+                    "torch/lib/libtorch_cuda.so"]
+    assert not (site / "torchaudio").exists() and not (site / "torchaudio-2.11.0.dist-info").exists()
+    by_rule = json.loads(report.read_text())[str(site)]["by_rule"]
+    assert by_rule["nvidia/cudnn/lib/libcudnn_*.so*"] == {"files": 1, "bytes": 1000}
+    assert by_rule["distribution torchaudio"]["files"] == 4  # RECORD's files and the dist-info's
+    assert by_rule["vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]["bytes"] == 7
+
+
+def test_dry_run_changes_nothing(tmp_path):
+    site = _site(tmp_path)
+    before = sorted(site.rglob("*"))
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps(prune_rules()))
+    assert prune.main([str(rules_file), str(site), "--dry-run"]) == 0
+    assert sorted(site.rglob("*")) == before
