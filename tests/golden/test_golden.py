@@ -26,6 +26,7 @@ VARIANTS = {
     "rtx3090x2-fp16@k8s": ("rtx3090x2-fp16", [], "k8s"),
     "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
     "cpu+cpu-embed": ("cpu", [], "compose"),
+    "cpu@replicas2": ("cpu", ["runtime.replicas=2"], "compose"),  # two servers behind vLLM's router
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
