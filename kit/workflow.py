@@ -152,7 +152,11 @@ def smoke(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | N
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
     stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
     try:
-        checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port)
+        # With replicas the HTTP checks go through the router (the port); the container checks look at replica 1.
+        from kit.router import replica_service
+
+        service = replica_service(SERVICE, 1) if prepared.preset.runtime.replicas > 1 else None
+        checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port, service=service)
         tail = "" if all(c.ok for c in checks) else stack.logs_tail(30)
     finally:
         if not keep:

@@ -46,9 +46,18 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     else:
         result = build_stack(prepared, out_dir, wheelhouse=wheelhouse, extra_tags=list(tags), no_cache=no_cache,
                              progress=status)
+    router_ref = None
+    if prepared.preset.runtime.replicas > 1:  # the router in front of the replicas has its own small image
+        from kit.router import router_image_ref
+        from kit.workflow import ensure_router_image
+
+        ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
+        router_ref = router_image_ref(prepared.deployment, prepared.files)
     data = {"image_id": result.image_id, "tags": result.tags, "size_bytes": result.size_bytes,
             "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
+    if router_ref:
+        data["router_image"] = router_ref
     if as_json:
         emit_json(data)
         return
@@ -59,3 +68,5 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     for key, value in sorted(result.labels.items()):
         click.echo(f"label   {key}={value}")
     click.echo(f"log     {result.log_path} (command: {result.script_path})")
+    if router_ref:
+        click.echo(f"router  {router_ref}")
