@@ -52,10 +52,10 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
                 f"{hw.count} per node x {hw.nodes} node(s) = {gpus}",
                 "lower the parallel sizes or raise hardware.count / hardware.nodes",
             ))
-        elif ranks < gpus:
+        elif ranks * preset.runtime.replicas < gpus:
             problems.append(Problem(
                 f"{where}: engine.tensor_parallel_size",
-                f"only {ranks} of the {gpus} GPUs mapped into the stack would be used",
+                f"only {ranks * preset.runtime.replicas} of the {gpus} GPUs mapped into the stack would be used",
                 "raise tensor_parallel_size (or pipeline_parallel_size), or lower hardware.count",
             ))
         if hw.nodes > 1 and eng.distributed_executor_backend not in (None, "ray"):
@@ -195,6 +195,9 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     report.errors += check_parallelism(where, preset)
     if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
         report.warnings += check_exposure(where, preset)
+    from kit.router import replica_problems
+
+    report.errors += replica_problems(where, preset, target)
     cluster_errors, cluster_warnings = check_cluster(where, preset, target)
     report.errors += cluster_errors
     report.warnings += cluster_warnings

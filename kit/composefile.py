@@ -227,6 +227,13 @@ def compose_file(ctx: Any) -> str:
         doc["include"] = [_s(path) for path in ctx.includes]
     doc["services"] = {fetch: fetch_service(ctx), serve: server}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
+    replica_comments: dict[Path, list[str]] = {}
+    if rt.replicas > 1:  # N copies of the server behind vLLM's router (kit/router.py)
+        from kit.router import replicated_services
+
+        services, caches, replica_comments = replicated_services(ctx, server, _s)
+        doc["services"] = {fetch: doc["services"][fetch], **services}
+        doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
     profile_comments = _merge_profiles(ctx, doc)
     comments = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
@@ -242,6 +249,12 @@ def compose_file(ctx: Any) -> str:
         **_runtime_comments(ctx, ("services", serve)),
         **profile_comments,
     }
+    if replica_comments:  # the server's comments go to the first replica, which has the same keys
+        from kit.router import replica_service
+
+        first = ("services", replica_service(serve, 1))
+        comments = {(first + k[2:] if k[:2] == ("services", serve) else k): v for k, v in comments.items()}
+        comments.update(replica_comments)
     start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
              if ctx.included_by else "Start: docker compose up -d --wait    Stop: docker compose down")
     header = [*_header(ctx), start, SECRETS_LINE, *_notes(ctx)]

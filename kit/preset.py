@@ -260,6 +260,14 @@ class Runtime(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
     cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
     cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
+    replicas: int = Field(
+        1, ge=1, le=64, description="Servers of this preset behind one vLLM router (vllm-router) on runtime.port; "
+        "GPU replicas get disjoint GPUs (tensor x pipeline parallel each, out of hardware.count)",
+    )
+    router_policy: str | None = Field(
+        None, description="With replicas: the router's load-balancing policy (kit/data/router.yaml lists them; "
+        "default round_robin)",
+    )
     k8s_runtime_class: str | None = Field(
         None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,
         description="Kubernetes target: the pods' runtimeClassName (e.g. nvidia where the NVIDIA runtime is not "
@@ -274,6 +282,14 @@ class Runtime(Strict):
         if ram_in_bytes(value) == 0:
             raise ValueError("shm_size 0 gives Docker's 64 MiB default; omit it to let the kit size /dev/shm")
         return str(value)
+
+    @field_validator("router_policy")
+    @classmethod
+    def _known_policy(cls, value: str | None) -> str | None:
+        policies = load_yaml("router.yaml")["policies"]
+        if value is not None and value not in policies:
+            raise ValueError(f"unknown router policy {value!r} (one of {', '.join(policies)})")
+        return value
 
     @field_validator("bind_address")
     @classmethod

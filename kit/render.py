@@ -162,6 +162,10 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
     if profiles and target != "compose":
         raise ValueError("profiles need the compose target")
+    if companions and d.preset.runtime.replicas > 1:
+        raise ValueError("side-by-side servers and replicas behind a router are not combined yet")
+    if profiles and d.preset.runtime.replicas > 1:
+        raise ValueError("profiles (--with) and replicas behind a router are not combined yet")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
 
     requirements = requirements_text(d)
@@ -198,6 +202,10 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
         for parts in ctx.profile_parts:
             files.update(parts.files)
+        if d.preset.runtime.replicas > 1:
+            from kit.router import router_files
+
+            files.update(router_files(d, ctx.uid, ctx.user))
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
             other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profile_parts=(),

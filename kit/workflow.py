@@ -17,7 +17,7 @@ from kit.docker_engine import docker_client
 from kit.errors import KitError
 from kit.pipeline import Prepared, prepare
 from kit.smoke import Check, run_checks
-from kit.stack import KIT_DIR, Stack, ensure_tiny_model, require_free_port, write_smoke_env
+from kit.stack import KIT_DIR, SERVICE, Stack, ensure_tiny_model, require_free_port, write_smoke_env
 from kit.write import write_files
 
 Progress = Callable[[str], None]
@@ -72,6 +72,21 @@ def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, 
         progress(f"built {prepared.image_ref} in {result.seconds:.0f} s ({result.size_bytes / 2**30:.2f} GiB)")
 
 
+def ensure_router_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None,
+                        progress: Progress | None) -> None:
+    """Replicas: the router's own small image (kit/router.py), from a wheelhouse beside the server's."""
+    from kit.router import ROUTER_SERVICE, build_router_image, router_image_ref, router_wheelhouse
+
+    ref = router_image_ref(prepared.deployment, prepared.files)
+    if image_exists(ref):
+        return
+    wheels = None
+    if wheelhouse is not None:
+        wheels = router_wheelhouse(prepared.deployment, wheelhouse.with_name(f"{wheelhouse.name}-{ROUTER_SERVICE}"),
+                                   progress)
+    build_router_image(prepared.deployment, out_dir, wheels, progress)
+
+
 def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -> None:
     model = prepared.preset.model
     if not model.is_local:
@@ -104,6 +119,12 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
     rt = prepared.preset.runtime
     require_free_port(rt.bind_address, rt.port)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    front = SERVICE
+    if rt.replicas > 1:
+        from kit.router import ROUTER_SERVICE
+
+        ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+        front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
     deadline = timeout or prepared.deployment.healthcheck_start_period + 120
@@ -111,7 +132,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         if progress:
             progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")
         stack.up()
-        ready = stack.wait_healthy(deadline, progress)
+        ready = stack.wait_healthy(deadline, progress, service=front)
     except BaseException as exc:
         tail = stack.logs_tail(30)
         stack.down(volumes=False)
@@ -131,7 +152,11 @@ def smoke(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | N
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
     stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
     try:
-        checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port)
+        # With replicas the HTTP checks go through the router (the port); the container checks look at replica 1.
+        from kit.router import replica_service
+
+        service = replica_service(SERVICE, 1) if prepared.preset.runtime.replicas > 1 else None
+        checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port, service=service)
         tail = "" if all(c.ok for c in checks) else stack.logs_tail(30)
     finally:
         if not keep:

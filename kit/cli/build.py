@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
+from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 
 
 @click.command()
@@ -41,9 +41,18 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     with progress("build") as on_line:
         result = _build(prepared, out_dir, locked=locked, lock_path=lock_path, wheelhouse=wheelhouse, offline=offline,
                         no_cache=no_cache, tags=tags, progress=on_line)
+    router_ref = None
+    if prepared.preset.runtime.replicas > 1:  # the router in front of the replicas has its own small image
+        from kit.router import router_image_ref
+        from kit.workflow import ensure_router_image
+
+        ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
+        router_ref = router_image_ref(prepared.deployment, prepared.files)
     data = {"image_id": result.image_id, "tags": result.tags, "size_bytes": result.size_bytes,
             "labels": result.labels, "seconds": round(result.seconds, 1), "cached_steps": result.cached_steps,
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
+    if router_ref:
+        data["router_image"] = router_ref
     if as_json:
         emit_json(data)
         return
@@ -53,7 +62,8 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
                 ("size", f"{result.size_bytes / 2**30:.2f} GiB"),
                 ("time", f"{result.seconds:.0f} s ({result.cached_steps}/{result.total_steps} steps cached)"),
                 *(("label", f"{key}={value}") for key, value in sorted(result.labels.items())),
-                ("log", f"{result.log_path} (command: {result.script_path})")])
+                ("log", f"{result.log_path} (command: {result.script_path})"),
+                *((("router", router_ref),) if router_ref else ())])
 
 
 def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001

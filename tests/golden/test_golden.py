@@ -29,6 +29,7 @@ VARIANTS = {
     "cpu@monitoring": ("cpu", [], "compose"),
     "a100x8@nodes2-monitoring": ("a100x8", ["hardware.nodes=2", "cluster.head_address=ray-head.example.internal"],
                                  "compose"),
+    "cpu@replicas2": ("cpu", ["runtime.replicas=2"], "compose"),  # two servers behind vLLM's router
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
