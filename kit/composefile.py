@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from kit.safevalue import check_text, compose_escape
+from kit.webui import webui_profile
 
 Path = tuple[str, ...]
 
@@ -182,6 +183,9 @@ def _notes(ctx: Any) -> list[str]:
     return ([f"Host: {note}." for note in ctx.d.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
 
 
+# --with NAME -> the function that returns what the profile adds to the stack.
+PROFILE_BUILDERS = {"webui": webui_profile}
+
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
 
 
@@ -215,6 +219,13 @@ def compose_file(ctx: Any) -> str:
         doc["include"] = [_s(path) for path in ctx.includes]
     doc["services"] = {fetch: fetch_service(ctx), serve: server}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
+    profile_comments: dict[Path, list[str]] = {}
+    for name in ctx.profiles:
+        # One builder per profile, each returning its services, volumes and comments (kit/webui.py).
+        profile = PROFILE_BUILDERS[name](ctx)
+        doc["services"].update(profile.services)
+        doc["volumes"].update(profile.volumes)
+        profile_comments.update(profile.comments)
     comments = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
                        "and healthchecks."],
@@ -227,6 +238,7 @@ def compose_file(ctx: Any) -> str:
             "tini as PID 1: if the server dies or hangs (the watchdog exits), the container exits and the restart",
             "policy brings it back."],
         **_runtime_comments(ctx, ("services", serve)),
+        **profile_comments,
     }
     start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
              if ctx.included_by else "Start: docker compose up -d --wait    Stop: docker compose down")

@@ -61,15 +61,19 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
 
 
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
-            force: bool = False, target: str = "compose", with_presets: list[str] | None = None) -> Prepared:
+            force: bool = False, target: str = "compose", with_presets: list[str] | None = None,
+            profiles: list[str] | None = None) -> Prepared:
     name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
     try:
         deployment = plan_deployment(name, preset, base_image=base_image)
         companions = companions_for(deployment, list(with_presets or []), base_image=base_image, force=force)
         if companions and (target != "compose" or deployment.cluster is not None):
             raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
+        if profiles and (target != "compose" or deployment.cluster is not None):
+            raise PresetError(f"--with {profiles[0]}: profiles need the compose target of a one-node preset")
         files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan,
-                       companions=tuple(Companion(c.deployment, c.report.plan_lines) for c in companions))
+                       companions=tuple(Companion(c.deployment, c.report.plan_lines) for c in companions),
+                       profiles=tuple(profiles or ()))
     except UnsafeValue as exc:  # validation applies the same rules; this catches --base-image and derived values
         raise PresetError(f"{display_path(path)}: {exc}") from None
     return Prepared(name, path, preset, report, deployment, files,

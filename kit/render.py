@@ -41,6 +41,7 @@ class RenderContext:
     service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
     included_by: str = ""  # that stack's main file, for the header
     includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
+    profiles: tuple[str, ...] = ()  # --with: services beside the server (kit/webui.py)
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
@@ -132,7 +133,7 @@ def launcher_text(name: str = dep.LAUNCHER_FILE) -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Any = None, companions: tuple[Companion, ...] = ()) -> dict[str, str]:
+           plan: Any = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
     adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes.
     k8s: Kubernetes manifests in k8s/ (see kit/k8s.py). The image's files are the same for both."""
@@ -140,6 +141,8 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         raise ValueError(f"unknown target {target!r}")
     if companions and (target != "compose" or d.cluster is not None):
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
+    if profiles and (target != "compose" or d.cluster is not None):
+        raise ValueError("--with profiles need the compose target of a one-node stack")
     template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
 
     requirements = requirements_text(d)
@@ -152,6 +155,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan_lines=list(plan_lines or []),
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
+        profiles=tuple(profiles),
     )
     files = {
         "Dockerfile": dockerfile,
@@ -169,7 +173,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
-            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[],
+            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profiles=(),
                             service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
             files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
     else:

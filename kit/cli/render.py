@@ -9,6 +9,8 @@ import click
 from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
 from kit.cli.completion import complete_preset_name
 
+# The names kit.composefile.PROFILE_BUILDERS knows (kept here so `--help` imports no renderer).
+PROFILES = ["webui"]
 STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
 
 
@@ -24,16 +26,19 @@ STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "iden
 @click.option("--with-preset", "with_presets", metavar="NAME", multiple=True, shell_complete=complete_preset_name,
               help="Run this preset's server beside the main one in the same compose stack (repeatable), "
                    "e.g. an embedding server beside a chat server: its own port, volumes and healthcheck, the same image.")
+@click.option("--with", "profiles", type=click.Choice(PROFILES), multiple=True,
+              help="Add a service beside the server (repeatable): webui = Open WebUI, a chat front end on its endpoint.")
 @standard_options
 def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
-           base_image: str | None, target: str, with_presets: tuple[str, ...], as_json: bool) -> None:
+           base_image: str | None, target: str, with_presets: tuple[str, ...], profiles: tuple[str, ...],
+           as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME]."""
     from kit.pipeline import prepare
     from kit.write import write_files
 
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target,
-                       with_presets=list(with_presets))
+                       with_presets=list(with_presets), profiles=list(dict.fromkeys(profiles)))
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))

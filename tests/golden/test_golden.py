@@ -26,17 +26,22 @@ VARIANTS = {
     "rtx3090x2-fp16@k8s": ("rtx3090x2-fp16", [], "k8s"),
     "orin@k8s": ("orin", [], "k8s"),  # runtimeClassName nvidia
     "cpu+cpu-embed": ("cpu", [], "compose"),
+    "cpu+webui": ("cpu", [], "compose"),
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
+# Stacks with --with profiles: golden name -> the profiles.
+PROFILES = {"cpu+webui": ["webui"]}
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
-COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10"}
+# The webui profile requires WEBUI_SECRET_KEY from .env.
+COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "WEBUI_SECRET_KEY": "golden-test-not-a-secret"}
 
 
 def render_case(name: str) -> dict[str, str]:
     preset, overrides, target = CASES[name]
-    return prepare(preset, overrides, target=target, with_presets=WITH_PRESETS.get(name)).files
+    return prepare(preset, overrides, target=target, with_presets=WITH_PRESETS.get(name),
+                   profiles=PROFILES.get(name)).files
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
