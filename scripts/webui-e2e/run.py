@@ -54,7 +54,7 @@ class Runner:
                               capture_output=capture)
 
 
-def ensure_wheelhouse(run, wheelhouse: Path, version: str, torch: str) -> None:
+def ensure_wheelhouse(run, wheelhouse: Path, version: str, torch: str, extra: list[str]) -> None:
     if list(wheelhouse.glob(f"open_webui-{version}-*.whl")):
         say(f"wheelhouse {wheelhouse}: open-webui {version} present")
         return
@@ -63,7 +63,7 @@ def ensure_wheelhouse(run, wheelhouse: Path, version: str, torch: str) -> None:
                              "manylinux2014_x86_64", "linux_x86_64", "any") for a in ("--platform", p)]
     # Wheels for the image's Python (Debian 12's 3.11), whatever Python runs this script.
     run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version", "3.11", *platforms,
-         "-d", wheelhouse, f"open-webui=={version}", torch])
+         "-d", wheelhouse, f"open-webui=={version}", torch, *extra])
 
 
 def ensure_image(run, tag: str, wheelhouse: Path, version: str, torch: str, base_image: str) -> None:
@@ -121,7 +121,7 @@ def main() -> int:
     kit = [sys.executable, "-m", "kit.cli.main"]
     same = [f"preset={PRESET}", "--out", run_dir, "--base-image", args.base_image]
 
-    ensure_wheelhouse(run, args.wheelhouse, version, torch)
+    ensure_wheelhouse(run, args.wheelhouse, version, torch, list(data["e2e"]["extra_requirements"]))
     ensure_image(run, tag, args.wheelhouse, version, torch, args.base_image)
 
     started = time.monotonic()
