@@ -7,6 +7,7 @@ environment Open WebUI reads) are in kit/data/webui.yaml with their sources.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -29,7 +30,6 @@ class Profile:
     services: dict[str, Any]
     volumes: dict[str, Any]
     comments: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
-    header: list[str] = field(default_factory=list)
 
 
 def _s(value: object) -> str:
@@ -51,6 +51,10 @@ def webui_profile(ctx: Any) -> Profile:
         "OPENAI_API_BASE_URL": _s(f"http://{ctx.server_service}:{ctx.port}/v1"),
         **{k: _s(v) for k, v in data["environment"].items()},
     }
+    if data["auto_tool_flag"] not in ctx.d.serve_args:
+        # No tool parser on the server: Open WebUI's native tool calls would be refused (kit/data/webui.yaml).
+        mode = data["function_calling_without_tool_parser"]
+        environment["DEFAULT_MODEL_PARAMS"] = _s(json.dumps({"function_calling": mode}))
     # Fixed text, the one place compose interpolation is meant: the values live in .env only.
     for name, source in data["secret_env"].items():
         environment[name] = f"${{{source}:-}}"

@@ -16,6 +16,7 @@ Every command run is appended to RUN_DIR/webui-e2e.sh, so a failing step can be 
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import shlex
 import shutil
@@ -121,6 +122,7 @@ def main() -> int:
     kit = [sys.executable, "-m", "kit.cli.main"]
     same = [f"preset={PRESET}", "--out", run_dir, "--base-image", args.base_image]
 
+    began = time.monotonic()
     ensure_wheelhouse(run, args.wheelhouse, version, torch, list(data["e2e"]["extra_requirements"]))
     ensure_image(run, tag, args.wheelhouse, version, torch, args.base_image)
 
@@ -144,6 +146,11 @@ def main() -> int:
                 "WEBUI_AUTH": "False",  # a fresh throwaway instance: no account to create
                 "OFFLINE_MODE": "True",  # no hub or update check is reachable here
                 "DEFAULT_MODELS": served,
+                # The background tasks Open WebUI runs after each reply (config.py) send long prompts of their own:
+                # off, so the server's log holds only the user's chat and the tiny model's 1024-token context fits.
+                "ENABLE_TITLE_GENERATION": "False",
+                "ENABLE_TAGS_GENERATION": "False",
+                "ENABLE_FOLLOW_UP_GENERATION": "False",
             },
         }}}, sort_keys=False))
         project = project_for(run_dir)  # the project `kit up` started
@@ -152,7 +159,8 @@ def main() -> int:
              int(args.timeout), "webui"], cwd=run_dir)
         url = f"http://127.0.0.1:{args.webui_port}/"
         wait_for_page(url, args.timeout)
-        say(f"Open WebUI up {time.monotonic() - started:.0f} s after `kit up` began; driving Chromium")
+        ready = time.monotonic() - started
+        say(f"Open WebUI up {ready:.0f} s after `kit up` began; driving Chromium")
         shot = run_dir / "webui-e2e.png"
         result = run(["/usr/bin/python3", HERE / "browser.py", url, args.message, shot, "--timeout", int(args.timeout)],
                      check=False, capture=True)
@@ -162,8 +170,21 @@ def main() -> int:
         if result.returncode != 0:
             say(f"FAILED: no reply in the browser; screenshot {shot}, Open WebUI's log {run_dir / 'webui.log'}")
             return 1
+        # What the page shows may be an error Open WebUI relays; the server's access log says whether the chat
+        # requests it received succeeded.
+        server_log = run(["docker", "compose", *files, "logs", "--no-color", server], cwd=run_dir, check=False,
+                         capture=True).stdout
+        (run_dir / "server.log").write_text(server_log)
+        statuses = re.findall(r'"POST /v1/chat/completions HTTP/[0-9.]+" (\d{3})', server_log)
+        ok, failed = statuses.count("200"), len(statuses) - statuses.count("200")
+        say(f"server: {ok} chat completions answered 200, {failed} failed")
+        if not ok or failed:
+            say(f"FAILED: the server refused chat requests (statuses {statuses}); see {run_dir / 'server.log'}, "
+                f"screenshot {shot}")
+            return 1
         print(f"reply from {served}: {result.stdout.strip()[:200]}")
         print(f"screenshot: {shot}")
+        print(f"wall time: {time.monotonic() - began:.0f} s (Open WebUI answering {ready:.0f} s after `kit up` began)")
         return 0
     finally:
         if not args.keep:

@@ -2,6 +2,7 @@
 server's OpenAI endpoint on the compose network, with secrets from .env only, its data on a named volume, a
 pinned image, a loopback port and the hardening it allows. `make webui-e2e` drives the real thing in a browser."""
 
+import json
 import re
 
 import pytest
@@ -32,6 +33,19 @@ def test_webui_points_at_the_server_service_and_its_container_port(stack):
     assert webui["environment"]["OPENAI_API_BASE_URL"] == f"http://{server_name}:{container_port}/v1"
     assert webui["depends_on"] == {server_name: {"condition": "service_healthy"}}
     assert webui["environment"]["ENABLE_OLLAMA_API"] == "False"
+
+
+def test_tool_calls_follow_the_servers_tool_parser(stack):
+    # The cpu preset's server has no tool parser: Open WebUI must not send `tools` (vLLM would refuse "auto").
+    _, doc = stack
+    assert "--enable-auto-tool-choice" not in doc["services"]["vllm"]["command"]
+    params = doc["services"][SERVICE]["environment"]["DEFAULT_MODEL_PARAMS"]
+    assert json.loads(params) == {"function_calling": "legacy"}
+    with_parser = prepare("cpu", ["engine.enable_auto_tool_choice=true", "engine.tool_call_parser=hermes"],
+                          profiles=["webui"])
+    doc = yaml.safe_load(with_parser.files["compose.yaml"])
+    assert "--enable-auto-tool-choice" in doc["services"]["vllm"]["command"]
+    assert "DEFAULT_MODEL_PARAMS" not in doc["services"][SERVICE]["environment"]
 
 
 def test_secrets_come_from_env_by_interpolation_only(stack, monkeypatch):
