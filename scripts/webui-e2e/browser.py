@@ -67,8 +67,11 @@ def main() -> int:
         log("message sent; waiting for the reply")
         last, same = None, 0
         while time.monotonic() < deadline:
-            replies = driver.find_elements(By.ID, REPLY)
-            text = replies[-1].text.strip() if replies else ""
+            try:
+                replies = driver.find_elements(By.ID, REPLY)
+                text = replies[-1].text.strip() if replies else ""
+            except WebDriverException:  # the page re-rendered the reply between finding and reading it (stale)
+                text = None
             same = same + 1 if text and text == last else 0
             last = text
             if same >= STABLE_POLLS:
