@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan golden schema lint clean
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan golden schema lint clean webui-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -73,6 +73,17 @@ down:  ## stop the stack started by `make run` and remove its containers
 $(VENV)/.installed-loadtest: pyproject.toml | $(PYTHON)
 	$(PYTHON) -m pip install -e '.[loadtest]'
 	touch $@
+
+WEBUI_PORT ?= 8080
+WEBUI_WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-webui
+# Debian's browser stack for the e2e run: Chromium, its WebDriver, and Selenium for Debian's python3.
+WEBUI_E2E_APT := chromium chromium-driver python3-selenium
+webui-e2e: setup-run  ## Open WebUI beside the cpu stack, driven by headless Chromium; screenshot in run/webui-e2e
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && /usr/bin/python3 -c 'import selenium' 2>/dev/null \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(WEBUI_E2E_APT)
+	$(if $(LOCK),flock $(LOCK)) env PYTHONPATH=$(CURDIR) $(PYTHON) scripts/webui-e2e/run.py --run-dir run/webui-e2e \
+		--port $(PORT) --webui-port $(WEBUI_PORT) --wheelhouse $(WEBUI_WHEELHOUSE) \
+		--cpu-wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE) $(if $(KEEP),--keep)
 
 CONCURRENCY ?= 1,2,4,8
 loadtest: $(VENV)/.installed-loadtest  ## load-test the stack `make run` started; report and plot in RUN_DIR

@@ -33,8 +33,9 @@ def profile_help() -> dict[str, str]:
 
 def builders() -> dict[str, Builder]:
     from kit.monitoring import monitoring_profile
+    from kit.webui import webui_profile
 
-    return {"monitoring": monitoring_profile}
+    return {"monitoring": monitoring_profile, "webui": webui_profile}
 
 
 def check_profiles(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:

@@ -30,15 +30,18 @@ VARIANTS = {
     "a100x8@nodes2-monitoring": ("a100x8", ["hardware.nodes=2", "cluster.head_address=ray-head.example.internal"],
                                  "compose"),
     "cpu@replicas2": ("cpu", ["runtime.replicas=2"], "compose"),  # two servers behind vLLM's router
+    "cpu+webui": ("cpu", [], "compose"),
 }
 # Side-by-side stacks: golden name -> the presets whose servers join the main one (--with-preset).
 WITH_PRESETS = {"cpu+cpu-embed": ["cpu-embed"]}
 # Profiles (--with): golden name -> the profiles whose services join the stack.
-WITH_PROFILES = {"cpu@monitoring": ["monitoring"], "a100x8@nodes2-monitoring": ["monitoring"]}
+WITH_PROFILES = {"cpu@monitoring": ["monitoring"], "a100x8@nodes2-monitoring": ["monitoring"],
+                 "cpu+webui": ["webui"]}
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
-# The monitoring profile's Grafana refuses to start without its admin password (from .env).
-COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "GRAFANA_ADMIN_PASSWORD": "golden-test"}
+# The monitoring profile's Grafana and the webui profile refuse to start without their secrets (from .env).
+COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "GRAFANA_ADMIN_PASSWORD": "golden-test",
+               "WEBUI_SECRET_KEY": "golden-test-not-a-secret"}
 
 
 def render_case(name: str) -> dict[str, str]:
