@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from kit.datafiles import SAFE_LOADER
-from kit.safevalue import check_text, compose_escape
+from kit.safevalue import check_text, compose_text
 
 Path = tuple[str, ...]
 
@@ -83,9 +83,7 @@ def dump_with_comments(doc: dict[str, Any], header: list[str], comments: dict[Pa
 # ---------------------------------------------------------------------------------------------- services
 
 
-def _s(value: object) -> str:
-    """A string from the preset, as compose must see it: one line, `$` literal."""
-    return compose_escape(check_text(value, "a value for compose"))
+_s = compose_text  # every preset string that reaches compose.yaml goes through this
 
 
 def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[str]:

@@ -115,3 +115,8 @@ def k8s_escape(text: str) -> str:
     """Kubernetes expands `$(VAR)` in a container's command, args and env values and reads `$$` as one `$`
     (core/v1 Container.args; k8s.io/kubernetes third_party/forked/golang/expansion): every `$` is doubled."""
     return text.replace("$", "$$")
+
+
+def compose_text(value: object) -> str:
+    """A string from the preset, as compose must see it: one line, `$` literal."""
+    return compose_escape(check_text(value, "a value for compose"))

@@ -14,7 +14,7 @@ from typing import Any
 from kit.datafiles import load_yaml
 from kit.errors import PresetError
 from kit.profiles import ProfileParts
-from kit.safevalue import check_text, compose_escape
+from kit.safevalue import compose_text
 
 SERVICE = "webui"
 
@@ -24,8 +24,7 @@ def webui_data() -> dict[str, Any]:
     return load_yaml("webui.yaml")
 
 
-def _s(value: object) -> str:
-    return compose_escape(check_text(value, "a value for compose"))
+_s = compose_text
 
 
 def image_ref() -> str:
