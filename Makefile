@@ -114,7 +114,7 @@ golden: install  ## regenerate golden files after a reviewed change (then read t
 	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -m golden -q
 
 schema: install  ## regenerate presets/schema.json from the preset model
-	$(PYTHON) -m kit.schema
+	$(PYTHON) -m kit.config.schema
 
 clean:  ## remove rendered run directories (the venv stays: rm -rf .venv to start over)
 	rm -rf run/

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.pipeline import prepare  # noqa: E402
-from kit.stack import Stack, write_smoke_env  # noqa: E402
-from kit.wheelhouse import build_wheelhouse  # noqa: E402
-from kit.workflow import build, image_exists, render_into, start  # noqa: E402
+from kit.deploy.pipeline import prepare  # noqa: E402
+from kit.image.wheelhouse import build_wheelhouse  # noqa: E402
+from kit.run.stack import Stack, write_smoke_env  # noqa: E402
+from kit.run.workflow import build, image_exists, render_into, start  # noqa: E402
 
 # Published sizes of the official images, for comparison (vLLM issues #27154, #7609, #13112).
 OFFICIAL_GPU_IMAGE = "vllm/vllm-openai: 12 GB and more (compressed pulls ~8 GB; vLLM #27154, #7609, #13112)"
@@ -69,7 +69,7 @@ def main() -> int:
         rows.append(("image size, cpu", gib(cold.size_bytes)))
         slim = prepare("rtx4090-awq", base_image=args.base_image).image_ref
         if image_exists(slim):
-            from kit.docker_engine import docker_client
+            from kit.core.docker_engine import docker_client
 
             rows.append(("image size, rtx4090-awq slim", gib(docker_client().images.get(slim).attrs["Size"])))
         else:

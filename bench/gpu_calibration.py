@@ -1,4 +1,4 @@
-"""Calibration matrix for the memory planner, run on a real GPU with `kit.probe` (native mode).
+"""Calibration matrix for the memory planner, run on a real GPU with `kit.run.probe` (native mode).
 
 Each case starts a real vLLM server with dummy weights from a config-only model directory, waits for the
 memory profile and /health, stops it, and keeps the raw log. Cases run one after another (two engines at once
@@ -107,7 +107,7 @@ def model_dir_for(case: dict, work: Path) -> Path:
     if case["model"] == "tiny":
         target = work / "models" / "tiny-llama"
         if not (target / "config.json").is_file():
-            from kit.tinymodel import make_tiny_model
+            from kit.config.tinymodel import make_tiny_model
 
             make_tiny_model(target)
         return target
@@ -119,7 +119,7 @@ def model_dir_for(case: dict, work: Path) -> Path:
 
 def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
     if "preset" in case:
-        from kit.preset import load_preset
+        from kit.config.preset import load_preset
 
         preset_name, _path, preset = load_preset(case["preset"], case.get("overrides", []))
         return probe.prepare(preset_name, preset, model_dir, mode="native")
@@ -174,7 +174,7 @@ def host_facts(work: Path) -> None:
     (work / "python.txt").write_text(sh([sys.executable, "-c",
         "import torch, vllm, sys; print(sys.version); print('torch', torch.__version__, torch.version.cuda); "
         "print('vllm', vllm.__version__); print('total', torch.cuda.mem_get_info()[1])"], timeout=180))
-    (work / "flagsnap.txt").write_text(sh([sys.executable, "-m", "kit.flagsnap", str(work / "vllm-0.26.0.json")],
+    (work / "flagsnap.txt").write_text(sh([sys.executable, "-m", "kit.config.flagsnap", str(work / "vllm-0.26.0.json")],
                                           timeout=240))
     (work / "doctor.txt").write_text(sh([sys.executable, "-m", "kit.cli.main", "doctor", "preset=rtx4090-awq",
                                          "--json"], timeout=120))

@@ -8,7 +8,7 @@ official_image_sizes). With IMAGE arguments, those images instead.
     python bench/image_sizes.py --wheelhouse DIR --arch 8.9   # what pruning takes from that wheelhouse's lock
 
 The second form needs no image: it sums the installed size of every wheel the lock names (file sizes in the
-wheels) and what kit/prune.py's rules would remove from them, per rule: the after-size of a slim image
+wheels) and what kit/image/prune.py's rules would remove from them, per rule: the after-size of a slim image
 without building it.
 """
 
@@ -18,11 +18,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-from kit.datafiles import vllm_table
-from kit.docker_engine import docker_client
-from kit.datafiles import prune_rules
-from kit.imagesize import format_breakdown, human, image_sizes
-from kit.prune import file_rules, matching_rule, normalise_name
+from kit.core.datafiles import prune_rules, vllm_table
+from kit.core.docker_engine import docker_client
+from kit.image.imagesize import format_breakdown, human, image_sizes
+from kit.image.prune import file_rules, matching_rule, normalise_name
 
 
 def prune_estimate(wheelhouse: Path, arch: str) -> None:

@@ -1,7 +1,7 @@
 """Planner accuracy against real vLLM start-up logs (kit/data/calibration.yaml).
 
 Two sets: `cases` (public logs; figures transcribed with their source) and `gpu_cases` (engines the kit started
-on a real GPU with `kit probe`; the figures are parsed here from the committed raw logs by kit.vllmlog).
+on a real GPU with `kit probe`; the figures are parsed here from the committed raw logs by kit.memory.vllmlog).
 Prints predicted vs actual weights GiB, KV cache GiB and KV tokens per case, then the errors.
 Targets: public logs median <= 3% (weights), <= 5% (KV); measured GPU runs: KV tokens median <= 1% and every
 case <= 3%, weights every case <= 1%.
@@ -19,9 +19,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit import plan as planner  # noqa: E402
 from kit import vllmlog  # noqa: E402
-from kit.modelinfo import load_model_spec  # noqa: E402
+from kit.config.modelinfo import load_model_spec  # noqa: E402
+from kit.memory import plan as planner  # noqa: E402
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "kit" / "data" / "calibration.yaml"
 LOG_DIR = CALIBRATION.parent / "calibration"

@@ -29,8 +29,8 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
           offline: bool, force: bool, as_json: bool) -> None:
     """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
     from kit.cli.output import progress
-    from kit.pipeline import prepare
-    from kit.workflow import render_into
+    from kit.deploy.pipeline import prepare
+    from kit.run.workflow import render_into
 
     ref, overrides, _ = split_args(args, preset_option)
     if (lock_path or offline) and not locked:
@@ -43,8 +43,8 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
                         no_cache=no_cache, tags=tags, progress=on_line)
     router_ref = None
     if prepared.preset.runtime.replicas > 1:  # the router in front of the replicas has its own small image
-        from kit.router import router_image_ref
-        from kit.workflow import ensure_router_image
+        from kit.deploy.router import router_image_ref
+        from kit.run.workflow import ensure_router_image
 
         ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
         router_ref = router_image_ref(prepared.deployment, prepared.files)
@@ -68,10 +68,10 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
 
 def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001
            offline: bool, no_cache: bool, tags: tuple[str, ...], progress):  # noqa: ANN001, ANN202
-    from kit.workflow import build as build_stack
+    from kit.run.workflow import build as build_stack
 
     if locked:
-        from kit.lock import LOCK_FILE, build_locked
+        from kit.image.lock import LOCK_FILE, build_locked
 
         built = build_locked(prepared, out_dir, lock_path=lock_path or out_dir / LOCK_FILE, wheelhouse=wheelhouse,
                              offline=offline, no_cache=no_cache, extra_tags=list(tags), progress=progress)

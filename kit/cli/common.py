@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from kit.errors import KitError, one_line
-from kit.inputfiles import NUMBER_MAX
+from kit.core.errors import KitError, one_line
+from kit.core.inputfiles import NUMBER_MAX
 
 # ctx.meta is shared by a context and its children: the root group reads these when a command fails.
 JSON_MODE = "kit.json"

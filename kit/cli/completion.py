@@ -1,7 +1,7 @@
 """`kit completion bash|zsh|fish` prints click's completion script; the callbacks that complete a preset's arguments.
 
 Completion runs the kit on every TAB, so it reads only light files: preset names from the presets folder, and
-``KEY=`` paths and enum values from presets/schema.json, which kit.schema generates from the pydantic preset model
+``KEY=`` paths and enum values from presets/schema.json, which kit.config.schema generates from the pydantic preset model
 (and a unit test keeps current), rather than importing pydantic itself.
 """
 
@@ -21,7 +21,7 @@ COMPLETE_VAR = "_KIT_COMPLETE"  # click's default for prog_name "kit"
 
 
 def preset_names() -> list[str]:
-    from kit.datafiles import PRESETS_DIR
+    from kit.core.datafiles import PRESETS_DIR
 
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
@@ -29,7 +29,7 @@ def preset_names() -> list[str]:
 @functools.cache
 def preset_fields() -> dict[str, dict[str, Any]]:
     """``section.field`` -> {"help": description, "values": [enum values]} for every field of the preset model."""
-    from kit.datafiles import PRESETS_DIR
+    from kit.core.datafiles import PRESETS_DIR
 
     schema = json.loads((PRESETS_DIR / "schema.json").read_text(encoding="utf-8"))
     definitions = schema.get("$defs", {})

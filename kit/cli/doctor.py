@@ -14,8 +14,8 @@ STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red"}
 @standard_options
 def doctor(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> None:
     """Check this host: Docker, Compose, the NVIDIA runtime and driver, GPUs, shm, disk, HF cache."""
-    from kit.doctor import FAIL, diagnose, report_json
-    from kit.preset import display_path, load_preset
+    from kit.config.preset import display_path, load_preset
+    from kit.host.doctor import FAIL, diagnose, report_json
 
     ref, overrides, _ = split_args(args, preset_option)
     preset, where = None, "preset"

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import (emit_json, preset_arguments, problem_json, require_preset, split_args, standard_options,
-                            status)
+from kit.cli.common import (
+    emit_json,
+    preset_arguments,
+    problem_json,
+    require_preset,
+    split_args,
+    standard_options,
+    status,
+)
 
 
 @click.command()
@@ -23,9 +30,9 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     """Download what vLLM will read into the HF cache volume: the model's weights in the format vLLM loads, its
     config and tokenizer, and the LoRA adapters, draft model and tokenizer the engine flags name
     (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
-    from kit.pipeline import prepare
-    from kit.stack import Stack
-    from kit.workflow import ensure_image, ensure_model, model_overrides, project_for, render_into
+    from kit.deploy.pipeline import prepare
+    from kit.run.stack import Stack
+    from kit.run.workflow import ensure_image, ensure_model, model_overrides, project_for, render_into
 
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     prepared = prepare(require_preset(ref), overrides + model_overrides(extras.get("model")), base_image=base_image)

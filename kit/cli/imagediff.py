@@ -15,7 +15,7 @@ from kit.cli.common import emit_json, standard_options, status
 @click.pass_context
 def image_diff(ctx: click.Context, image_a: str, image_b: str, limit: int, as_json: bool) -> None:
     """Compare two images' content; exit 0 when the same, 1 when they differ (like diff)."""
-    from kit.imagediff import diff_images
+    from kit.image.imagediff import diff_images
 
     result = diff_images(image_a, image_b, progress=status)
     if as_json:  # like diff's exit status, ok means "the same"; differing images are data, not problems

@@ -14,7 +14,7 @@ from kit.cli.common import count_option_type, emit_json, standard_options, statu
 @standard_options
 def image_size(image: str, limit: int, as_json: bool) -> None:
     """Size an image by layer, Python distribution and directory."""
-    from kit.imagesize import format_breakdown, image_sizes
+    from kit.image.imagesize import format_breakdown, image_sizes
 
     result = image_sizes(image, progress=status)
     if as_json:

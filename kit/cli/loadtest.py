@@ -54,7 +54,7 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
              level_timeout: float, prompt_words: int, max_tokens: int, dataset: Path | None, report_path: Path,
              plot_path: Path | None, no_plot: bool, baseline: Path | None, as_json: bool) -> None:
     """Load-test a running stack: kit loadtest preset=NAME [--concurrency 1,2,4] [--baseline OLD.json]."""
-    from kit import loadtest as lt
+    from kit.run import loadtest as lt
 
     lt.require_extra()
     if not no_plot:
@@ -66,7 +66,7 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
         base_url, preset_name = lt.explicit_base_url(url), ref
         model = model_name or (_served_name(ref, overrides) if ref else lt.served_model(base_url, api_key))
     elif ref:
-        from kit.pipeline import prepare
+        from kit.deploy.pipeline import prepare
 
         prepared = prepare(ref, overrides + ([f"runtime.port={port}"] if port else []))
         rt = prepared.preset.runtime
@@ -116,6 +116,6 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
 
 
 def _served_name(ref: str, overrides: list[str]) -> str:
-    from kit.pipeline import prepare
+    from kit.deploy.pipeline import prepare
 
     return prepare(ref, overrides).deployment.served_model_name

@@ -24,9 +24,9 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
          wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
          as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
-    from kit.lock import LOCK_FILE, make_lock, write_lock
-    from kit.pipeline import prepare
-    from kit.workflow import render_into
+    from kit.deploy.pipeline import prepare
+    from kit.image.lock import LOCK_FILE, make_lock, write_lock
+    from kit.run.workflow import render_into
 
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)

@@ -9,8 +9,8 @@ import sys
 import click
 
 from kit import __version__
-from kit.cli.common import COMMAND_NAME, JSON_MODE, error_problems, envelope, fail, print_json
-from kit.errors import KitError, one_line
+from kit.cli.common import COMMAND_NAME, JSON_MODE, envelope, error_problems, fail, print_json
+from kit.core.errors import KitError, one_line
 
 # name -> (module:attribute, one-line help). The root group imports a command's module only when that command runs
 # or completes, so `kit --help` prints from this table without loading pydantic, docker or jinja2. The help text is

@@ -22,8 +22,8 @@ def out_option(func):  # noqa: ANN001 - click decorator
 @standard_options
 def ps(out_dir: Path, as_json: bool) -> None:
     """List a stack's containers: kit ps --out DIR."""
-    from kit import ops
     from kit.cli.output import table
+    from kit.run import ops
 
     rows = ops.ps(out_dir)
     if as_json:
@@ -46,7 +46,7 @@ def ps(out_dir: Path, as_json: bool) -> None:
 def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | None, timestamps: bool,
          as_json: bool) -> None:
     """Print a stack's logs: kit logs [-f] [SERVICE] --out DIR."""
-    from kit import ops
+    from kit.run import ops
 
     if follow and as_json:
         raise click.UsageError("--follow streams; --json prints one object: pick one")
@@ -80,7 +80,7 @@ def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | Non
 @standard_options
 def status(out_dir: Path, as_json: bool) -> None:
     """Ask a running stack how it is: health, model, KV cache usage, requests running and waiting."""
-    from kit import ops
+    from kit.run import ops
 
     data = ops.status(out_dir)
     healthy = data["health"] == "ok"

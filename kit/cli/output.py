@@ -19,7 +19,7 @@ import click
 
 # Off a terminal nobody resizes the window: wide enough that a table's rows are never cut or wrapped for grep.
 PIPE_WIDTH = 240
-# The progress lines the kit's long steps print: Docker's "step 3/9: ..." (kit/build.py) and the fetch script's
+# The progress lines the kit's long steps print: Docker's "step 3/9: ..." (kit/image/build.py) and the fetch script's
 # "[2/5] name 10.0 MiB (20.0 MiB of 50.0 MiB, 5.0 MiB/s)" (kit/launch/fetch_files.py).
 COUNT_RE = re.compile(r"^\s*(?:step\s+|\[)(\d+)/(\d+)\b")
 BYTES_RE = re.compile(r"\(([\d.]+) MiB of ([\d.]+) MiB")
@@ -86,8 +86,15 @@ def progress(label: str) -> Iterator[Callable[[str], None]]:
     if not sys.stderr.isatty():
         yield lambda message: click.echo(message, err=True)
         return
-    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                               TimeElapsedColumn)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     out = console(err=True)
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

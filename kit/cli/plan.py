@@ -6,12 +6,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kit.cli.common import (FiniteFloatRange, count_option_type, emit_json, preset_arguments, problem_json, split_args,
-                            standard_options)
-from kit.errors import PlanError, shown
+from kit.cli.common import (
+    FiniteFloatRange,
+    count_option_type,
+    emit_json,
+    preset_arguments,
+    problem_json,
+    split_args,
+    standard_options,
+)
+from kit.core.errors import PlanError, shown
 
 if TYPE_CHECKING:  # the planner (pydantic) loads when the command runs, not for --help or completion
-    from kit.plan import Plan, PlanInputs
+    from kit.memory.plan import Plan, PlanInputs
 
 # A sanity cap, not a hardware fact: a thousand times the largest GPU or host memory in use today.
 GPU_MEMORY_GIB_MAX = 1 << 20
@@ -43,8 +50,8 @@ def plan_inputs_from_options(
     """Build PlanInputs from CLI-shaped values (a preset can call this with its own fields)."""
     from pydantic import ValidationError
 
-    from kit.modelinfo import load_model_spec
-    from kit.plan import DEFAULT_VLLM_VERSION, PlanInputs, find_gpu
+    from kit.config.modelinfo import load_model_spec
+    from kit.memory.plan import DEFAULT_VLLM_VERSION, PlanInputs, find_gpu
 
     vllm_version = vllm_version or DEFAULT_VLLM_VERSION
     spec = load_model_spec(model, allow_hub=allow_hub)
@@ -140,13 +147,13 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
 
     kit plan preset=NAME [KEY=VALUE ...] [--json], or standalone: kit plan --model ID (--gpu NAME | --gpu-memory-gib X) ...
     """
-    from kit import plan as planner
+    from kit.memory import plan as planner
 
     ref, overrides, _ = split_args(args, preset_option)
     if ref is not None:
-        from kit.errors import KitError
-        from kit.preset import load_preset
-        from kit.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
+        from kit.config.preset import load_preset
+        from kit.core.errors import KitError
+        from kit.memory.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
 
         _, path, preset = load_preset(ref, overrides)
         preset_inputs = plan_inputs_for(preset)

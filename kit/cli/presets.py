@@ -15,7 +15,7 @@ def presets(ctx: click.Context, as_json: bool) -> None:
     """List the presets, one line each."""
     if ctx.invoked_subcommand is not None:
         return
-    from kit.preset import load_preset, preset_names
+    from kit.config.preset import load_preset, preset_names
 
     rows = []
     for name in preset_names():
@@ -40,7 +40,7 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
     """Print a preset resolved: defaults filled in, overrides applied: kit presets show preset=NAME [KEY=VALUE ...]."""
     import yaml
 
-    from kit.preset import load_preset
+    from kit.config.preset import load_preset
 
     # A bare first word is the preset name, as this command took it before preset=NAME: kept working, with a
     # warning, so every command spells the preset the same way.
@@ -65,7 +65,7 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
 @standard_options
 def gpus(as_json: bool) -> None:
     """List the GPU catalog: memory as CUDA reports it, compute capability."""
-    from kit.datafiles import gpu_catalog
+    from kit.core.datafiles import gpu_catalog
 
     catalog = gpu_catalog()
     if as_json:

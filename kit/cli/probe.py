@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, problem_json, require_preset, split_args, standard_options, status
+from kit.cli.common import (
+    emit_json,
+    preset_arguments,
+    problem_json,
+    require_preset,
+    split_args,
+    standard_options,
+    status,
+)
 
 
 @click.command()
@@ -23,8 +31,8 @@ from kit.cli.common import emit_json, preset_arguments, problem_json, require_pr
 def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_dir: Path | None, timeout: float,
           port: int | None, image: str | None, log_path: Path | None, as_json: bool) -> None:
     """Measure a preset's real start-up: kit probe preset=NAME [KEY=VALUE ...] [--native]."""
-    from kit import probe as probing
-    from kit.preset import load_preset
+    from kit.config.preset import load_preset
+    from kit.run import probe as probing
 
     ref, overrides, _ = split_args(args, preset_option)
     name, _path, preset = load_preset(require_preset(ref), overrides)

@@ -22,8 +22,8 @@ PUSH_RECORD = "vllm-kit.push.json"
 def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_dir: Path, base_image: str | None,
          as_json: bool) -> None:
     """Push a built image: kit push preset=NAME --registry HOST; prints the digest to pin compose to."""
-    from kit.pipeline import prepare
-    from kit.registry import push_image
+    from kit.deploy.pipeline import prepare
+    from kit.image.registry import push_image
 
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image)

@@ -16,7 +16,7 @@ def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple
     """--with NAME: the names kit/data/profiles.yaml lists (read only when the option is given: a fast --help)."""
     if not value:
         return value
-    from kit.profiles import profile_help
+    from kit.deploy.profiles import profile_help
 
     known = profile_help()
     for name in value:
@@ -26,7 +26,7 @@ def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple
 
 
 def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    from kit.profiles import profile_help
+    from kit.deploy.profiles import profile_help
 
     return [name for name in sorted(profile_help()) if name.startswith(incomplete)]
 
@@ -52,8 +52,8 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
            base_image: str | None, target: str, with_presets: tuple[str, ...], with_profiles: tuple[str, ...],
            as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME] [--with PROFILE]."""
-    from kit.pipeline import prepare
-    from kit.write import write_files
+    from kit.core.write import write_files
+    from kit.deploy.pipeline import prepare
 
     ref, overrides, _ = split_args(args, preset_option)
     prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target,

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import (FiniteFloatRange, emit_json, preset_arguments, problem_json, require_preset, split_args,
-                            standard_options, status)
-from kit.errors import SmokeError
+from kit.cli.common import (
+    FiniteFloatRange,
+    emit_json,
+    preset_arguments,
+    problem_json,
+    require_preset,
+    split_args,
+    standard_options,
+    status,
+)
+from kit.core.errors import SmokeError
 
 
 @click.command()
@@ -31,8 +39,9 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
         raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: pip install 'pytest-testinfra>=10' "
                          "in the kit's environment (from a checkout: pip install '.[smoke]'; "
                          "with pipx: pipx inject vllm-kit pytest-testinfra)")
-    from kit.smoke import format_table
-    from kit.workflow import model_overrides, port_overrides, smoke as run_smoke
+    from kit.run.smoke import format_table
+    from kit.run.workflow import model_overrides, port_overrides
+    from kit.run.workflow import smoke as run_smoke
 
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)

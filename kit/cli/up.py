@@ -20,8 +20,8 @@ from kit.cli.common import emit_json, preset_arguments, require_preset, split_ar
 def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
        base_image: str | None, force: bool, as_json: bool) -> None:
     """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
-    from kit.workflow import model_overrides, port_overrides
-    from kit.workflow import up as stack_up
+    from kit.run.workflow import model_overrides, port_overrides
+    from kit.run.workflow import up as stack_up
 
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     overrides += model_overrides(extras.get("model")) + port_overrides(port)
@@ -54,7 +54,7 @@ def down(out_dir: Path, volumes: bool, as_json: bool) -> None:
     Every compose project started from DIR is stopped: one node's compose.yaml, or a cluster's head and worker
     (compose.head.yaml, compose.worker.yaml) started on this host, whatever project names they were given.
     """
-    from kit.ops import down as stack_down
+    from kit.run.ops import down as stack_down
 
     stopped = stack_down(out_dir, volumes=volumes)
     if as_json:

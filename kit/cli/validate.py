@@ -12,7 +12,7 @@ from kit.cli.common import emit_json, preset_arguments, require_preset, split_ar
 @standard_options
 def validate(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> None:
     """Check a preset: kit validate preset=NAME [KEY=VALUE ...]."""
-    from kit.pipeline import load_and_check
+    from kit.deploy.pipeline import load_and_check
 
     ref, overrides, _ = split_args(args, preset_option)
     # Invalid presets raise KitError: the root group prints every problem (with --json, in the envelope).

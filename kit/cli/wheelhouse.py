@@ -19,8 +19,8 @@ from kit.cli.common import emit_json, preset_arguments, require_preset, split_ar
 def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str | None,
                python_version: str | None, out_dir: Path | None, as_json: bool) -> None:
     """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME --out DIR (wheels already there are reused)."""
-    from kit.pipeline import prepare
-    from kit.wheelhouse import build_wheelhouse, probe_base_image
+    from kit.deploy.pipeline import prepare
+    from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 
     # Every command names its directory with --out; a positional DIR (this command's first form) still works.
     positional = [a for a in args if "=" not in a]

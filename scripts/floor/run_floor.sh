@@ -7,7 +7,7 @@ set -euo pipefail
 out=$1
 models=/root/floor/models
 mkdir -p "$models" "$out"
-python3 -m kit.tinymodel /root/floor/tiny >/dev/null
+python3 -m kit.config.tinymodel /root/floor/tiny >/dev/null
 for id in Qwen/Qwen3-8B Qwen/Qwen3-8B-AWQ Qwen/Qwen3-8B-FP8; do
   dir=$models/${id//\//--}
   mkdir -p "$dir"

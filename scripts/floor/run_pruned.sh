@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The proof run on the lent GPU machine (after `source .gpukit/device-setup.sh`): remove from the GPU
-# environment exactly what slim images leave out (kit/prune.py with the rules of kit/data/prune.yaml, for
+# environment exactly what slim images leave out (kit/image/prune.py with the rules of kit/data/prune.yaml, for
 # compute capability 9.0), then serve the floor run's three models again and record what they read.
 #   bash scripts/floor/run_pruned.sh OUT [dense] [awq] [fp8]   (prune_site.py and prune-rules.json beside this script)
 set -euo pipefail

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from kit.datafiles import load_yaml
-from kit.workflow import project_for
+from kit.core.datafiles import load_yaml
+from kit.run.workflow import project_for
 
 HERE = Path(__file__).resolve().parent
 PRESET = "cpu"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kit.pipeline import prepare
-from kit.preset import preset_names
+from kit.config.preset import preset_names
+from kit.deploy.pipeline import prepare
 from tests.conftest import require_tool
 
 GOLDEN = Path(__file__).resolve().parent / "files"

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import yaml
 
-from kit.pipeline import prepare
-from kit.webui import SERVICE
+from kit.deploy.pipeline import prepare
+from kit.deploy.webui import SERVICE
 from tests.conftest import require_tool
 
 

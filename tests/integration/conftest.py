@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kit.build import BuildRequest  # noqa: F401 - re-exported for tests
-from kit.pipeline import Prepared, prepare
-from kit.stack import Stack, write_smoke_env
-from kit.workflow import build, render_into, start
+from kit.deploy.pipeline import Prepared, prepare
+from kit.image.build import BuildRequest  # noqa: F401 - re-exported for tests
+from kit.run.stack import Stack, write_smoke_env
+from kit.run.workflow import build, render_into, start
 
 BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
 CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
@@ -36,8 +36,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def docker_client():
-    from kit.docker_engine import docker_client as connect
-    from kit.errors import DockerUnavailable
+    from kit.core.docker_engine import docker_client as connect
+    from kit.core.errors import DockerUnavailable
 
     try:
         client = connect()
@@ -63,7 +63,7 @@ def removed_after(client, ref: str) -> Iterator[None]:
     Images are shared between the tests of a session (session fixtures), then given back: a CPU image is
     several GB. Removing the tag also removes its untagged parent layers; the base images stay.
     """
-    from kit.workflow import image_exists
+    from kit.run.workflow import image_exists
 
     existed = image_exists(ref)
     try:
@@ -80,7 +80,7 @@ def removed_after(client, ref: str) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def cpu_wheelhouse(docker_client) -> Path:
     """The CPU image's wheels, resolved and downloaded on the host once; reused across runs (host cache)."""
-    from kit.wheelhouse import build_wheelhouse
+    from kit.image.wheelhouse import build_wheelhouse
 
     directory = CACHE / "wheelhouse-cpu"
     build_wheelhouse(prepare("cpu", base_image=BASE_IMAGE).deployment, directory, progress=session_progress)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kit.lock import LOCK_FILE, build_locked, installed_in, make_lock, write_lock
-from kit.pipeline import prepare
-from kit.render import render
-from kit.workflow import render_into
+from kit.deploy.pipeline import prepare
+from kit.deploy.render import render
+from kit.image.lock import LOCK_FILE, build_locked, installed_in, make_lock, write_lock
+from kit.run.workflow import render_into
 
 from .conftest import CACHE, session_progress
 

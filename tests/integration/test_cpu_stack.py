@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from kit.errors import BuildError
-from kit.pipeline import prepare
-from kit.smoke import format_table, run_checks, server_pids, infra_host
-from kit.workflow import build, render_into
+from kit.core.errors import BuildError
+from kit.deploy.pipeline import prepare
+from kit.run.smoke import format_table, infra_host, run_checks, server_pids
+from kit.run.workflow import build, render_into
 from tests.integration.conftest import BASE_IMAGE, free_port
 
 
@@ -81,7 +81,7 @@ def test_server_killed_comes_back_with_volumes_intact(cpu_stack):
     else:
         pytest.fail(f"not healthy again within {window} s: {stack.logs_tail(20)}")
     assert container.exec_run(["cat", marker]).output.decode().strip() == "before"
-    from kit.smoke import http
+    from kit.run.smoke import http
 
     status, body = http("GET", f"http://127.0.0.1:{cpu_stack.port}/v1/models", key=cpu_stack.env["VLLM_API_KEY"])
     assert status == 200 and "tiny-llama" in body
@@ -92,20 +92,20 @@ def test_failed_build_names_the_step_and_the_log(cpu_wheelhouse, tmp_path, docke
     render_into(broken, tmp_path)
     # The wheelhouse's lock does not know the extra package: the offline install must fail at its step.
     (tmp_path / "requirements.txt").write_text((tmp_path / "requirements.txt").read_text())
-    from kit.build import prepare_build_context
+    from kit.image.build import prepare_build_context
 
     context = prepare_build_context(tmp_path, tmp_path / ".kit" / "build-context", cpu_wheelhouse)
     lock = context / "wheels" / "requirements.lock.txt"
     lock.unlink()
     lock.write_text("kit-no-such-package==0.0.1\n")
-    from kit.build import BuildRequest, build_image
+    from kit.image.build import BuildRequest, build_image
 
     with pytest.raises(BuildError) as info:
         build_image(BuildRequest(context, [broken.image_ref], offline=True), tmp_path / ".kit")
     assert re.search(r"step \d+/\d+", info.value.message)
     assert str(tmp_path / ".kit" / "build.log") in info.value.hint
     assert "kit-no-such-package" in (tmp_path / ".kit" / "build.log").read_text()
-    from kit.workflow import image_exists
+    from kit.run.workflow import image_exists
 
     assert not image_exists(broken.image_ref), "a failed build must not leave the release tag"
 
@@ -169,7 +169,7 @@ def test_hung_server_is_restarted_by_the_watchdog(cpu_stack):
         pytest.fail(f"not restarted and healthy within {window} s: {cpu_stack.stack.logs_tail(30)}")
     logs = container.logs().decode(errors="replace")
     assert "failed 3 times in a row while the server process lives" in logs
-    from kit.smoke import http
+    from kit.run.smoke import http
 
     status, _ = http("GET", f"http://127.0.0.1:{cpu_stack.port}/health")
     assert status == 200

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kit.doctor import PASS
+from kit.host.doctor import PASS
 from tests.conftest import REPO
 
 

@@ -12,11 +12,11 @@ import time
 
 import yaml
 
-from kit.pipeline import prepare
-from kit.preset import PRESETS_DIR
-from kit.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, format_table, http, run_checks
-from kit.stack import Stack, write_smoke_env
-from kit.workflow import ensure_model, render_into
+from kit.config.preset import PRESETS_DIR
+from kit.deploy.pipeline import prepare
+from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, format_table, http, run_checks
+from kit.run.stack import Stack, write_smoke_env
+from kit.run.workflow import ensure_model, render_into
 from tests.integration.conftest import BASE_IMAGE, free_port, session_progress
 
 SERVICE = "vllm-cpu-embed"
@@ -72,7 +72,7 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
 
 
 def stack_containers(stack: Stack):
-    from kit.docker_engine import docker_client
+    from kit.core.docker_engine import docker_client
 
     return docker_client().containers.list(all=True, filters={
         "label": f"com.docker.compose.project={stack.project}"})

@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.build import BuildRequest, build_image
-from kit.docker_engine import compose_argv
-from kit.monitoring import PROMETHEUS_FILE, PROMETHEUS_SERVICE, settings
-from kit.pipeline import prepare
-from kit.workflow import image_exists, render_into
+from kit.core.docker_engine import compose_argv
+from kit.deploy.monitoring import PROMETHEUS_FILE, PROMETHEUS_SERVICE, settings
+from kit.deploy.pipeline import prepare
+from kit.image.build import BuildRequest, build_image
+from kit.run.workflow import image_exists, render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, free_port, session_progress
 
 pytestmark = pytest.mark.integration

@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from kit.build import BuildRequest, build_image, prepare_build_context
-from kit.datafiles import vllm_table
-from kit.errors import BuildError
-from kit.pipeline import prepare
-from kit.workflow import render_into
+from kit.core.datafiles import vllm_table
+from kit.core.errors import BuildError
+from kit.deploy.pipeline import prepare
+from kit.image.build import BuildRequest, build_image, prepare_build_context
+from kit.run.workflow import render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, session_progress
 
 pytestmark = pytest.mark.integration
@@ -283,8 +283,17 @@ def test_locked_official_build_checks_hashes_in_the_image_and_its_base(docker_cl
     """`kit build --locked` on the official strategy: the real build_locked installs Ray from the lock with uv
     --require-hashes and checks the result stands on the locked base; a wheel whose sha256 differs from the
     lock's fails inside the build (uv), not only on the host."""
-    from kit.lock import LOCK_FILE, Lock, LockedBase, LockedPackage, base_mismatch, build_locked, render_inputs
-    from kit.lock import locked_requirements_text, write_lock
+    from kit.image.lock import (
+        LOCK_FILE,
+        Lock,
+        LockedBase,
+        LockedPackage,
+        base_mismatch,
+        build_locked,
+        locked_requirements_text,
+        render_inputs,
+        write_lock,
+    )
 
     repository = f"vllm-kit/test-locked-{os.getpid()}"
     prepared = prepare("a100x8", [f"image.repository={repository}"], base_image=STANDIN_TAG)

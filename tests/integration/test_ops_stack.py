@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.docker_engine import compose_argv
+from kit.core.docker_engine import compose_argv
 from tests.integration.conftest import BASE_IMAGE
 
 pytestmark = pytest.mark.integration

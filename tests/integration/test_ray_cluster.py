@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.docker_engine import compose_argv
-from kit.pipeline import Prepared, prepare
-from kit.stack import ensure_tiny_model, write_smoke_env
-from kit.workflow import build, image_exists, render_into
+from kit.core.docker_engine import compose_argv
+from kit.deploy.pipeline import Prepared, prepare
+from kit.run.stack import ensure_tiny_model, write_smoke_env
+from kit.run.workflow import build, image_exists, render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, free_port, removed_after, session_progress
 
 RAY_WHEELHOUSE = CACHE / "wheelhouse-cpu-ray"
@@ -51,7 +51,7 @@ def overrides(port: int) -> list[str]:
 @pytest.fixture(scope="session")
 def ray_image(docker_client, cpu_wheelhouse, tmp_path_factory) -> Iterator[Prepared]:
     """The cpu preset with 2 nodes: the same image plus ray[default], built offline from its own wheelhouse."""
-    from kit.wheelhouse import build_wheelhouse
+    from kit.image.wheelhouse import build_wheelhouse
 
     prepared = prepare("cpu", overrides(8000), base_image=BASE_IMAGE)
     assert any(r.startswith("ray[default]==") for r in prepared.deployment.requirements)

@@ -24,13 +24,13 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.errors import KitError
-from kit.imagediff import diff_images
-from kit.lock import LOCK_FILE, build_locked, make_lock, read_lock, write_lock
-from kit.pipeline import prepare
-from kit.smoke import format_table, run_checks
-from kit.stack import write_smoke_env
-from kit.workflow import render_into, start
+from kit.core.errors import KitError
+from kit.deploy.pipeline import prepare
+from kit.image.imagediff import diff_images
+from kit.image.lock import LOCK_FILE, build_locked, make_lock, read_lock, write_lock
+from kit.run.smoke import format_table, run_checks
+from kit.run.stack import write_smoke_env
+from kit.run.workflow import render_into, start
 
 from .conftest import BASE_IMAGE, free_port, session_progress
 
@@ -274,7 +274,7 @@ def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
     """`.kit/build.sh` rebuilds exactly what the SDK built: same builder (classic), build args, target, platform,
     Dockerfile and tags. Run after the SDK build, every step comes from the layer cache, so the script must end on
     the very same image ID; a missing build arg, target or -f would build something else."""
-    from kit.build import BuildRequest, build_image
+    from kit.image.build import BuildRequest, build_image
 
     context = tmp_path / "context with space"
     context.mkdir()
@@ -314,7 +314,7 @@ def test_push_to_a_registry_that_needs_credentials(docker_client, tmp_path):
     """`kit push` authenticates as `docker push` does: with the Docker client's stored credentials (the
     config.json `docker login` writes). Without them the push is one error; with them the digest the kit
     records is the one the registry serves to an authenticated client."""
-    from kit.registry import push_image
+    from kit.image.registry import push_image
 
     with warnings.catch_warnings():  # deprecated in 3.11; bcrypt via the system's libcrypt, no apache2-utils
         warnings.simplefilter("ignore", DeprecationWarning)

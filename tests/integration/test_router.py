@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from kit.datafiles import load_yaml
-from kit.pipeline import prepare
-from kit.router import ROUTER_SERVICE, ROUTER_VENV, replica_service, router_image_ref, router_spec
-from kit.smoke import http
-from kit.stack import write_smoke_env
-from kit.workflow import render_into, start
+from kit.core.datafiles import load_yaml
+from kit.deploy.pipeline import prepare
+from kit.deploy.router import ROUTER_SERVICE, ROUTER_VENV, replica_service, router_image_ref, router_spec
+from kit.run.smoke import http
+from kit.run.stack import write_smoke_env
+from kit.run.workflow import render_into, start
 from tests.integration.conftest import BASE_IMAGE, free_port, removed_after, session_progress
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from kit.pipeline import prepare
-from kit.wheelhouse import build_wheelhouse, probe_base_image
-from kit.workflow import build, render_into
+from kit.deploy.pipeline import prepare
+from kit.image.wheelhouse import build_wheelhouse, probe_base_image
+from kit.run.workflow import build, render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, session_progress
 
 pytestmark = pytest.mark.slow

@@ -105,7 +105,7 @@ def test_runtime_dependencies_leave_testinfra_to_the_smoke_extra(installed):
 
 def test_installed_kit_reads_nothing_from_the_checkout(installed):
     out = ok([installed.venv / "bin" / "python", "-c",
-              "import kit.datafiles as d; print(d.PRESETS_DIR); print(d.IMAGES_DIR); print(d.checkout_root())"],
+              "import kit.core.datafiles as d; print(d.PRESETS_DIR); print(d.IMAGES_DIR); print(d.checkout_root())"],
              cwd=installed.elsewhere)
     presets_dir, images_dir, root = out.splitlines()
     assert Path(presets_dir).is_relative_to(installed.venv) and Path(images_dir).is_relative_to(installed.venv)

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.write import LOCK_FILE, MANIFEST
+from kit.core.write import LOCK_FILE, MANIFEST
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from kit.cli.completion import preset_fields
 from kit.cli.main import cli
-from kit.preset import Preset, preset_names
+from kit.config.preset import Preset, preset_names
 
 pytestmark = pytest.mark.unit
 

@@ -113,12 +113,12 @@ def test_text_mode_unchanged_by_the_envelope():
 
 
 def test_verbose_accepted_after_the_command(monkeypatch):
-    import kit.pipeline
+    import kit.deploy.pipeline
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(kit.pipeline, "load_and_check", broken)  # stands in for a kit bug
+    monkeypatch.setattr(kit.deploy.pipeline, "load_and_check", broken)  # stands in for a kit bug
     assert CliRunner().invoke(cli, ["validate", "preset=cpu"]).exit_code == 1
     late = CliRunner().invoke(cli, ["validate", "preset=cpu", "-v"])
     assert isinstance(late.exception, ZeroDivisionError)

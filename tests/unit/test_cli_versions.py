@@ -2,10 +2,12 @@
 
 import pytest
 
-from kit import compat, doctor, flags
-from kit import plan as planner
-from kit.errors import PlanError
-from kit.versions import release_at_least, version
+from kit.config import flags
+from kit.core.errors import PlanError
+from kit.core.versions import release_at_least, version
+from kit.deploy import compat
+from kit.host import doctor
+from kit.memory import plan as planner
 
 pytestmark = pytest.mark.unit
 

@@ -3,11 +3,11 @@
 import pytest
 from click.testing import CliRunner
 
-from kit.checks import check_preset
 from kit.cli.main import cli
-from kit.compat import cc_floor, check_compat, gpu_rules, jetson_build, jetson_index_path, versioned
-from kit.datafiles import gpu_catalog, vllm_table
-from kit.preset import load_preset, preset_names
+from kit.config.preset import load_preset, preset_names
+from kit.core.datafiles import gpu_catalog, vllm_table
+from kit.deploy.checks import check_preset
+from kit.deploy.compat import cc_floor, check_compat, gpu_rules, jetson_build, jetson_index_path, versioned
 
 WHERE = "presets/x.yaml"
 
@@ -224,7 +224,7 @@ def test_r36_5_board_runs_the_orin_preset():
 
 
 def test_orin_pins_the_torch_jetson_containers_built_vllm_against():
-    from kit.deployment import requirements_for
+    from kit.deploy.deployment import requirements_for
 
     build = jetson_build("0.16.0", "r36.4")
     assert build == {"cuda": "12.6", "pip": "vllm==0.16.0", "torch": "2.11.0"}

@@ -5,12 +5,26 @@ from pathlib import Path
 
 import pytest
 
-
-from kit.doctor import (
-    FAIL, PASS, WARN, CommandResult, HostFacts, catalog_key_for, check_compose, check_disk, check_docker, check_driver,
-    check_gpu_runtime, check_gpus, check_hf, check_shm, evaluate, parse_nvidia_smi, report_json,
+from kit.config.preset import load_preset
+from kit.host.doctor import (
+    FAIL,
+    PASS,
+    WARN,
+    CommandResult,
+    HostFacts,
+    catalog_key_for,
+    check_compose,
+    check_disk,
+    check_docker,
+    check_driver,
+    check_gpu_runtime,
+    check_gpus,
+    check_hf,
+    check_shm,
+    evaluate,
+    parse_nvidia_smi,
+    report_json,
 )
-from kit.preset import load_preset
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 REPO = Path(__file__).resolve().parents[2]
@@ -138,7 +152,7 @@ def test_disk_needs_image_plus_weights():
 
 def test_hf_token_presence_is_reported_never_its_value(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_do_not_print")
-    from kit.doctor import hf_token_state
+    from kit.host.doctor import hf_token_state
 
     assert hf_token_state("/nonexistent") == (True, "HF_TOKEN environment variable")
     check = check_hf(facts(hf_token_set=True, hf_token_source="HF_TOKEN environment variable"), preset("a100x8"))

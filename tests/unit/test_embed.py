@@ -7,15 +7,24 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kit import plan as planner
 from kit.cli.main import cli
-from kit.errors import PlanError, PresetError
-from kit.modelinfo import load_model_spec, spec_from_config
-from kit.pipeline import prepare
-from kit.plan import PlanInputs, plan
-from kit.pooling import pooling_profile, resolve_runner
-from kit.preset import PRESETS_DIR
-from kit.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, Check, format_table, kv_check_skip, select_api_checks
+from kit.config.modelinfo import load_model_spec, spec_from_config
+from kit.config.pooling import pooling_profile, resolve_runner
+from kit.config.preset import PRESETS_DIR
+from kit.core.errors import PlanError, PresetError
+from kit.deploy.pipeline import prepare
+from kit.memory import plan as planner
+from kit.memory.plan import PlanInputs, plan
+from kit.run.smoke import (
+    CHAT,
+    COMPLETION,
+    EMBEDDINGS,
+    RERANK,
+    Check,
+    format_table,
+    kv_check_skip,
+    select_api_checks,
+)
 
 QWEN3_SHAPE = {  # a Qwen3 decoder as the tiny embedding model has it, untied so the LM head counts
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128, "intermediate_size": 256,

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.deployment import FETCH_FILE, FETCH_SCRIPT_PATH, fetch_command_for, plan_deployment
-from kit.errors import PresetError
-from kit.checks import check_preset
-from kit.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
+from kit.config.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
+from kit.config.preset import load_preset
+from kit.core.errors import PresetError
+from kit.deploy.checks import check_preset
+from kit.deploy.deployment import FETCH_FILE, FETCH_SCRIPT_PATH, fetch_command_for, plan_deployment
+from kit.deploy.render import content_tag, render
 from kit.launch.fetch_files import select_files
-from kit.preset import load_preset
-from kit.render import content_tag, render
 
 pytestmark = pytest.mark.unit
 

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from kit.preset import load_preset
+from kit.config.preset import load_preset
 from tests.unit.test_fetch import host_command
 
 pytestmark = pytest.mark.unit

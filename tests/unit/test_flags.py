@@ -1,4 +1,4 @@
-"""kit.flags / kit.flagsnap: engine keys checked against real vLLM flag snapshots."""
+"""kit.config.flags / kit.config.flagsnap: engine keys checked against real vLLM flag snapshots."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kit import flagsnap
-from kit.flags import (
+from kit.config import flagsnap
+from kit.config.flags import (
     KIT_OWNED_KEYS,
     FlagError,
     available_versions,

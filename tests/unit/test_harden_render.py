@@ -7,10 +7,10 @@ import subprocess
 import pytest
 import yaml
 
-from kit.datafiles import load_yaml
-from kit.deployment import LAUNCHER_DIR, WATCHDOG_FILE
-from kit.pipeline import prepare
-from kit.preset import preset_names
+from kit.config.preset import preset_names
+from kit.core.datafiles import load_yaml
+from kit.deploy.deployment import LAUNCHER_DIR, WATCHDOG_FILE
+from kit.deploy.pipeline import prepare
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,7 @@ def test_every_preset_runs_hardened(preset):
     grace = svc["entrypoint"][svc["entrypoint"].index("--grace") + 1]
     assert int(grace) == 2 * p.deployment.healthcheck_start_period
     assert f"./{WATCHDOG_FILE}:{LAUNCHER_DIR}/{WATCHDOG_FILE}:ro" in svc["volumes"]
-    from kit.render import launcher_text
+    from kit.deploy.render import launcher_text
 
     assert p.files[WATCHDOG_FILE] == launcher_text(WATCHDOG_FILE)
 

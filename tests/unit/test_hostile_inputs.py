@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kit.cli.main import cli
-from kit.datafiles import PRESETS_DIR
-from kit.errors import PlanError, PresetError, one_line
-from kit.modelinfo import load_model_spec
-from kit.plan import PlanInputs, _moe_layers_in, plan
-from kit.preset import Preset, load_preset, parse_override
+from kit.config.modelinfo import load_model_spec
+from kit.config.preset import Preset, load_preset, parse_override
+from kit.core.datafiles import PRESETS_DIR
+from kit.core.errors import PlanError, PresetError, one_line
+from kit.memory.plan import PlanInputs, _moe_layers_in, plan
 
 CATALOG_CONFIG = json.loads((Path(__file__).resolve().parents[2] / "kit/data/models/Qwen--Qwen3-8B.json").read_text())
 CPU_PRESET = (PRESETS_DIR / "cpu.yaml").read_text()
@@ -448,12 +448,12 @@ def test_moe_layer_count_matches_the_per_layer_rule():
 
 def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(monkeypatch):
     # Stands in for a kit bug (not for the thing under test: the CLI's last-resort error policy).
-    import kit.pipeline  # kit.cli.validate imports it when the command runs (lazy CLI)
+    import kit.deploy.pipeline  # kit.cli.validate imports it when the command runs (lazy CLI)
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("boom\nsecond line")
 
-    monkeypatch.setattr(kit.pipeline, "load_and_check", broken)
+    monkeypatch.setattr(kit.deploy.pipeline, "load_and_check", broken)
     outcome = run_kit(["validate", "preset=cpu"])
     assert outcome.exit_code == 1
     assert outcome.output.splitlines()[0] == "internal error: ZeroDivisionError: boom\\nsecond line"

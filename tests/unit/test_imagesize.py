@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.imagesize import NO_DIST, breakdown_from_tar, format_breakdown
+from kit.image.imagesize import NO_DIST, breakdown_from_tar, format_breakdown
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,11 +19,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
-from kit.composefile import dump_with_comments
-from kit.errors import KitError
-from kit.pipeline import prepare
-from kit.safevalue import (UnsafeValue, check_argument, check_image_ref, check_repository, check_requirement,
-                           check_text, compose_escape, has_control, k8s_escape)
+from kit.core.errors import KitError
+from kit.core.safevalue import (
+    UnsafeValue,
+    check_argument,
+    check_image_ref,
+    check_repository,
+    check_requirement,
+    check_text,
+    compose_escape,
+    has_control,
+    k8s_escape,
+)
+from kit.deploy.composefile import dump_with_comments
+from kit.deploy.pipeline import prepare
 from tests.conftest import require_tool
 from tests.unit.test_hostile_inputs import HOSTILE_PIECES, hostile_text
 
@@ -290,7 +296,7 @@ def test_escapes_for_compose_and_kubernetes():
 
 def test_validate_and_render_refuse_the_same_values():
     # Validation runs the rules the renderers apply: a value refused at render is refused by `kit validate`.
-    from kit.preset import load_preset
+    from kit.config.preset import load_preset
     for path, bad in [("model.id", "--help"), ("engine.tokenizer", "-x"), ("image.base", "Debian:12"),
                       ("image.extra_pip", "--index-url=https://evil"), ("runtime.env.FOO", "a\u2028b"),
                       ("model.served_model_name", "a\x85b"), ("image.repository", "x:1")]:
@@ -300,7 +306,7 @@ def test_validate_and_render_refuse_the_same_values():
 
 def test_a_preset_file_name_with_a_line_separator_is_refused_by_validate_as_by_render(tmp_path):
     # The file's name becomes the preset's name, which headers and labels carry.
-    from kit.preset import PRESETS_DIR, load_preset
+    from kit.config.preset import PRESETS_DIR, load_preset
     odd = tmp_path / "x\u2028services: {}.yaml"
     odd.write_text((PRESETS_DIR / "cpu.yaml").read_text())
     with pytest.raises(KitError, match="file name contains a line break"):

@@ -11,10 +11,10 @@ import math
 import pytest
 import yaml
 
-from kit.deployment import APP_UID, HF_HOME, LAUNCHER_DIR, VLLM_CACHE
-from kit.k8s import LWS_API, k8s_quantity
-from kit.pipeline import prepare
-from kit.preset import preset_names
+from kit.config.preset import preset_names
+from kit.deploy.deployment import APP_UID, HF_HOME, LAUNCHER_DIR, VLLM_CACHE
+from kit.deploy.k8s import LWS_API, k8s_quantity
+from kit.deploy.pipeline import prepare
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 K8S_VERSION = "1.34.0"
@@ -243,7 +243,7 @@ def test_runtime_class_is_optional_and_jetson_defaults_to_nvidia():
 
 
 def test_runtime_class_must_be_a_dns_name():
-    from kit.errors import PresetError
+    from kit.core.errors import PresetError
 
     with pytest.raises(PresetError) as caught:
         prepare("rtx4090-awq", ["runtime.k8s_runtime_class=Not_A_Name"], target="k8s")

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from click.testing import CliRunner
 
-from kit import loadtest as lt
 from kit.cli.main import cli
+from kit.run import loadtest as lt
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ LEVEL_KEYS = {"concurrency", "requests", "ok", "errors", "error_samples", "stopp
 
 
 def check_report_shape(report: dict) -> None:
-    """The documented shape (kit/loadtest.py docstring); the integration test uses it too."""
+    """The documented shape (kit/run/loadtest.py docstring); the integration test uses it too."""
     assert report["schema"] == lt.SCHEMA
     assert set(report) == {"schema", "started_at", "target", "config", "levels"}
     assert set(report["target"]) == {"url", "model", "preset"}

@@ -10,14 +10,24 @@ import tarfile
 import pytest
 from click.testing import CliRunner
 
-from kit import lock as lockmod
 from kit.cli.main import cli
-from kit.errors import KitError, PresetError
-from kit.imagediff import manifest_from_tar
-from kit.lock import (Lock, LockedBase, LockedPackage, check_installed, lock_drift, locked_requirements_text,
-                      make_lock, read_lock, verify_wheels, write_lock)
-from kit.pipeline import prepare
-from kit.registry import BaseDigest, repository_of, split_registry
+from kit.core.errors import KitError, PresetError
+from kit.deploy.pipeline import prepare
+from kit.image import lock as lockmod
+from kit.image.imagediff import manifest_from_tar
+from kit.image.lock import (
+    Lock,
+    LockedBase,
+    LockedPackage,
+    check_installed,
+    lock_drift,
+    locked_requirements_text,
+    make_lock,
+    read_lock,
+    verify_wheels,
+    write_lock,
+)
+from kit.image.registry import BaseDigest, repository_of, split_registry
 
 BASE = "vllm-kit/base:bookworm"
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -84,7 +94,7 @@ def test_make_lock_needs_a_wheelhouse_before_touching_docker():
 
 
 def locked(prepared, wheelhouse=None, **changes):
-    from kit.lock import render_inputs
+    from kit.image.lock import render_inputs
 
     packages = []
     if wheelhouse is not None:
@@ -209,7 +219,7 @@ def test_build_script_states_every_input_of_the_sdk_build(tmp_path):
     """build.sh runs the SDK's builder (classic: DOCKER_BUILDKIT=0) with every input of the SDK call, shell-quoted."""
     import shlex
 
-    from kit.build import BuildRequest
+    from kit.image.build import BuildRequest
 
     request = BuildRequest(tmp_path / "ctx dir", ["vllm-kit/x:1", "vllm-kit/x:0.33.0"],
                            base_image="base@sha256:" + "a" * 64, no_cache=True, offline=True, platform="linux/arm64", extra_args={"PIP_REQUIRE_HASHES": "1"},

@@ -11,11 +11,19 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.errors import PresetError
-from kit.monitoring import (DASHBOARD_FILE, DASHBOARD_PROVIDER_FILE, DATASOURCE_FILE, GRAFANA_DASHBOARDS,
-                            GRAFANA_SERVICE, PROMETHEUS_FILE, PROMETHEUS_SERVICE, settings)
-from kit.pipeline import prepare
-from kit.profiles import builders, profile_help
+from kit.core.errors import PresetError
+from kit.deploy.monitoring import (
+    DASHBOARD_FILE,
+    DASHBOARD_PROVIDER_FILE,
+    DATASOURCE_FILE,
+    GRAFANA_DASHBOARDS,
+    GRAFANA_SERVICE,
+    PROMETHEUS_FILE,
+    PROMETHEUS_SERVICE,
+    settings,
+)
+from kit.deploy.pipeline import prepare
+from kit.deploy.profiles import builders, profile_help
 
 pytestmark = pytest.mark.unit
 

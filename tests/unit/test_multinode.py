@@ -12,10 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.errors import KitError
+from kit.core.errors import KitError
+from kit.deploy.pipeline import prepare
+from kit.deploy.render import launcher_text
 from kit.launch import ray_node
-from kit.pipeline import prepare
-from kit.render import launcher_text
 
 HEAD = "cluster.head_address=ray-head.example.internal"
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from kit.datafiles import vllm_table
-from kit.deployment import HF_HOME, VLLM_CACHE
-from kit.pipeline import prepare
-from kit.smoke import SERVER_MODULE, server_marker
+from kit.core.datafiles import vllm_table
+from kit.deploy.deployment import HF_HOME, VLLM_CACHE
+from kit.deploy.pipeline import prepare
+from kit.run.smoke import SERVER_MODULE, server_marker
 
 pytestmark = pytest.mark.unit
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kit import ops
 from kit.cli.main import cli
-from kit.errors import KitError
-from kit.pipeline import prepare
-from kit.write import write_files
+from kit.core.errors import KitError
+from kit.core.write import write_files
+from kit.deploy.pipeline import prepare
+from kit.run import ops
 
 pytestmark = pytest.mark.unit
 

@@ -7,15 +7,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kit import plan as planner
-from kit.errors import PlanError
-from kit.modelinfo import ModelSpec, load_model_spec, spec_from_config
-from kit.plan import PlanInputs, kv_bytes_per_token_per_layer, plan
+from kit.config.modelinfo import ModelSpec, load_model_spec, spec_from_config
+from kit.core.errors import PlanError
+from kit.memory import plan as planner
+from kit.memory.plan import PlanInputs, kv_bytes_per_token_per_layer, plan
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
 
-TINY_LLAMA = {  # the shape of kit/tinymodel.py's model, as transformers writes its config.json
+TINY_LLAMA = {  # the shape of kit/config/tinymodel.py's model, as transformers writes its config.json
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
     "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 2,
     "vocab_size": 512, "max_position_embeddings": 2048, "tie_word_embeddings": False, "torch_dtype": "float32",
@@ -317,7 +317,7 @@ def test_unknown_model_offline_says_how_to_pass_a_local_config():
 
 
 def test_every_catalog_model_loads_and_plans():
-    from kit.modelinfo import catalog_ids
+    from kit.config.modelinfo import catalog_ids
 
     ids = catalog_ids()
     for needed in ("Qwen/Qwen3-8B-AWQ", "Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen3-32B-AWQ", "Qwen/Qwen2.5-1.5B-Instruct-AWQ"):

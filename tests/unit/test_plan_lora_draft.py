@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from kit.modelinfo import load_model_spec
-from kit.plan import GIB, DraftInputs, LoraInputs, PlanInputs, plan
-from kit.preset import load_preset
-from kit.preset_plan import plan_preset
+from kit.config.modelinfo import load_model_spec
+from kit.config.preset import load_preset
+from kit.memory.plan import GIB, DraftInputs, LoraInputs, PlanInputs, plan
+from kit.memory.preset_plan import plan_preset
 
 pytestmark = pytest.mark.unit
 

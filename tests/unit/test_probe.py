@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import probe
-from kit.deployment import plan_deployment, serve_args_for, server_command_for
-from kit.preset import load_preset
+from kit.config.preset import load_preset
+from kit.deploy.deployment import plan_deployment, serve_args_for, server_command_for
+from kit.run import probe
 
 pytestmark = pytest.mark.unit
 

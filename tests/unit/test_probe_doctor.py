@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import doctor
-from kit.preset import load_preset
+from kit.config.preset import load_preset
+from kit.host import doctor
 
 pytestmark = pytest.mark.unit
 

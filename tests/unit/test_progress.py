@@ -1,7 +1,7 @@
 """Long steps say what they do: the wheel download names each wheel, a build passes pip's lines on."""
 
-from kit.build import PIP_PROGRESS
-from kit.wheelhouse import _download_progress, _resolve_progress
+from kit.image.build import PIP_PROGRESS
+from kit.image.wheelhouse import _download_progress, _resolve_progress
 
 # Lines as pip 23 prints them without a terminal (`pip download --no-deps --progress-bar off -r lock`).
 DOWNLOAD_LOG = """\

@@ -1,4 +1,4 @@
-"""The prune rules (kit/data/prune.yaml) against the measured floor, and kit/prune.py on real directories."""
+"""The prune rules (kit/data/prune.yaml) against the measured floor, and kit/image/prune.py on real directories."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import prune
-from kit.datafiles import floor_files, prune_rules
+from kit.core.datafiles import floor_files, prune_rules
+from kit.image import prune
 
 pytestmark = pytest.mark.unit
 

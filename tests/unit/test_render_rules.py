@@ -6,9 +6,9 @@ import re
 import pytest
 import yaml
 
-from kit.errors import PresetError
-from kit.pipeline import prepare
-from kit.preset import preset_names
+from kit.config.preset import preset_names
+from kit.core.errors import PresetError
+from kit.deploy.pipeline import prepare
 
 PRESETS = preset_names()
 

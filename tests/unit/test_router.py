@@ -9,10 +9,10 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.datafiles import load_yaml
-from kit.errors import KitError
-from kit.pipeline import prepare
-from kit.router import router_image_ref
+from kit.core.datafiles import load_yaml
+from kit.core.errors import KitError
+from kit.deploy.pipeline import prepare
+from kit.deploy.router import router_image_ref
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.unit

@@ -6,9 +6,9 @@ import jsonschema
 import pytest
 import yaml
 
-from kit.datafiles import PRESETS_DIR
-from kit.preset import preset_names
-from kit.schema import SCHEMA_PATH, schema_text
+from kit.config.preset import preset_names
+from kit.config.schema import SCHEMA_PATH, schema_text
+from kit.core.datafiles import PRESETS_DIR
 
 
 def test_schema_is_fresh():

@@ -9,16 +9,16 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from kit import wheelhouse
-from kit.build import BuildRequest
-from kit.checks import check_preset
 from kit.cli.main import cli
-from kit.datafiles import DATA_DIR
-from kit.errors import BuildError, KitError, PresetError, Problem
-from kit.flags import check_engine
-from kit.pipeline import prepare
-from kit.preset import load_preset
-from kit.secretrules import redact, secret_flag_env
+from kit.config.flags import check_engine
+from kit.config.preset import load_preset
+from kit.core.datafiles import DATA_DIR
+from kit.core.errors import BuildError, KitError, PresetError, Problem
+from kit.core.secretrules import redact, secret_flag_env
+from kit.deploy.checks import check_preset
+from kit.deploy.pipeline import prepare
+from kit.image import wheelhouse
+from kit.image.build import BuildRequest
 
 # Made-up credentials of each documented shape (none is real).
 TOKENS = {

@@ -4,7 +4,7 @@ import jinja2
 import pytest
 import yaml
 
-from kit.templating import UnsafeValue, dockerfile_str, environment, exec_form, yaml_str
+from kit.deploy.templating import UnsafeValue, dockerfile_str, environment, exec_form, yaml_str
 
 
 def test_strict_undefined_fails_on_a_misspelled_variable():
@@ -38,11 +38,11 @@ def test_exec_form_is_a_json_list():
 
 def test_compiled_templates_come_back_from_the_cache_unchanged(tmp_path, monkeypatch):
     # The bytecode cache only saves compiling: a render from stored code is byte for byte a fresh render.
-    import kit.templating
-    from kit.pipeline import prepare
+    import kit.deploy.templating
+    from kit.deploy.pipeline import prepare
 
     assert environment().bytecode_cache is not None  # the kit's own environment keeps compiled templates
-    monkeypatch.setattr(kit.templating, "_bytecode_cache", lambda: jinja2.FileSystemBytecodeCache(str(tmp_path)))
+    monkeypatch.setattr(kit.deploy.templating, "_bytecode_cache", lambda: jinja2.FileSystemBytecodeCache(str(tmp_path)))
     try:
         environment.cache_clear()
         first = prepare("cpu").files  # compiles, stores

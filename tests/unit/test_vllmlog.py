@@ -1,4 +1,4 @@
-"""kit.vllmlog on real vLLM 0.26.0 start-up logs (kit/data/calibration/h200-vllm-0.26.0, an H200), and the planner
+"""kit.memory.vllmlog on real vLLM 0.26.0 start-up logs (kit/data/calibration/h200-vllm-0.26.0, an H200), and the planner
 against what those logs say. Figures come from parsing the logs here, never from copied numbers."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit import plan as planner
-from kit import vllmlog
-from kit.modelinfo import load_model_spec
+from kit.config.modelinfo import load_model_spec
+from kit.memory import plan as planner
+from kit.memory import vllmlog
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.errors import PresetError
-from kit.pipeline import prepare
-from kit.webui import SERVICE, image_ref, webui_data
+from kit.core.errors import PresetError
+from kit.deploy.pipeline import prepare
+from kit.deploy.webui import SERVICE, image_ref, webui_data
 
 SECRET = "sk-sentinel-3f9d"  # must never reach a rendered file
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from kit.errors import KitError
-from kit.write import LOCK_FILE, MANIFEST, write_files
+from kit.core.errors import KitError
+from kit.core.write import LOCK_FILE, MANIFEST, write_files
 
 
 def statuses(results):
@@ -71,7 +71,7 @@ def test_out_must_be_a_directory(tmp_path):
 
 
 def test_stack_paths_are_absolute_whatever_the_caller_passes(tmp_path, monkeypatch):
-    from kit.stack import Stack
+    from kit.run.stack import Stack
 
     monkeypatch.chdir(tmp_path)
     stack = Stack(__import__("pathlib").Path("run/cpu"), "cpu")

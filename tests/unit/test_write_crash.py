@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kit.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_ENV, MANIFEST, STAGING
+from kit.core.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_ENV, MANIFEST, STAGING
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit, warm_up
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.write import JOURNAL, LOCK_FILE, STAGING
+from kit.core.write import JOURNAL, LOCK_FILE, STAGING
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, warm_up
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The one-shot model fetch, run inside the image (compose's model-fetch service, the k8s init container).
 
 The render ships it beside the Dockerfile and the image holds it at /opt/vllm-kit/fetch_files.py
-(kit/deployment.py FETCH_SCRIPT_PATH). Its one argument is JSON, built by kit.hubfetch from kit/data/fetch.yaml:
+(kit/deploy/deployment.py FETCH_SCRIPT_PATH). Its one argument is JSON, built by kit.config.hubfetch from kit/data/fetch.yaml:
 {"rules": {...}, "artefacts": [{"role", "ref", "revision", "mode", "field"}]}. It needs only the standard
 library to import; huggingface_hub (in every vLLM image) is imported when a hub artefact is fetched.
 It downloads what vLLM will read and nothing else, one file at a time with a progress line per file

@@ -1,0 +1,472 @@
+"""Which `vllm serve` flags exist, per pinned vLLM version, and how to pass them.
+
+The facts come from snapshots that `kit.config.flagsnap` takes from vLLM's own parser
+(`kit/data/flags/vllm-<version>.json`) plus a small table of flags that vLLM
+removed or renamed (`kit/data/flags/renamed.yaml`). This module only reads them:
+
+* `check_engine()` finds every problem with a preset's `engine:` mapping.
+* `engine_to_argv()` turns a valid mapping into `vllm serve` arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from kit.core.datafiles import DATA_DIR
+from kit.core.errors import KitError
+from kit.core.versions import version_or_oldest
+
+SNAPSHOT_DIR = DATA_DIR / "flags"
+RENAMED_FILE = SNAPSHOT_DIR / "renamed.yaml"
+
+# Keys the kit sets itself from other parts of the preset; `engine` may not set them.
+# Key -> where the preset says it instead.
+KIT_OWNED_KEYS: dict[str, str] = {
+    "model": "set the model with model.id",
+    "model_tag": "set the model with model.id",
+    "served_model_name": "set it with model.served_model_name (model.id is served by default)",
+    "revision": "set it with model.revision",
+    "host": "the server listens on all addresses inside the container; publish it with runtime.bind_address",
+    "port": "the server listens on 8000 inside the container; publish it with runtime.port",
+}
+
+_HUMAN_INT = re.compile(r"\d+(\.\d+)?[kKmMgGtT]?")
+_INT_TEXT = re.compile(r"[+-]?\d+")
+
+
+class FlagError(KitError):
+    """A preset's engine flags do not fit the pinned vLLM.
+
+    `field` names the offending preset field (e.g. ``engine.max_model_len``),
+    `hint` says what to do; `problems` holds every problem found.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+        problems: tuple["Problem", ...] = (),
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.field = field
+        self.flag_problems = problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+    hint: str | None = None
+    severity: str = "error"  # "error" or "warning" (deprecated but accepted)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" + (f" ({self.hint})" if self.hint else "")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One `vllm serve` option, as the snapshot describes it."""
+
+    dest: str
+    options: tuple[str, ...]
+    kind: str
+    type: str
+    nargs: int | str | None
+    choices: tuple[str, ...] | None = None
+    default: Any = None
+    const: Any = None
+    optional: bool = False
+    type_detail: str | None = None
+    negative_options: tuple[str, ...] = ()
+    hidden_options: tuple[str, ...] = ()
+    deprecated: bool = False
+    help: str = ""
+
+    @property
+    def flag(self) -> str:
+        """The option string to emit for a positive value."""
+        negatives = set(self.negative_options)
+        for option in self.options:
+            if option.startswith("--") and option not in negatives:
+                return option
+        return self.options[0]
+
+    @property
+    def negative_flag(self) -> str | None:
+        visible = [o for o in self.options if o in self.negative_options]
+        candidates = visible or list(self.negative_options)
+        return candidates[0] if candidates else None
+
+    @property
+    def takes_list(self) -> bool:
+        return self.kind == "append" or self.nargs in ("+", "*") or isinstance(self.nargs, int) and self.nargs > 1
+
+
+@dataclass(frozen=True)
+class FlagSnapshot:
+    version: str
+    package: str
+    generator_version: int
+    flags: Mapping[str, FlagSpec]
+    # snake_case spelling of every option string -> (dest, means False?)
+    aliases: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FlagSnapshot":
+        flags: dict[str, FlagSpec] = {}
+        aliases: dict[str, tuple[str, bool]] = {}
+        for key, entry in data["flags"].items():
+            spec = FlagSpec(
+                dest=entry["dest"],
+                options=tuple(entry["options"]),
+                kind=entry["kind"],
+                type=entry["type"],
+                nargs=entry.get("nargs"),
+                choices=tuple(entry["choices"]) if entry.get("choices") is not None else None,
+                default=entry.get("default"),
+                const=entry.get("const"),
+                optional=bool(entry.get("optional", False)),
+                type_detail=entry.get("type_detail"),
+                negative_options=tuple(entry.get("negative_options") or ()),
+                hidden_options=tuple(entry.get("hidden_options") or ()),
+                deprecated=bool(entry.get("deprecated", False)),
+                help=entry.get("help", ""),
+            )
+            flags[key] = spec
+            for option in (*spec.options, *spec.hidden_options):
+                alias = _snake(option)
+                if alias != key:
+                    aliases.setdefault(alias, (key, option in spec.negative_options))
+        return cls(
+            version=data["vllm"]["version"],
+            package=data["vllm"].get("package", "unknown"),
+            generator_version=data["generator"]["version"],
+            flags=flags,
+            aliases=aliases,
+        )
+
+
+def _snake(name: str) -> str:
+    return name.strip().lstrip("-").replace("-", "_")
+
+
+def available_versions(directory: Path = SNAPSHOT_DIR) -> list[str]:
+    """vLLM versions that have a flag snapshot, oldest first."""
+    found = [p.name[len("vllm-") : -len(".json")] for p in Path(directory).glob("vllm-*.json")]
+    return sorted(found, key=version_or_oldest)  # packaging's order: 0.26.0rc1 before 0.26.0
+
+
+@functools.lru_cache(maxsize=None)
+def _load_snapshot(path: Path) -> FlagSnapshot:
+    return FlagSnapshot.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def load_snapshot(version: str, directory: Path = SNAPSHOT_DIR) -> FlagSnapshot:
+    path = Path(directory) / f"vllm-{version}.json"
+    if not path.is_file():
+        known = ", ".join(available_versions(directory)) or "none"
+        raise FlagError(
+            f"no vLLM flag snapshot for version {version} (have: {known})",
+            field="vllm.version",
+            hint="pin one of those versions, or generate a snapshot with "
+            "`python -m kit.config.flagsnap --regenerate VERSION`",
+        )
+    return _load_snapshot(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _renamed_table() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(RENAMED_FILE.read_text(encoding="utf-8")) or {}
+    return dict(data.get("flags") or {})
+
+
+# --------------------------------------------------------------------------
+# Checking
+# --------------------------------------------------------------------------
+
+
+def _closest(word: str, candidates: list[str], n: int = 3) -> list[str]:
+    return difflib.get_close_matches(word, candidates, n=n, cutoff=0.6)
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type_problem(spec: FlagSpec, item: Any) -> str | None:
+    """Why `item` cannot be one value of `spec`, or None when it can."""
+    expected = spec.type
+    if spec.optional and (item == "None"):
+        return None
+    if expected == "int":
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            return f"expects an integer, got {_describe(item)}"
+        if isinstance(item, str):
+            detail = spec.type_detail or ""
+            if detail == "human_readable_int_or_auto" and item.strip().lower() in ("auto", "-1"):
+                return None
+            pattern = _HUMAN_INT if detail.startswith("human_readable_int") else _INT_TEXT
+            if not pattern.fullmatch(item.strip()):
+                extra = " (or a size like 32k)" if detail.startswith("human_readable_int") else ""
+                return f"expects an integer{extra}, got {_describe(item)}"
+        return None
+    if expected == "float":
+        if isinstance(item, bool) or not isinstance(item, (int, float, str)):
+            return f"expects a number, got {_describe(item)}"
+        if isinstance(item, str):
+            try:
+                float(item)
+            except ValueError:
+                return f"expects a number, got {_describe(item)}"
+        return None
+    if expected == "json":
+        if isinstance(item, (dict, list)):
+            return None
+        if isinstance(item, str):
+            if spec.type_detail == "json_or_str":
+                return None
+            try:
+                json.loads(item)
+            except ValueError:
+                return f"expects a mapping or JSON text, got text that is not JSON: {_describe(item)}"
+            return None
+        return f"expects a mapping (JSON object), got {_describe(item)}"
+    # str and opaque converters: any scalar that is not a boolean.
+    if isinstance(item, bool):
+        return (
+            f"expects text, got the boolean {str(item).lower()} "
+            "(YAML reads yes/no/on/off/true/false as booleans; quote the value)"
+        )
+    if not isinstance(item, (str, int, float)):
+        return f"expects a single value, got {_describe(item)}"
+    return None
+
+
+def _choice_problem(spec: FlagSpec, item: Any) -> tuple[str, str | None] | None:
+    if spec.choices is None:
+        return None
+    text = _format_scalar(item)
+    if text in spec.choices:
+        return None
+    if spec.type == "other":
+        # An opaque converter may normalise the text (vLLM lower-cases and
+        # maps dashes to underscores for its kernel backend names).
+        normal = text.lower().replace("-", "_")
+        if normal in spec.choices:
+            return None
+    shown = [c for c in spec.choices if c != "None"]
+    close = _closest(text, shown, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else None
+    return f"{text!r} is not one of: {', '.join(shown)}", hint
+
+
+def _value_problems(spec: FlagSpec, key: str, value: Any) -> list[Problem]:
+    where = f"engine.{key}"
+    if value is None:
+        return []
+    if spec.kind in ("store_true", "store_false", "boolean_optional", "store_const"):
+        if not isinstance(value, bool):
+            return [Problem(where, f"expects true or false, got {_describe(value)}")]
+        if spec.kind == "store_true" and value is False and spec.default is True:
+            return [Problem(where, "is on by default and this vLLM has no option to turn it off")]
+        if spec.kind == "store_false" and value is True and spec.default is False:
+            return [Problem(where, "is off by default and this vLLM has no option to turn it on")]
+        return []
+    if spec.kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return [Problem(where, f"expects a count (0 or more), got {_describe(value)}")]
+        return []
+    if spec.nargs == "?" and isinstance(value, bool):
+        if value is True and spec.const is not True:
+            return [Problem(where, f"expects a value, got {_describe(value)}")]
+        return []
+
+    if spec.takes_list:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not items and spec.nargs == "+":
+            return [Problem(where, "needs at least one value")]
+        if isinstance(spec.nargs, int) and len(items) != spec.nargs:
+            return [Problem(where, f"needs exactly {spec.nargs} values, got {len(items)}")]
+    else:
+        if isinstance(value, (list, tuple, dict)) and spec.type != "json":
+            return [Problem(where, f"expects a single value, got {_describe(value)}")]
+        items = [value]
+
+    problems = []
+    for item in items:
+        message = _type_problem(spec, item)
+        if message:
+            problems.append(Problem(where, message))
+            continue
+        choice = _choice_problem(spec, item)
+        if choice:
+            problems.append(Problem(where, choice[0], choice[1]))
+    return problems
+
+
+def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
+    where = f"engine.{key}"
+    label = f"vLLM {snapshot.version}"
+    renamed = _renamed_table().get(key)
+    if renamed is not None:
+        replacement = renamed.get("replacement")
+        note = renamed.get("note") or ""
+        if replacement and replacement in snapshot.flags:
+            verb = "was renamed" if renamed.get("status") == "renamed" else "was removed"
+            hint = f"use {renamed.get('value') or replacement}"
+            return Problem(where, f"{verb} before {label}: {note}".rstrip(": "), hint)
+        return Problem(where, f"was removed before {label}: {note}".rstrip(": "), "delete it")
+    candidates = sorted(set(snapshot.flags) | set(snapshot.aliases))
+    close = _closest(key, candidates)
+    # Point aliases at their canonical key.
+    suggestions = []
+    for name in close:
+        canonical = snapshot.aliases.get(name, (name, False))[0]
+        if canonical not in suggestions:
+            suggestions.append(canonical)
+    hint = ("did you mean " + " or ".join(suggestions) + "?") if suggestions else None
+    return Problem(where, f"is not a `vllm serve` flag in {label}", hint)
+
+
+def _secret_flag_problem(snapshot: Any, key: str, where: str) -> Problem | None:
+    """A flag that carries a secret (kit/data/secrets.yaml) is refused whatever its value, which is never quoted."""
+    from kit.core.secretrules import secret_flag_env
+
+    canonical = snapshot.aliases.get(key, (key, False))[0]
+    spec = snapshot.flags.get(canonical)
+    env = secret_flag_env(canonical, spec.type if spec else None)
+    if env is None:
+        return None
+    place = (f"put it in .env as {env} (see .env.example); on Kubernetes, in the <name>-secrets Secret made "
+             "from .env (`kubectl create secret generic ... --from-env-file=.env`, see k8s/)" if env else
+             "pass it through .env or a Kubernetes Secret, never the preset")
+    return Problem(where, "carries a secret: a preset is committed and rendered into compose files and "
+                   "manifests, so secrets never go in engine", place)
+
+
+def check_engine(engine: Mapping[str, object], version: str) -> list[Problem]:
+    """Every problem with a preset's `engine:` mapping for the given vLLM."""
+    snapshot = load_snapshot(version)
+    problems: list[Problem] = []
+    for raw_key in sorted(engine, key=str):
+        value = engine[raw_key]
+        where = f"engine.{raw_key}"
+        if not isinstance(raw_key, str):
+            problems.append(Problem(where, "keys must be text"))
+            continue
+        key = _snake(raw_key)
+        secret = _secret_flag_problem(snapshot, key, where)
+        if secret is not None:
+            problems.append(secret)
+            continue
+        if key in KIT_OWNED_KEYS:
+            problems.append(Problem(where, "is set by the kit, not in engine", KIT_OWNED_KEYS[key]))
+            continue
+        if key != raw_key:
+            if key in snapshot.flags or key in snapshot.aliases:
+                canonical = snapshot.aliases.get(key, (key, False))[0]
+                problems.append(
+                    Problem(where, "engine keys are written in snake_case", f"write it as {canonical}")
+                )
+            else:
+                problems.append(_unknown_key_problem(snapshot, key))
+            continue
+        spec = snapshot.flags.get(key)
+        if spec is None and key in snapshot.aliases:
+            canonical, negative = snapshot.aliases[key]
+            if negative:
+                hint = f"write {canonical}: false"
+                message = f"is the command-line form of {canonical}: false"
+            else:
+                hint = f"write {canonical}"
+                message = f"is another name for {canonical}"
+            problems.append(Problem(where, message, hint))
+            continue
+        if spec is None:
+            problems.append(_unknown_key_problem(snapshot, key))
+            continue
+        problems.extend(_value_problems(spec, key, value))
+        if spec.deprecated and value is not None:
+            problems.append(
+                Problem(where, f"is deprecated in vLLM {snapshot.version}: {spec.help}", severity="warning")
+            )
+    return problems
+
+
+# --------------------------------------------------------------------------
+# Mapping to argv
+# --------------------------------------------------------------------------
+
+
+def _format_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip text: 0.9 -> "0.9"
+    return str(value)
+
+
+def _with_value(flag: str, value: str) -> list[str]:
+    # argparse would read a value starting with "-" as another option.
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
+
+
+def engine_to_argv(engine: Mapping[str, object], version: str) -> list[str]:
+    """`vllm serve` arguments for a preset's `engine:` mapping, sorted by key.
+
+    Raises FlagError if `check_engine` finds any error (warnings pass).
+    """
+    errors = tuple(p for p in check_engine(engine, version) if p.severity == "error")
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise FlagError(f"{first.field}: {first.message}{more}", field=first.field, hint=first.hint, problems=errors)
+
+    snapshot = load_snapshot(version)
+    argv: list[str] = []
+    for key in sorted(engine):
+        value = engine[key]
+        if value is None:
+            continue
+        spec = snapshot.flags[key]
+        flag = spec.flag
+        if spec.kind == "boolean_optional":
+            chosen = flag if value else spec.negative_flag
+            if chosen is None:
+                raise FlagError(f"engine.{key}: this vLLM has no option to turn it off", field=f"engine.{key}")
+            argv.append(chosen)
+        elif spec.kind in ("store_true", "store_const"):
+            if value:
+                argv.append(flag)
+        elif spec.kind == "store_false":
+            if not value:
+                argv.append(flag)
+        elif spec.kind == "count":
+            argv.extend([flag] * int(value))
+        elif spec.kind == "append":
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for item in items:
+                argv.extend(_with_value(flag, _format_scalar(item)))
+        elif spec.nargs == "?" and isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        elif spec.takes_list:
+            items = value if isinstance(value, (list, tuple)) else [value]
+            argv.append(flag)
+            argv.extend(_format_scalar(item) for item in items)
+        else:
+            argv.extend(_with_value(flag, _format_scalar(value)))
+    return argv

@@ -1,0 +1,456 @@
+"""What the planner needs to know about a model, read from its config.json.
+
+``load_model_spec`` takes a local model directory, a path to a config.json, or a
+Hugging Face id. Ids resolve from the bundled catalog (``kit/data/models/``), and
+from the hub only when the caller allows it and ``huggingface_hub`` is installed.
+Nothing here downloads weights: exact weight bytes come from a safetensors index
+(``metadata.total_size``) or from the headers of local ``*.safetensors`` files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kit.core.datafiles import DATA_DIR
+from kit.core.errors import PlanError, shown
+from kit.core.inputfiles import decode_utf8, input_limits, open_regular, read_capped, user_path
+
+CATALOG_DIR = DATA_DIR / "models"
+
+# Bytes per element of the dtype names found in config.json and safetensors headers.
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "f32": 4, "F32": 4,
+    "bfloat16": 2, "bf16": 2, "BF16": 2,
+    "float16": 2, "half": 2, "f16": 2, "F16": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+    "int8": 1, "I8": 1, "uint8": 1, "U8": 1,
+    "int16": 2, "I16": 2, "int32": 4, "I32": 4, "int64": 8, "I64": 8,
+    "bool": 1, "BOOL": 1, "F64": 8, "float64": 8,
+}
+
+
+class QuantSpec(BaseModel):
+    """The checkpoint's ``quantization_config``, reduced to what sizes memory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str  # awq | gptq | fp8 | compressed-tensors | bitsandbytes | ...
+    bits: int | None = None  # weight bits (4 for AWQ/GPTQ-int4, 8 for fp8/int8)
+    group_size: int | None = None  # -1 or None: per channel
+    zero_point: bool | None = None
+    desc_act: bool | None = None
+    weight_block_size: tuple[int, int] | None = None  # fp8 block quantisation
+    modules_not_converted: tuple[str, ...] = ()
+
+
+class ModelSpec(BaseModel):
+    """The shape of a decoder model, as vLLM sizes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    architecture: str
+    model_type: str | None = None
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    is_causal: bool = True  # False: bidirectional attention, which vLLM runs as encoder-only (no KV cache)
+    num_labels: int | None = None  # classifiers: the head's outputs (1: a cross-encoder that /score can use)
+    torch_dtype: str = "bfloat16"
+    attention_bias: bool = False  # q/k/v biases (Qwen2)
+    qk_norm: bool = False  # per-head q/k RMSNorm (Qwen3)
+    rope_scaling: dict[str, Any] | None = None
+    quantization: QuantSpec | None = None
+    # Mixture of experts
+    num_experts: int | None = None
+    num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int | None = None  # Qwen2-MoE style single shared expert
+    first_k_dense_replace: int = 0  # DeepSeek: the first k layers are dense MLPs
+    moe_layer_freq: int = 1
+    # Multi-head latent attention (DeepSeek V2/V3)
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # Sliding window / hybrid layouts
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    # Exact checkpoint size when known (safetensors index or headers)
+    weights_bytes: int | None = None
+    source: str = ""  # where the config came from (path, catalog, hub)
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Sliding-window or mixed layer types: vLLM sizes these per group."""
+        if self.layer_types and len(set(self.layer_types)) > 1:
+            return True
+        return self.sliding_window is not None
+
+
+def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for name in names:
+        if cfg.get(name) is not None:
+            return cfg[name]
+    return default
+
+
+def _quant_from_config(qc: dict[str, Any] | None) -> QuantSpec | None:
+    if not qc:
+        return None
+    method = str(qc.get("quant_method") or qc.get("quant_type") or "").lower()
+    if not method:
+        return None
+    bits = qc.get("bits") or qc.get("w_bit") or qc.get("num_bits")
+    group = qc.get("group_size") or qc.get("q_group_size")
+    block = qc.get("weight_block_size")
+    not_converted = tuple(qc.get("modules_to_not_convert") or qc.get("ignore") or ())
+    if method == "compressed-tensors":
+        # One config group is the common case; read its weight scheme.
+        groups = qc.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        bits = weights.get("num_bits", bits)
+        if weights.get("type") == "float" and bits == 8:
+            pass  # FP8 weights
+        group = weights.get("group_size", group)
+        if weights.get("block_structure"):
+            block = weights["block_structure"]
+    elif method == "fp8":
+        bits = 8
+    elif method in ("bitsandbytes", "bnb"):
+        bits = 4 if qc.get("load_in_4bit") else 8
+    return QuantSpec(
+        method=method,
+        bits=int(bits) if bits is not None else None,
+        group_size=int(group) if group is not None else None,
+        zero_point=qc.get("zero_point"),
+        desc_act=qc.get("desc_act"),
+        weight_block_size=tuple(block) if block else None,
+        modules_not_converted=not_converted,
+    )
+
+
+def _whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is one (4096 or 4096.0); None for bools, fractions, nan, inf, text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _check_counts(section: dict[str, Any], bounds: dict[str, list[int]], where: str, *, fractions: bool = False) -> None:
+    for key, (low, high) in bounds.items():
+        value = section.get(key)
+        if value is None:
+            continue
+        number = value if fractions and isinstance(value, float) and math.isfinite(value) else _whole_number(value)
+        if number is None:
+            raise PlanError(f"{where}{key}: {shown(value)} is not a {'number' if fractions else 'whole number'}")
+        if not low <= number <= high:
+            raise PlanError(f"{where}{key}: {shown(value)} is outside {low}..{high}, the range the kit plans for")
+
+
+def check_config_values(cfg: Any, source: str) -> None:
+    """Refuse config.json values no real model has (layers 1e9, hidden 0, negative, nan, text for a number)
+    before any arithmetic sees them; each error names the config file and the key."""
+    if not isinstance(cfg, dict):
+        raise PlanError(f"{source}: config.json is not a JSON object")
+    for key, kind in (("text_config", dict), ("quantization_config", dict), ("rope_scaling", dict),
+                      ("architectures", list), ("layer_types", list), ("torch_dtype", str), ("model_type", str)):
+        for where, section in ((f"{source}: ", cfg), (f"{source}: text_config.", cfg.get("text_config"))):
+            if isinstance(section, dict) and section.get(key) is not None and not isinstance(section[key], kind):
+                raise PlanError(f"{where}{key}: expected a JSON {'object' if kind is dict else kind.__name__}, "
+                                f"got {shown(section[key])}")
+    for key in ("architectures", "layer_types"):
+        if any(not isinstance(item, str) for item in cfg.get(key) or ()):
+            raise PlanError(f"{source}: {key}: expected a list of names")
+    limits = input_limits()
+    text = cfg.get("text_config") or {}
+    base = {**cfg, **text}
+    _check_counts(base, limits["model_config"], f"{source}: ")
+    quant = cfg.get("quantization_config") or base.get("quantization_config") or {}
+    _check_counts(quant, limits["quantization_config"], f"{source}: quantization_config.")
+    _check_counts(base.get("rope_scaling") or {}, limits["rope_scaling"], f"{source}: rope_scaling.", fractions=True)
+
+
+def _num_labels(cfg: dict[str, Any]) -> int | None:
+    """transformers derives num_labels from id2label (PretrainedConfig); absent in generative configs."""
+    if cfg.get("num_labels") is not None:
+        return int(cfg["num_labels"])
+    labels = cfg.get("id2label")
+    return len(labels) if isinstance(labels, dict) and labels else None
+
+
+def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
+    """Build a ModelSpec from a config.json dict; a missing, absurd or malformed field is a PlanError naming it."""
+    check_config_values(cfg, source)
+    try:
+        spec = _spec_from_config(cfg, name=name, source=source, weights_bytes=weights_bytes)
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        # Shapes the checks above do not cover (e.g. a list where a mapping belongs deep in quantization_config).
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PlanError(f"{source}: config.json has a value of an unexpected shape ({first[:120]})") from None
+    if spec.is_mla and not spec.qk_rope_head_dim:
+        raise PlanError(f"{source}: qk_rope_head_dim: missing, and a latent-attention model (kv_lora_rank "
+                        f"{spec.kv_lora_rank}) stores its RoPE key beside the latent")
+    if spec.head_dim < 1:
+        raise PlanError(f"{source}: head_dim: hidden_size {spec.hidden_size} / num_attention_heads "
+                        f"{spec.num_attention_heads} is below 1")
+    return spec
+
+
+def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
+    # Multimodal wrappers keep the language model under text_config.
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
+    base = {**cfg, **text} if text else cfg
+
+    def need(*names: str) -> Any:
+        value = _first(base, *names)
+        if value is None:
+            raise PlanError(
+                f"{source}: config.json has no {names[0]!r}"
+                + (f" (nor {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""),
+                hint="pass the model's full config.json (--model /path/to/dir or /path/to/config.json)",
+            )
+        return value
+
+    archs = cfg.get("architectures") or base.get("architectures") or []
+    architecture = archs[0] if archs else str(need("model_type"))
+    hidden = int(need("hidden_size", "n_embd", "d_model"))
+    heads = int(need("num_attention_heads", "n_head"))
+    kv_heads = int(_first(base, "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads))
+    head_dim = _first(base, "head_dim")
+    head_dim = int(head_dim) if head_dim else hidden // heads
+    kv_lora = base.get("kv_lora_rank")
+    num_experts = _first(base, "num_local_experts", "num_experts", "n_routed_experts")
+    intermediate = _first(base, "intermediate_size", "ffn_hidden_size", "n_inner")
+    if intermediate is None:
+        if num_experts:
+            intermediate = base.get("moe_intermediate_size") or 0
+        else:
+            intermediate = need("intermediate_size")
+    dtype = str(_first(base, "torch_dtype", "dtype", default=cfg.get("torch_dtype") or "bfloat16"))
+    dtype = dtype.replace("torch.", "")
+    layer_types = base.get("layer_types")
+    sliding = base.get("sliding_window")
+    if sliding is not None and base.get("use_sliding_window") is False:
+        sliding = None  # Qwen2/Qwen3 ship a window but leave it switched off
+    if layer_types and len(set(layer_types)) == 1 and layer_types[0] == "full_attention":
+        sliding = None
+    shared = base.get("n_shared_experts") or 0
+    shared_inter = base.get("shared_expert_intermediate_size")
+    return ModelSpec(
+        name=name,
+        architecture=architecture,
+        model_type=base.get("model_type"),
+        num_layers=int(need("num_hidden_layers", "n_layer", "num_layers")),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=int(intermediate),
+        vocab_size=int(need("vocab_size")),
+        max_position_embeddings=int(need("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")),
+        tie_word_embeddings=bool(_first(cfg, "tie_word_embeddings", default=base.get("tie_word_embeddings", False))),
+        torch_dtype=dtype,
+        is_causal=base.get("is_causal") is not False,
+        num_labels=_num_labels(cfg),
+        attention_bias=bool(base.get("attention_bias") or base.get("model_type") in ("qwen2", "qwen2_moe")),
+        qk_norm=base.get("model_type") in ("qwen3", "qwen3_moe"),
+        rope_scaling=base.get("rope_scaling"),
+        quantization=_quant_from_config(cfg.get("quantization_config") or base.get("quantization_config")),
+        num_experts=int(num_experts) if num_experts else None,
+        num_experts_per_tok=_first(base, "num_experts_per_tok", "moe_topk"),
+        moe_intermediate_size=_first(base, "moe_intermediate_size") or (int(intermediate) if num_experts else None),
+        num_shared_experts=int(shared) if shared else (1 if shared_inter else 0),
+        shared_expert_intermediate_size=shared_inter,
+        first_k_dense_replace=int(base.get("first_k_dense_replace") or 0),
+        moe_layer_freq=int(base.get("moe_layer_freq") or base.get("decoder_sparse_step") or 1),
+        kv_lora_rank=int(kv_lora) if kv_lora else None,
+        q_lora_rank=base.get("q_lora_rank"),
+        qk_rope_head_dim=base.get("qk_rope_head_dim"),
+        qk_nope_head_dim=base.get("qk_nope_head_dim"),
+        v_head_dim=base.get("v_head_dim"),
+        sliding_window=int(sliding) if sliding else None,
+        layer_types=tuple(layer_types) if layer_types else None,
+        weights_bytes=weights_bytes if weights_bytes is not None else cfg.get("_weights_bytes"),
+        source=source,
+    )
+
+
+def safetensors_bytes(model_dir: Path) -> int | None:
+    """Checkpoint bytes from the index's metadata.total_size, or by reading local file headers.
+
+    Every read is bounded before it happens (kit/data/input_limits.yaml): the index's size, each header's
+    8-byte length prefix against the format's cap, the kit's cap and the file's size, the shard count.
+    """
+    limits = input_limits()
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        data = _load_json(index, limits["files"]["safetensors_index_max_bytes"])
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if total is not None:
+            number = _whole_number(total)
+            if number is None or number < 0:
+                raise PlanError(f"{index}: metadata.total_size: {shown(total)} is not a byte count")
+            if number:
+                return number
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    caps = limits["safetensors"]
+    if len(files) > caps["shards_max"]:
+        raise PlanError(f"{model_dir}: {len(files)} safetensors files, more than the {caps['shards_max']} the kit reads")
+    budget = caps["headers_total_max_bytes"]
+    total = 0
+    for file in files:
+        tensors, header_bytes = _safetensors_tensor_bytes(file, min(caps["header_read_max_bytes"], budget),
+                                                          caps["format_header_max_bytes"])
+        budget -= header_bytes
+        total += tensors
+    return total or None
+
+
+def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tuple[int, int]:
+    """(bytes of the tensors ``file`` holds, bytes of its header), reading only the bounded header."""
+    with open_regular(file, str(file), error=PlanError, what="safetensors file") as (fd, size):
+        prefix = os.pread(fd, 8, 0)
+        if len(prefix) < 8:
+            raise PlanError(f"{file}: shorter than a safetensors header ({size} bytes)")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > format_cap:
+            raise PlanError(f"{file}: header length {length} is beyond the safetensors format's {format_cap} bytes")
+        if 8 + length > size:
+            raise PlanError(f"{file}: header length {length} runs past the end of the file ({size} bytes)")
+        if length > read_cap:
+            raise PlanError(f"{file}: header of {length} bytes is more than the kit reads ({read_cap} bytes left)")
+        raw = os.pread(fd, length, 8)
+    header = _parse_json(raw, str(file))
+    if not isinstance(header, dict):
+        raise PlanError(f"{file}: the safetensors header is not a JSON object")
+    data_size = size - 8 - length
+    total = 0
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
+        if pair is None or None in pair or not 0 <= pair[0] <= pair[1] <= data_size:
+            raise PlanError(f"{file}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
+        total += pair[1] - pair[0]
+    return total, length
+
+
+def catalog_path(model_id: str) -> Path:
+    return CATALOG_DIR / (model_id.replace("/", "--") + ".json")
+
+
+def catalog_ids() -> list[str]:
+    return sorted(p.stem.replace("--", "/", 1) for p in CATALOG_DIR.glob("*.json"))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json(raw: bytes, where: str) -> Any:
+    """JSON text; NaN/Infinity (Python's extension), bad UTF-8 or nesting past the parser's depth are errors."""
+    text = decode_utf8(raw, where, error=PlanError)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise PlanError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise PlanError(f"{where}: not valid JSON ({str(exc)[:120]})") from None
+
+
+def _load_json(path: Path, limit: int | None = None) -> Any:
+    limit = limit or input_limits()["files"]["model_config_max_bytes"]
+    return _parse_json(read_capped(path, str(path), limit, error=PlanError, what="JSON file"), str(path))
+
+
+def _from_hub(model_id: str) -> ModelSpec | None:
+    try:
+        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        config_path = Path(hf_hub_download(model_id, "config.json"))
+    except Exception:  # offline, gated, missing: all mean "not from the hub"
+        return None
+    weights = None
+    try:
+        weights = safetensors_bytes(Path(hf_hub_download(model_id, "model.safetensors.index.json")).parent)
+    except Exception:
+        pass
+    return spec_from_config(_load_json(config_path), name=model_id, source=f"hub:{model_id}", weights_bytes=weights)
+
+
+TINY_MODEL_PREFIX = "kit:"
+TINY_MODEL_REF = "kit:tiny-llama"
+
+
+def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
+    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:<tiny model kind>``) to a ModelSpec."""
+    if ref.startswith(TINY_MODEL_PREFIX):  # a test model the kit makes: its shape is known before it exists
+        from kit.config.tinymodel import KINDS, shape_config
+
+        kind = ref.removeprefix(TINY_MODEL_PREFIX)
+        if kind not in KINDS:
+            raise PlanError(f"{shown(ref)}: no such test model", hint=f"one of: kit:{', kit:'.join(sorted(KINDS))}")
+        return spec_from_config(shape_config(kind), name=kind, source="kit.config.tinymodel")
+    path, found = user_path(ref, error=PlanError)
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        config = path / "config.json"
+        if not config.is_file():
+            raise PlanError(f"{path}: no config.json in this directory", hint="point --model at a model directory or its config.json")
+        return spec_from_config(_load_json(config), name=path.name, source=str(config), weights_bytes=safetensors_bytes(path))
+    if found is not None:  # a file; a FIFO or device is refused when read
+        return spec_from_config(_load_json(path), name=path.parent.name or path.stem, source=str(path),
+                                weights_bytes=safetensors_bytes(path.parent))
+    if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
+        try:
+            bundled, found = user_path(str(catalog_path(ref)), error=PlanError)
+        except PlanError:  # a name no file can have is not in the catalog
+            bundled, found = catalog_path(ref), None
+        if found is not None:
+            return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
+        if allow_hub:
+            spec = _from_hub(ref)
+            if spec is not None:
+                return spec
+    raise PlanError(
+        f"model {ref!r} is not a local path and not in the bundled catalog",
+        hint=(
+            "pass a local config: --model /path/to/model-dir or --model /path/to/config.json"
+            + ("" if allow_hub else " (or allow hub look-ups where the hub is reachable)")
+        ),
+    )

@@ -1,0 +1,722 @@
+"""Presets: YAML file -> overrides -> validated, typed model.
+
+Public entry point: ``load_preset(ref, overrides)``. Every problem found is reported at once, each
+naming the file and the dotted field, and nothing downstream ever sees an unvalidated preset.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+import stat
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
+from kit.core.errors import PresetError, Problem, shown
+from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
+from kit.core.safevalue import (
+    UnsafeValue,
+    check_argument,
+    check_image_ref,
+    check_repository,
+    check_requirement,
+    check_text,
+)
+
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
+VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
+
+# Docker's size grammar for memory and /dev/shm (docker/go-units size.go, RAMInBytes -> parseSize, v0.5.0): a
+# number, then an optional unit, either after one space or directly; units are case-insensitive, binary
+# (k=1024 ... p=1024**5), may end in "b" or "ib" ("4g", "4G", "4gb", "4GiB"), a bare "b" is bytes, and the
+# product is truncated to whole bytes. Go's ParseFloat reads the number: decimal with an optional sign and
+# exponent, or a hexadecimal float with a p exponent, "_" between digits. The kit refuses Inf/NaN and sizes past
+# int64, which Docker turns into garbage.
+_RAM_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_DIGITS = r"\d(?:_?\d)*"  # Go literals allow "_" between digits ("1_000")
+_HEX_DIGITS = r"[0-9a-fA-F](?:_?[0-9a-fA-F])*"
+_GO_DECIMAL = re.compile(rf"[+-]?(?:{_DIGITS}\.?(?:{_DIGITS})?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?")
+_GO_HEX = re.compile(rf"[+-]?0[xX](?:_?{_HEX_DIGITS}\.?(?:{_HEX_DIGITS})?|\.{_HEX_DIGITS})[pP][+-]?{_DIGITS}")
+_INT64_MAX = (1 << 63) - 1
+
+
+def ram_in_bytes(text: str | int) -> int:
+    """A size as Docker reads ``--shm-size``, ``--memory`` and compose's ``shm_size``; ValueError otherwise."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ValueError("a size is a string such as 10.24g, 4G, 4gb, 4096m or a number of bytes")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"invalid size {text!r}: negative")
+        return text
+    number, space, suffix = text.partition(" ")
+    if not space:
+        last = max((text.rfind(ch) for ch in "0123456789."), default=-1)
+        if last == -1:
+            raise ValueError(f"invalid size {text!r}: no number")
+        number, suffix = text[: last + 1], text[last + 1 :]
+    if _GO_DECIMAL.fullmatch(number):
+        value = float(number)
+    elif _GO_HEX.fullmatch(number):
+        value = float.fromhex(number.replace("_", ""))
+    else:
+        raise ValueError(f"invalid size {text!r}: {number!r} is not a number")
+    if value < 0 or value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"invalid size {text!r}: must be a finite number >= 0")
+    unit = suffix.lower()
+    if unit in ("", "b"):
+        return _whole_bytes(text, value)
+    if len(unit) > 3 or unit[0] not in _RAM_UNITS or unit[1:] not in ("", "b", "ib"):
+        raise ValueError(f"invalid size {text!r}: unknown unit {suffix!r} (use b, k, m, g, t, p, optionally "
+                         "followed by b or ib)")
+    return _whole_bytes(text, value * _RAM_UNITS[unit[0]])
+
+
+def _whole_bytes(text: str, value: float) -> int:
+    # Go truncates toward zero when it converts to int64; past int64 the result is garbage, so refuse.
+    if value > _INT64_MAX:
+        raise ValueError(f"invalid size {text!r}: larger than 8 EiB")
+    return int(value)
+
+
+class Strict(BaseModel):
+    # allow_inf_nan=False: "inf" and "nan" pass every range check pydantic makes (nan compares false), so
+    # they are refused as numbers outright.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+class Hardware(Strict):
+    """What the stack runs on. ``gpu`` is a name from the GPU catalog (kit/data/gpus.yaml); none means CPU."""
+
+    gpu: str | None = Field(None, description="GPU catalog name or alias (e.g. rtx4090, a100-80gb); omit for CPU")
+    count: int = Field(1, ge=1, description="GPUs per node used by this stack")
+    device_ids: list[str] | None = Field(
+        None, description="Exact GPU ids or UUIDs to map (default: the first `count` GPUs)"
+    )
+    arch: Literal["amd64", "arm64"] = "amd64"
+    nodes: int = Field(1, ge=1, description="Hosts in the deployment (Ray across hosts when > 1)")
+    gpu_runtime: Literal["nvidia", "cdi"] = Field(
+        "nvidia", description="How compose maps GPUs: the NVIDIA runtime's device requests, or CDI device names"
+    )
+    l4t: str | None = Field(None, description="Jetson only: the board's L4T release, e.g. r36.4")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        found = gpu_by_name(value)
+        if found is None:
+            close = difflib.get_close_matches(value.lower(), gpu_names(), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else "run `kit gpus` to list the catalog"
+            raise ValueError(f"unknown GPU {value!r} ({hint})")
+        return found[0]
+
+    @model_validator(mode="after")
+    def _device_ids_match_count(self) -> Hardware:
+        if self.device_ids is not None and len(self.device_ids) != self.count:
+            raise ValueError(f"device_ids lists {len(self.device_ids)} GPUs but count is {self.count}")
+        if self.gpu is None and self.device_ids:
+            raise ValueError("device_ids needs a gpu")
+        return self
+
+
+class Model(Strict):
+    id: str = Field(..., min_length=1, description="Hugging Face id (org/name) or a local directory (./path, /path)")
+    served_model_name: str | None = Field(
+        None, description="Name clients use in requests (default: the id, or a local directory's name)"
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to pin")
+    generate: Literal["tiny-llama", "tiny-qwen3-embed"] | None = Field(
+        None, description="Make a random-weight test model at the local path when it is missing (tests, CPU demo)"
+    )
+
+    @property
+    def is_local(self) -> bool:
+        return self.id.startswith(("/", "./", "../", "~"))
+
+    @field_validator("id", "served_model_name", "revision")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        # Each becomes the argument after --model/--served-model-name/--revision (or the positional model).
+        return None if value is None else check_argument(value)
+
+    @model_validator(mode="after")
+    def _generate_needs_path(self) -> Model:
+        if self.generate and not self.is_local:
+            raise ValueError("generate needs a local path as id (e.g. ./models/tiny-llama)")
+        return self
+
+
+class Engine(BaseModel):
+    """``vllm serve`` flags, one key per flag, named as vLLM names them (snake_case).
+
+    The flags the kit reasons about are typed here; any other key is checked against the flag
+    snapshot of the pinned vLLM version (kit/data/flags/).
+    """
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, allow_inf_nan=False)
+
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    enforce_eager: bool | None = None
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    distributed_executor_backend: Literal["ray", "mp", "uni", "external_launcher"] | None = None
+    block_size: int | None = Field(None, ge=1)
+    trust_remote_code: bool | None = None
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_parallel_size or 1
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_parallel_size or 1
+
+    def flags(self) -> dict[str, Any]:
+        """Every flag the user set, typed and extra, without the unset ones."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Image(Strict):
+    vllm_version: str = Field(..., pattern=VERSION_RE, description="Pinned vLLM release, X.Y.Z (never latest)")
+    strategy: Literal["slim", "official", "cpu", "jetson"] = Field(
+        ...,
+        description="slim: CUDA base + pinned wheels; official: the official vLLM image, pinned, plus what it "
+        "lacks; cpu: vLLM's CPU build; jetson: an L4T base for Jetson boards",
+    )
+    cuda: str | None = Field(None, description="CUDA build to use (default: the release's); e.g. 12.9 for older drivers")
+    base: str | None = Field(None, description="Base image override (a site's hardened image); pinned tag, never latest")
+    base_digest: str | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$", description="Digest pin for the base")
+    extra_pip: list[str] = Field(default_factory=list, description="Extra Python packages, each pinned name==version")
+    pip_index_url: str | None = Field(None, description="Package index for the image's wheels (Jetson wheel index)")
+    repository: str | None = Field(None, description="Image repository to tag (default: vllm-kit/<preset>)")
+    pin_digest: str | None = Field(
+        None, pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Production: compose runs image.repository@this digest (what `kit push` printed) instead of the tag",
+    )
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        known = vllm_table()["versions"]
+        if value not in known:
+            raise ValueError(f"vLLM {value} is not in the kit's version table (known: {', '.join(known)})")
+        return value
+
+    @field_validator("base")
+    @classmethod
+    def _pinned_base(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_image_ref(value)
+            check_pinned_ref(value)
+        return value
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        return None if value is None else check_repository(value)
+
+    @model_validator(mode="after")
+    def _base_digest_agrees(self) -> Image:
+        # A base written as name@sha256:A with base_digest sha256:B would build A and claim B.
+        if self.base and "@" in self.base and self.base_digest and self.base.rsplit("@", 1)[1] != self.base_digest:
+            raise ValueError("image.base is pinned to another digest than image.base_digest; keep one digest")
+        return self
+
+    @model_validator(mode="after")
+    def _pin_needs_repository(self) -> Image:
+        if self.pin_digest and not self.repository:
+            raise ValueError("pin_digest needs image.repository: the registry repository the digest was pushed to")
+        return self
+
+    @field_validator("extra_pip")
+    @classmethod
+    def _pinned_pip(cls, value: list[str]) -> list[str]:
+        for index, item in enumerate(value):
+            check_requirement(item, f"extra_pip[{index}]")
+        return value
+
+
+class Runtime(Strict):
+    port: int = Field(8000, ge=1, le=65535, description="Host port the API is published on")
+    bind_address: str = Field("127.0.0.1", description="Host address to publish on; 0.0.0.0 exposes it to the network")
+    shm_size: str | None = Field(
+        None, description="/dev/shm size in any form Docker accepts: 10.24g, 4G, 4gb, 4096m, bytes "
+        "(default: computed from the plan)",
+    )
+    ipc: Literal["host", "private", "shareable"] | None = Field(None, description="IPC mode (default: private + shm_size)")
+    restart: Literal["no", "always", "on-failure", "unless-stopped"] = "unless-stopped"
+    hf_cache_volume: str = Field("hf-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    compile_cache_volume: str = Field("vllm-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    healthcheck_start_period: int | None = Field(
+        None, ge=10, description="Seconds the healthcheck allows for model loading (default: computed)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
+    cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
+    replicas: int = Field(
+        1, ge=1, le=64, description="Servers of this preset behind one vLLM router (vllm-router) on runtime.port; "
+        "GPU replicas get disjoint GPUs (tensor x pipeline parallel each, out of hardware.count)",
+    )
+    router_policy: str | None = Field(
+        None, description="With replicas: the router's load-balancing policy (kit/data/router.yaml lists them; "
+        "default round_robin)",
+    )
+    k8s_runtime_class: str | None = Field(
+        None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,
+        description="Kubernetes target: the pods' runtimeClassName (e.g. nvidia where the NVIDIA runtime is not "
+        "the node's default; Jetson presets default to nvidia; an empty string sets none)",
+    )
+
+    @field_validator("shm_size", mode="before")
+    @classmethod
+    def _docker_size(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        if ram_in_bytes(value) == 0:
+            raise ValueError("shm_size 0 gives Docker's 64 MiB default; omit it to let the kit size /dev/shm")
+        return str(value)
+
+    @field_validator("router_policy")
+    @classmethod
+    def _known_policy(cls, value: str | None) -> str | None:
+        policies = load_yaml("router.yaml")["policies"]
+        if value is not None and value not in policies:
+            raise ValueError(f"unknown router policy {value!r} (one of {', '.join(policies)})")
+        return value
+
+    @field_validator("bind_address")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        ipaddress.ip_address(value)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if SECRET_NAME.search(name):
+                raise ValueError(f"{name} looks like a secret; put it in the .env file (see .env.example), not the preset")
+            check_text(text, f"the value of {name}")
+        return value
+
+
+class Cluster(Strict):
+    """Several nodes (hardware.nodes > 1): a Ray head and workers, as vLLM's multi-node guide runs them.
+
+    Cluster-wide values live here; each host's own address and NICs come from its .env
+    (VLLM_HOST_IP, NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), since they differ per host.
+    """
+
+    network: Literal["host", "bridge"] = Field(
+        "host",
+        description="host: every node on its own host with host networking (production, vLLM's guide); "
+        "bridge: all nodes as containers on one Docker host, on a private bridge network (trying out, tests)",
+    )
+    head_address: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
+        description="Address (IP or DNS name) workers dial to reach the Ray head; required with network host",
+    )
+    ray_port: int = Field(6379, ge=1, le=65535, description="Ray GCS port on the head (ray start --port)")
+    dashboard_port: int = Field(8265, ge=1, le=65535, description="Ray dashboard port on the head (on localhost)")
+    join_timeout: int = Field(
+        600, ge=10, le=86400, description="Seconds the head waits for every node to join before it gives up"
+    )
+    node_grace: int = Field(
+        30, ge=5, le=3600,
+        description="Seconds a node may be missing while serving before the head stops the server (and /health fails)",
+    )
+
+
+class Preset(Strict):
+    description: str = Field("", description="One line shown by `kit presets`")
+    hardware: Hardware
+    model: Model
+    engine: Engine = Field(default_factory=Engine)
+    image: Image
+    runtime: Runtime = Field(default_factory=Runtime)
+    cluster: Cluster = Field(default_factory=Cluster)
+
+    @model_validator(mode="after")
+    def _safe_text(self) -> Preset:
+        # The rules every renderer applies (kit/core/safevalue.py), so `kit validate` refuses what `kit render` would.
+        for where, text in _strings_with_paths(self.model_dump()):
+            check_text(text, where)
+        for key, value in self.engine.flags().items():
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str):
+                    check_argument(item, f"engine.{key}")
+        return self
+
+    @model_validator(mode="after")
+    def _multi_node_defaults(self) -> Preset:
+        # vLLM's multi-node guide: tensor parallel within a node, pipeline parallel across nodes, on Ray.
+        # Only unset fields are filled; checks.py then verifies the layout against the hardware.
+        if self.hardware.nodes > 1:
+            if self.engine.pipeline_parallel_size is None:
+                self.engine.pipeline_parallel_size = self.hardware.nodes
+            if self.engine.distributed_executor_backend is None:
+                self.engine.distributed_executor_backend = "ray"
+        return self
+
+    @model_validator(mode="after")
+    def _jetson_runtime_class(self) -> Preset:
+        # Jetson runs under the NVIDIA runtime (compose: `runtime: nvidia`); on Kubernetes that is a RuntimeClass.
+        if self.image.strategy == "jetson" and self.runtime.k8s_runtime_class is None:
+            self.runtime.k8s_runtime_class = load_yaml("k8s.yaml")["jetson_runtime_class"]
+        return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Preset:
+        hw, img = self.hardware, self.image
+        if img.strategy == "cpu" and hw.gpu is not None:
+            raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
+        if img.strategy != "cpu" and hw.gpu is None:
+            raise ValueError(f"image.strategy {img.strategy} needs hardware.gpu (or use strategy cpu)")
+        if img.strategy == "jetson" and hw.arch != "arm64":
+            raise ValueError("image.strategy jetson builds for arm64; set hardware.arch: arm64")
+        if img.strategy == "jetson" and not hw.l4t:
+            raise ValueError("image.strategy jetson needs hardware.l4t (the board's L4T release, e.g. r36.4)")
+        if hw.l4t and hw.l4t not in vllm_table()["jetson"]["l4t"]:
+            raise ValueError(f"hardware.l4t {hw.l4t} is unknown (known: {', '.join(vllm_table()['jetson']['l4t'])})")
+        if img.strategy == "cpu" and "cpu" not in vllm_table()["versions"][img.vllm_version]:
+            raise ValueError(f"vLLM {img.vllm_version} has no CPU build in the version table")
+        if img.cuda is not None and img.strategy in ("cpu", "jetson"):
+            raise ValueError(f"image.cuda does not apply to strategy {img.strategy}")
+        if img.cuda is not None and img.cuda not in vllm_table()["cuda"]:
+            raise ValueError(f"image.cuda {img.cuda} is unknown (known: {', '.join(vllm_table()['cuda'])})")
+        if img.strategy == "official" and img.cuda is not None:
+            release = vllm_table()["versions"][img.vllm_version]
+            if img.cuda != release["cuda"] and img.cuda not in release.get("official_variants", {}):
+                raise ValueError(f"vLLM {img.vllm_version} has no official image for CUDA {img.cuda}")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def check_pinned_ref(ref: str) -> None:
+    """Refuse image references that can change under the user: no tag, or ``latest``."""
+    if "@sha256:" in ref:
+        return
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last:
+        raise ValueError(f"{ref!r} has no tag; pin a version tag (and ideally a digest), never latest")
+    if last.rsplit(":", 1)[1] == "latest":
+        raise ValueError(f"{ref!r} uses latest, which changes under you; pin a version tag")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def find_preset(ref: str) -> Path:
+    """A preset name from presets/, or a path to a preset file of the user's own."""
+    looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        path, found = user_path(ref, error=PresetError)
+        if found is None:
+            raise PresetError(f"{ref}: no such preset file")
+        return path  # a directory, FIFO or device is refused when read, with what it is
+    path, found = user_path(str(PRESETS_DIR / f"{ref}.yaml"), error=PresetError)
+    if found is not None and stat.S_ISREG(found.st_mode):
+        return path
+    names = preset_names()
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(names)}"
+    raise PresetError(f"unknown preset {ref!r}", hint=hint)
+
+
+def display_path(path: Path) -> str:
+    if path.resolve().parent == PRESETS_DIR.resolve():  # a shipped preset, wherever the kit is installed
+        return f"presets/{path.name}"
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.
+PRESET_MAX_DEPTH = 32
+
+
+class PresetLoader(yaml.SafeLoader):
+    """Safe YAML with a preset's rules.
+
+    - No aliases: ``*name`` can expand a few hundred bytes into gigabytes (the "billion laughs"), and a
+      preset this small gains nothing from them.
+    - YAML 1.1's extra scalar types are not guessed: ``yes``/``no``/``on``/``off``, ``0x1f``, ``0o17``,
+      ``1:30``, ``.inf``, ``.nan`` and dates stay text, so the field's type decides (pydantic reads
+      ``yes`` as true for a boolean field, and ``no`` stays the string "no" for a name). Only ``true``/``false``,
+      ``null``/``~``, decimal integers and decimal fractions are typed here.
+    """
+
+    yaml_implicit_resolvers: dict = {}
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML alias *{event.anchor} is not allowed in a preset; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+# At most 18 digits: longer numbers stay text (and fail as the field's type), never a giant int.
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]{0,17})$"), list("-+0123456789"))
+PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]{1,18}\.[0-9]{0,18}|\.[0-9]{1,18})(?:[eE][-+]?[0-9]{1,3})?$"),
+    list("-+0123456789."))
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """One line: where in the text, and what."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character #x{exc.character:04x} at offset {exc.position} is not allowed in YAML"
+    mark = getattr(exc, "problem_mark", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return at + (getattr(exc, "problem", None) or "malformed YAML")
+
+
+def _duplicate_key(node: yaml.Node) -> str | None:
+    """The first mapping key given twice anywhere under ``node``, as 'path (lines a and b)'."""
+    stack: list[tuple[yaml.Node, str, int]] = [(node, "", 0)]
+    while stack:
+        current, path, depth = stack.pop()
+        if depth > PRESET_MAX_DEPTH:
+            raise RecursionError
+        if isinstance(current, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in current.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                if isinstance(key, yaml.ScalarNode) and name in seen:
+                    return (f"{path + '.' if path else ''}{name}: given twice (lines {seen[name] + 1} and "
+                            f"{key.start_mark.line + 1}); a later value would silently win")
+                seen[name] = key.start_mark.line
+                stack.append((value, f"{path + '.' if path else ''}{name}", depth + 1))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(current.value))
+    return None
+
+
+def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) -> Any:
+    """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``.
+
+    ``malformed_as_text``: text that is not well-formed YAML is returned as it is (an override value); aliases,
+    duplicate keys and too deep nesting are refused all the same.
+    """
+    loader = None
+    try:
+        loader = PresetLoader(text)  # refuses unprintable characters already
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicate = _duplicate_key(node)
+        if duplicate:
+            raise PresetError(f"{where}: {duplicate}", hint="keep one of them")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        if malformed_as_text and isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)):
+            return text
+        syntax = not isinstance(exc, yaml.composer.ComposerError)  # an alias is refused, not misspelt
+        raise PresetError(f"{where}: {_yaml_error(exc)}", hint="fix the YAML syntax" if syntax else None) from None
+    except RecursionError:
+        raise PresetError(f"{where}: nested more than {PRESET_MAX_DEPTH} levels deep") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _strings_with_paths(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, text) for every string in a dumped preset, keys included."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [pair for key, item in value.items()
+                for pair in (*_strings_with_paths(key, path), *_strings_with_paths(item, f"{path}.{key}" if path else str(key)))]
+    if isinstance(value, list):
+        return [pair for i, item in enumerate(value) for pair in _strings_with_paths(item, f"{path}[{i}]")]
+    return []
+
+
+def _strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings_in(k), *_strings_in(v))]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings_in(item)]
+    return []
+
+
+def parse_override_value(raw: str, where: str) -> Any:
+    """The value of ``KEY=VALUE``, typed like a preset file's plain scalar.
+
+    A plain value is taken whole: ``#``, ``: ``, quotes inside, a leading ``*`` or ``!`` are text, never YAML
+    syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). Only a value in
+    brackets or braces is parsed as a YAML flow list or mapping, and one in matching quotes as a quoted
+    string, by the same rules as the file; one that is not well-formed stays text, and the field's type
+    judges it (a list field refuses ``[1, 2``; a JSON-string flag takes ``{not json`` to check later).
+    """
+    if raw == "":
+        return ""
+    flow = raw[0] in "[{" or (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"")
+    if not flow:
+        loader = PresetLoader("")
+        try:  # the file's rules for a plain scalar, applied to the whole text
+            tag = loader.resolve(yaml.ScalarNode, raw, (True, False))
+            return loader.construct_object(yaml.ScalarNode(tag, raw))
+        finally:
+            loader.dispose()
+    value = load_preset_yaml(raw, where, malformed_as_text=True)
+    if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
+        raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
+                          hint="quote the item that holds the #")
+    return value
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not part.strip() for part in key.split(".")):
+        raise PresetError(f"override {text!r}: expected SECTION.FIELD=VALUE, e.g. engine.max_model_len=16384")
+    return key.split("."), parse_override_value(raw, f"override {key}")
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set each dotted path; the result is validated exactly like the file."""
+    for text in overrides:
+        path, value = parse_override(text)
+        node: Any = data
+        for part in path[:-1]:
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                child = {}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise PresetError(f"override {text!r}: {part} is not a section")
+            node = child
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+    return data
+
+
+def read_preset_file(path: Path) -> dict[str, Any]:
+    where = display_path(path)
+    raw = read_capped(path, where, input_limits()["files"]["preset_max_bytes"], error=PresetError, what="preset file")
+    data = load_preset_yaml(decode_utf8(raw, where, error=PresetError), where)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PresetError(f"{where}: a preset is a mapping of sections (hardware, model, engine, image, runtime)")
+    return data
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The valid field names at ``loc`` (for did-you-mean on unknown keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))
+
+
+def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        field = ".".join(str(p) for p in loc)
+        hint = None
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(loc[-1]), _field_names(Preset, loc), n=1, cutoff=0.6)
+            message = "unknown field"
+            hint = f"did you mean {'.'.join([*map(str, loc[:-1]), close[0]])}?" if close else None
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] not in ("value_error",) and "input" in err and not isinstance(err["input"], (dict, list)):
+                message += f" (got {shown(err['input'])})"
+            if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+                hint = "YAML reads an unquoted number or true/false as one: quote the value"
+        problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
+    return problems
+
+
+def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _out_of_range_numbers(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _out_of_range_numbers(item, f"{path}[{i}]")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > NUMBER_MAX:
+        return [path]
+    return []
+
+
+def secret_problems(data: Any, where: str) -> list[Problem]:
+    """A credential anywhere in the preset (file or override, runtime.env included): refused, never quoted.
+
+    A preset is committed, shared and rendered into compose files, manifests and image labels; a secret
+    belongs in .env (compose) or a Secret (Kubernetes), which the kit never writes."""
+    from kit.core.secretrules import secret_values
+
+    problems = []
+    for field, kind in secret_values(data):
+        what = "a password in a URL (user:password@)" if kind == "url_password" else f"a {kind} token"
+        problems.append(Problem(
+            f"{where}: {field}", f"holds {what}; secrets never go in a preset",
+            "keep the URL here without credentials; the secret goes in .env (HF_TOKEN, VLLM_API_KEY, HF_ENDPOINT) "
+            "or a Kubernetes Secret, an index's user:password in the PIP_INDEX_URL environment variable of the "
+            "shell that runs `kit wheelhouse` / `kit lock`"))
+    return problems
+
+
+def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path, Preset]:
+    """Load, override and validate a preset. Returns (name, path, preset)."""
+    path = find_preset(ref)
+    where = display_path(path)
+    data = read_preset_file(path)
+    data.pop("$schema", None)
+    data = apply_overrides(data, list(overrides or []))
+    try:  # the file's name is the preset's name, which rendered files carry (headers, labels, tags)
+        check_text(path.stem, "the preset's file name")
+    except UnsafeValue as exc:
+        raise PresetError(f"{where}: {exc}") from None
+    leaked = secret_problems(data, where)
+    if leaked:
+        raise PresetError(f"{where}: credentials in the preset", problems=leaked)
+    try:
+        preset = Preset.model_validate(data)
+    except ValidationError as exc:
+        raise PresetError(f"{where}: invalid preset", problems=problems_from_validation(exc, where)) from None
+    huge = _out_of_range_numbers(preset.model_dump())
+    if huge:
+        raise PresetError(f"{where}: invalid preset", problems=[
+            Problem(f"{where}: {field}", f"beyond {NUMBER_MAX} (2**53), the largest number the kit takes")
+            for field in huge])
+    return path.stem, path, preset

@@ -1,0 +1,93 @@
+"""Hardware and software facts live in data files; this module is the one place that reads them."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kit/, above this core/ package
+DATA_DIR = PACKAGE_DIR / "data"
+# In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
+# beside the package (the layout README.md describes). A wheel or sdist install ships them inside the package as
+# kit/_presets, kit/_images, kit/_compose (pyproject.toml maps them). This is the one place that knows both.
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+def _shipped_dir(folder: str) -> Path:
+    installed = resources.files("kit").joinpath(f"_{folder}")
+    if installed.is_dir():
+        # Installed wheels are unpacked on disk (pip never installs zipped), so the traversable is a path;
+        # Jinja's loader and the preset listing need a real directory.
+        return Path(str(installed))
+    return REPO_ROOT / folder
+
+
+def checkout_root() -> Path | None:
+    """The repository this package runs from, or None when it is installed from a wheel or sdist."""
+    return REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "presets").is_dir() else None
+
+
+PRESETS_DIR = _shipped_dir("presets")
+IMAGES_DIR = _shipped_dir("images")
+COMPOSE_DIR = _shipped_dir("compose")
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
+
+
+# libyaml's parser when PyYAML was built with it (the wheels are): the same safe constructors, parsed in C. The
+# data files are most of what a `kit render` reads (issue 14: a render within 0.6 s); SafeLoader otherwise.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def load_yaml(name: str) -> Any:
+    with (DATA_DIR / name).open(encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader, C or Python
+
+
+def vllm_table() -> dict[str, Any]:
+    return load_yaml("vllm.yaml")
+
+
+def gpu_catalog() -> dict[str, dict[str, Any]]:
+    return load_yaml("gpus.yaml")["gpus"]
+
+
+def gpu_by_name(name: str) -> tuple[str, dict[str, Any]] | None:
+    """Find a GPU by catalog key or alias, case-insensitively."""
+    wanted = name.strip().lower()
+    for key, entry in gpu_catalog().items():
+        names = [key] + [str(a).lower() for a in entry.get("aliases", [])]
+        if wanted in names:
+            return key, entry
+    return None
+
+
+def gpu_names() -> list[str]:
+    names: list[str] = []
+    for key, entry in gpu_catalog().items():
+        names.append(key)
+        names.extend(str(a).lower() for a in entry.get("aliases", []))
+    return names
+
+
+def prune_rules() -> dict[str, Any]:
+    """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it."""
+    return load_yaml("prune.yaml")
+
+
+FLOOR_DIR = DATA_DIR / "floor"
+
+
+@functools.cache
+def floor_files(name: str = "vllm-0.26.0-h200") -> list[dict[str, Any]]:
+    """The measured floor (kit/data/floor/NAME.json.xz): one dict per file, keyed by the file's `columns`."""
+    import json
+    import lzma
+
+    with lzma.open(FLOOR_DIR / f"{name}.json.xz", "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    return [dict(zip(data["columns"], row)) for row in data["files"]]

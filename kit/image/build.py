@@ -1,0 +1,235 @@
+"""Rendered files -> image. Two steps: ``prepare_build_context()`` (no Docker; testable) and
+``build_image()`` (the Docker SDK). The exact equivalent ``docker build`` command and the full log are
+kept next to the output so a failure can be re-run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.core.docker_engine import docker_client
+from kit.core.errors import BuildError, KitError
+from kit.core.secretrules import redact
+from kit.deploy.deployment import FETCH_FILE, PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE
+from kit.image.wheelhouse import LOCK_NAME
+
+# The kit's own working folder inside a rendered directory (build contexts, build records, router context).
+KIT_DIR = ".kit"
+
+CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
+OPTIONAL_CONTEXT_FILES = (PRUNE_SCRIPT_FILE, PRUNE_RULES_FILE)  # rendered for images that prune
+STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
+PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    tags: list[str]
+    size_bytes: int
+    labels: dict[str, str]
+    seconds: float
+    log_path: Path
+    script_path: Path
+    cached_steps: int = 0
+    total_steps: int = 0
+
+
+@dataclass
+class BuildRequest:
+    """One build, as both the SDK call and the equivalent `docker build` command read it (they cannot drift)."""
+
+    context_dir: Path
+    tags: list[str]
+    base_image: str | None = None
+    no_cache: bool = False
+    offline: bool = False  # PIP_NO_INDEX=1: wheels from the build context only
+    platform: str | None = None
+    extra_args: dict[str, str] = field(default_factory=dict)
+    dockerfile: str = "Dockerfile"  # relative to the context, as the Engine API takes it
+    target: str | None = None  # a stage of a multi-stage Dockerfile (None: the last)
+    pull: bool = False  # pull a newer base first (off: the base is pinned or local)
+
+    def buildargs(self) -> dict[str, str]:
+        args = dict(self.extra_args)
+        if self.base_image:
+            args["BASE_IMAGE"] = self.base_image
+        if self.offline:
+            args["PIP_NO_INDEX"] = "1"
+        for key, value in args.items():
+            # The classic builder records build args in the image's history (`docker history`): a credential
+            # passed this way ships inside every copy of the image.
+            if redact(value) != value:
+                raise BuildError(f"build arg {key}: holds a credential, which would be stored in the image's history",
+                                 hint="give the build a URL without credentials (a wheelhouse builds offline)")
+        return args
+
+    def command(self) -> list[str]:
+        """The `docker build` argv that does what ``build_image``'s SDK call does, for re-running by hand.
+
+        The SDK posts to the Engine's /build endpoint, which is the classic builder; the CLI picks BuildKit by
+        default, so the script sets DOCKER_BUILDKIT=0 (see ``script()``). rm/forcerm and pull are stated,
+        not left to the CLI's defaults."""
+        argv = ["docker", "build", "--rm", "--force-rm", f"--pull={'true' if self.pull else 'false'}"]
+        if self.no_cache:
+            argv.append("--no-cache")
+        if self.platform:
+            argv += ["--platform", self.platform]
+        if self.target:
+            argv += ["--target", self.target]
+        for key, value in sorted(self.buildargs().items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for tag in self.tags:
+            argv += ["-t", tag]
+        argv += ["-f", str(self.context_dir / self.dockerfile), str(self.context_dir)]
+        return argv
+
+    def script(self) -> str:
+        """build.sh: the same builder (classic), the same arguments, quoted for the shell."""
+        return ("#!/bin/sh\n"
+                "# The build `kit build` ran, for re-running by hand: the classic builder the Docker SDK drives\n"
+                "# (DOCKER_BUILDKIT=0), with the same build args, platform, tags, cache and pull flags, target,\n"
+                "# Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
+                "set -eu\n"
+                f"DOCKER_BUILDKIT=0 {redact(shlex.join(self.command()))}\n")
+
+
+def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None) -> Path:
+    """Lay out a build context: the rendered Dockerfile and requirements, plus the wheelhouse as wheels/.
+
+    Wheels are hard-linked where the filesystem allows (a 3 GB wheelhouse costs no copy).
+    """
+    for name in CONTEXT_FILES:
+        if not (rendered_dir / name).is_file():
+            raise KitError(f"{rendered_dir / name}: missing; run `kit render` first")
+    if context_dir.exists():
+        shutil.rmtree(context_dir)
+    context_dir.mkdir(parents=True)
+    for name in CONTEXT_FILES:
+        shutil.copy2(rendered_dir / name, context_dir / name)
+    for name in OPTIONAL_CONTEXT_FILES:
+        if (rendered_dir / name).is_file():
+            shutil.copy2(rendered_dir / name, context_dir / name)
+    if wheelhouse is not None:
+        wheels = wheels_for_lock(wheelhouse)
+        target = context_dir / "wheels"
+        target.mkdir()
+        for source in [*wheels, wheelhouse / LOCK_NAME]:
+            try:
+                os.link(source, target / source.name)
+            except OSError:
+                shutil.copy2(source, target / source.name)
+    return context_dir
+
+
+def wheels_for_lock(wheelhouse: Path) -> list[Path]:
+    """The wheels the wheelhouse's lock names (a shared wheelhouse may hold other versions too)."""
+    lock = wheelhouse / LOCK_NAME
+    hint = "fill it with `kit wheelhouse preset=NAME DIR` for the same preset"
+    if not lock.is_file():
+        raise KitError(f"--wheelhouse {wheelhouse}: no {LOCK_NAME} there", hint=hint)
+    wanted = {}
+    for line in lock.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            wanted[re.sub(r"[-_.]+", "-", name).lower()] = version
+    found = {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if wanted.get(key) == version:
+            found[key] = wheel
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise KitError(f"--wheelhouse {wheelhouse}: no wheel for {', '.join(missing[:5])}"
+                       + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""), hint=hint)
+    return [found[k] for k in sorted(found)]
+
+
+def _failing_step(lines: list[str]) -> str:
+    for line in reversed(lines):
+        m = STEP_RE.match(line.strip())
+        if m:
+            return f"step {m.group(1)}/{m.group(2)}: {m.group(3)}"
+    return "before the first step"
+
+
+def build_image(request: BuildRequest, log_dir: Path,
+                progress: Callable[[str], None] | None = None) -> BuildResult:
+    """Build with the Docker SDK, streaming the log to ``log_dir/build.log`` and steps to ``progress``."""
+    client = docker_client()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / "build.log"
+    script_path = log_dir / "build.sh"
+    script_path.write_text(request.script())
+    script_path.chmod(0o755)
+    lines: list[str] = []
+    image_id = None
+    cached = total = 0
+    started = time.monotonic()
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write(redact("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command())) + "\n")
+        stream = client.api.build(
+            path=str(request.context_dir),
+            tag=request.tags[0],
+            dockerfile=request.dockerfile,
+            buildargs=request.buildargs(),
+            nocache=request.no_cache,
+            pull=request.pull,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            platform=request.platform,
+            target=request.target,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                for line in redact(chunk["stream"]).splitlines():
+                    log.write(line + "\n")
+                    lines.append(line)
+                    m = STEP_RE.match(line.strip())
+                    if m:
+                        total = int(m.group(2))
+                        if progress:
+                            progress(f"step {m.group(1)}/{m.group(2)}: {m.group(3)[:100]}")
+                    elif line.strip() == "---> Using cache":
+                        cached += 1
+                    elif progress and line.strip().startswith(PIP_PROGRESS):
+                        # pip inside the build: installing the wheels is the long step (minutes for torch);
+                        # without these lines it would look stuck. The full output is in build.log.
+                        progress(f"    pip: {line.strip()[:100]}")
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            if "error" in chunk:
+                log.write(redact("ERROR: " + chunk["error"]) + "\n")
+                raise BuildError(
+                    f"build failed at {_failing_step(lines)}: {chunk['error'].strip().splitlines()[-1][:300]}",
+                    hint=f"full log: {log_path}; re-run by hand: {script_path}",
+                )
+    if image_id is None:
+        raise BuildError("build produced no image", hint=f"full log: {log_path}")
+    image = client.images.get(image_id)
+    for tag in request.tags[1:]:
+        repo, _, tag_name = tag.rpartition(":")
+        image.tag(repo, tag_name)
+    image.reload()
+    return BuildResult(
+        image_id=image.id,
+        tags=sorted(image.tags),
+        size_bytes=int(image.attrs.get("Size", 0)),
+        labels=dict(image.labels or {}),
+        seconds=time.monotonic() - started,
+        log_path=log_path,
+        script_path=script_path,
+        cached_steps=cached,
+        total_steps=total,
+    )

@@ -1,0 +1,272 @@
+"""Operate a running stack: find the compose projects started from a stack directory, list, read logs, ask its state.
+
+A stack directory holds ``compose.yaml`` (one node) or ``compose.head.yaml`` + ``compose.worker.yaml`` (a Ray
+cluster over several nodes). Whoever started it (``kit up``, a test fixture, or a user following CLUSTER.md with
+plain ``docker compose -f compose.head.yaml up -d``) chose the project name, so the projects are found from the
+labels Compose puts on every container it creates (``com.docker.compose.project.working_dir`` and
+``...config_files``), not guessed. Every compose call is an argv list with ``-p`` and ``-f``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.core.errors import KitError
+
+# What a render writes: one node, or the two roles of a multi-node cluster (kit/deploy/render.py).
+COMPOSE_FILES = ("compose.yaml", "compose.head.yaml", "compose.worker.yaml")
+SERVER_SERVICE = "vllm"  # the API server's service, in compose.yaml and compose.head.yaml alike
+# Labels Compose v2 sets on every container it creates (docker/compose pkg/api/labels.go).
+LABEL_PROJECT = "com.docker.compose.project"
+LABEL_WORKING_DIR = "com.docker.compose.project.working_dir"
+LABEL_CONFIG_FILES = "com.docker.compose.project.config_files"
+HTTP_TIMEOUT_S = 5.0
+COMPOSE_TIMEOUT_S = 120.0
+
+
+class StackNotFound(KitError):
+    """The directory holds no rendered stack."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """One compose project started from the stack directory, with the compose files it was started from."""
+
+    name: str
+    files: tuple[Path, ...]
+
+    def argv(self, *args: str) -> list[str]:
+        from kit.core.docker_engine import compose_argv
+
+        files = [arg for f in self.files for arg in ("-f", str(f))]
+        return [*compose_argv(), "-p", self.name, *files, *args]
+
+
+def rendered_compose_files(out_dir: Path) -> tuple[Path, ...]:
+    files = tuple(out_dir.resolve() / name for name in COMPOSE_FILES if (out_dir / name).is_file())
+    if not files:
+        raise StackNotFound(f"{out_dir}: no {' or '.join(COMPOSE_FILES[:2])} here",
+                            hint="pass the --out directory the stack was rendered into (`kit up --out DIR`)")
+    return files
+
+
+def projects_from_labels(out_dir: Path, labels: Iterable[Mapping[str, str]]) -> list[Project]:
+    """The projects whose containers were started from ``out_dir``, each with the union of its compose files.
+
+    A head and a worker started one after the other in the same directory (CLUSTER.md's commands on one host)
+    share the directory's default project name but carry different config_files labels: stopping that project
+    needs both files. Files no longer in the directory are left out (compose refuses a missing -f).
+    """
+    home = out_dir.resolve()
+    found: dict[str, list[Path]] = {}
+    for label in labels:
+        name = label.get(LABEL_PROJECT)
+        if not name:
+            continue
+        files = [Path(f) for f in label.get(LABEL_CONFIG_FILES, "").split(",") if f]
+        working_dir = label.get(LABEL_WORKING_DIR)
+        here = (working_dir and _same_dir(Path(working_dir), home)) or any(_same_dir(f.parent, home) for f in files)
+        if not here:
+            continue
+        known = found.setdefault(name, [])
+        for f in files:
+            if _same_dir(f.parent, home) and f.name in COMPOSE_FILES and (home / f.name) not in known:
+                known.append(home / f.name)
+    order = {name: i for i, name in enumerate(COMPOSE_FILES)}
+    return [Project(name, tuple(sorted(files, key=lambda f: order[f.name]))) for name, files in sorted(found.items())]
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b
+    except OSError:
+        return False
+
+
+def find_projects(out_dir: Path) -> list[Project]:
+    """The projects running (or stopped) from ``out_dir``; when none exists, the directory's default project."""
+    from kit.core.docker_engine import docker_client
+    from kit.run.workflow import project_for
+
+    rendered = rendered_compose_files(out_dir)
+    containers = docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})
+    projects = projects_from_labels(out_dir, [c.labels for c in containers])
+    return [Project(p.name, p.files or rendered) for p in projects] or [Project(project_for(out_dir), rendered)]
+
+
+def run_compose(project: Project, *args: str, timeout: float = COMPOSE_TIMEOUT_S) -> str:
+    argv = project.argv(*args)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                            cwd=project.files[0].parent)
+    if result.returncode != 0:
+        last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise KitError(f"docker compose {args[0]} (project {project.name}) failed: {last[0][:300]}")
+    return result.stdout
+
+
+# ---------------------------------------------------------------- ps
+
+def parse_ps(text: str) -> list[dict[str, Any]]:
+    """`docker compose ps --format json`: one object per line (Compose >= 2.21) or one array (older)."""
+    text = text.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        return list(json.loads(text))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def ports_text(publishers: list[dict[str, Any]] | None) -> str:
+    shown = [f"{p.get('URL') or ''}:{p['PublishedPort']}->{p.get('TargetPort')}/{p.get('Protocol', 'tcp')}"
+             for p in publishers or [] if p.get("PublishedPort")]
+    return ", ".join(dict.fromkeys(shown))
+
+
+def ps_rows(project: Project, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"project": project.name, "service": e.get("Service"), "container": e.get("Name"),
+             "state": e.get("State"), "health": e.get("Health") or None, "status": e.get("Status"),
+             "exit_code": e.get("ExitCode"), "ports": ports_text(e.get("Publishers")),
+             "publishers": e.get("Publishers") or []} for e in entries]
+
+
+def ps(out_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for project in find_projects(out_dir):
+        rows += ps_rows(project, parse_ps(run_compose(project, "ps", "--all", "--format", "json")))
+    return rows
+
+
+# ---------------------------------------------------------------- logs
+
+def logs_argv(project: Project, *, services: tuple[str, ...], follow: bool, tail: int | None,
+              timestamps: bool) -> list[str]:
+    args = ["logs", "--no-color"]
+    if follow:
+        args.append("--follow")
+    if tail is not None:
+        args += ["--tail", str(tail)]
+    if timestamps:
+        args.append("--timestamps")
+    return project.argv(*args, *services)
+
+
+# ---------------------------------------------------------------- status
+
+def server_url(row: Mapping[str, Any] | None, compose_file: Path | None) -> str:
+    """Where the API server answers from this host, on 127.0.0.1 only (the kit sends traffic nowhere else; README):
+    the running container's published port; with nothing running, the port the compose file publishes; with host
+    networking (a multi-node head), the `--port` its command gives vLLM; else vLLM's default 8000."""
+    from kit.run.loadtest import LOOPBACK
+
+    for pub in (row or {}).get("publishers") or []:
+        if pub.get("PublishedPort"):
+            return _loopback_url(pub.get("URL") or LOOPBACK, int(pub["PublishedPort"]))
+    service = _server_service(compose_file)
+    for entry in service.get("ports") or []:  # "ADDRESS:HOST_PORT:CONTAINER_PORT", as kit/deploy/render.py writes it
+        parts = str(entry).rsplit(":", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            return _loopback_url(parts[0].strip("[]") or LOOPBACK, int(parts[1]))
+    return f"http://{LOOPBACK}:{_command_port(service) or 8000}"
+
+
+def _loopback_url(address: str, port: int) -> str:
+    from kit.run.loadtest import LOOPBACK, LOOPBACK_REACHABLE
+
+    if address not in LOOPBACK_REACHABLE:
+        raise KitError(f"the server publishes on {address}, and kit status asks {LOOPBACK} only")
+    return f"http://{LOOPBACK}:{port}"
+
+
+def _server_service(compose_file: Path | None) -> dict[str, Any]:
+    import yaml
+
+    from kit.core.datafiles import SAFE_LOADER
+
+    if compose_file is None or not compose_file.is_file():
+        return {}
+    doc = yaml.load(compose_file.read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}  # noqa: S506 - safe loader
+    return (doc.get("services") or {}).get(SERVER_SERVICE) or {}
+
+
+def _command_port(service: Mapping[str, Any]) -> int | None:
+    command = [str(a) for a in service.get("command") or []]
+    if "--" in command:  # the cluster launcher's own options (Ray's --port) come before `-- vllm serve ...`
+        command = command[command.index("--") + 1:]
+    if "--port" in command[:-1]:
+        value = command[command.index("--port") + 1]
+        return int(value) if value.isdigit() else None
+    return None
+
+
+def http_get(url: str, api_key: str | None) -> tuple[int | None, str]:
+    """(status, body); status None when nothing answers. No proxy: the target is this host's loopback."""
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with opener.open(request, timeout=HTTP_TIMEOUT_S) as response:
+            return response.status, response.read(4 * 2**20).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except (OSError, ValueError):
+        return None, ""
+
+
+def read_status(base_url: str, api_key: str | None) -> dict[str, Any]:
+    """Health, served models and the engine's gauges, from the server's own endpoints."""
+    from kit.run.loadtest import read_gauges
+
+    health_code, _ = http_get(f"{base_url}/health", None)
+    health = "ok" if health_code == 200 else ("unreachable" if health_code is None else f"HTTP {health_code}")
+    models_code, models_body = http_get(f"{base_url}/v1/models", api_key)
+    models: list[str] = []
+    if models_code == 200:
+        try:
+            models = [m["id"] for m in json.loads(models_body).get("data") or [] if m.get("id")]
+        except (ValueError, AttributeError, TypeError):
+            models = []
+    metrics_code, metrics_body = http_get(f"{base_url}/metrics", api_key)
+    gauges = read_gauges(metrics_body) if metrics_code == 200 else {}
+    return {"url": base_url, "health": health, "models": models,
+            "models_http": models_code, "metrics_http": metrics_code,
+            "kv_cache_usage_perc": gauges.get("kv_cache_usage_perc"),
+            "requests_running": gauges.get("num_requests_running"),
+            "requests_waiting": gauges.get("num_requests_waiting")}
+
+
+def status(out_dir: Path) -> dict[str, Any]:
+    from kit.run.loadtest import api_key_from
+
+    rows = ps(out_dir)
+    server = next((r for r in rows if r["service"] == SERVER_SERVICE), None)
+    files = rendered_compose_files(out_dir)
+    head = next((f for f in files if f.name in ("compose.yaml", "compose.head.yaml")), None)
+    url = server_url(server, head)
+    data = {"out": str(out_dir), "project": server["project"] if server else None,
+            "container": server["container"] if server else None,
+            "state": server["state"] if server else None,
+            "container_health": server["health"] if server else None,
+            **read_status(url, api_key_from(out_dir, dict(os.environ))),
+            "services": [{k: r[k] for k in ("project", "service", "state", "health")} for r in rows]}
+    data["model"] = data["models"][0] if data["models"] else None
+    return data
+
+
+# ---------------------------------------------------------------- down
+
+def down(out_dir: Path, *, volumes: bool = False) -> list[dict[str, Any]]:
+    """Stop every project started from ``out_dir`` (a cluster's head and worker alike) and remove its containers."""
+    stopped = []
+    for project in find_projects(out_dir):
+        args = ["down", "--remove-orphans", "--timeout", "20"] + (["--volumes"] if volumes else [])
+        run_compose(project, *args)
+        stopped.append({"project": project.name, "files": [f.name for f in project.files]})
+    return stopped

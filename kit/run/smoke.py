@@ -1,0 +1,293 @@
+"""Smoke test a running stack: testinfra checks inside the container, HTTP checks on 127.0.0.1.
+
+Public entry point: ``run_checks(stack, prepared, env_values) -> list[Check]``. Starting and stopping the
+stack is the caller's (kit/run/workflow.py), so tests can run the same checks on a stack they hold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from kit.config.pooling import PoolingProfile, pooling_profile
+from kit.core.docker_engine import docker_client
+from kit.deploy.deployment import WATCHDOG_FILE
+from kit.deploy.pipeline import Prepared
+from kit.memory import vllmlog
+from kit.run.stack import Stack
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    skipped: bool = False  # not applicable to this server (the detail says why); counts as passed
+
+
+# The API checks, selected by what the server runs (select_api_checks).
+COMPLETION = "POST /v1/completions returns tokens"
+CHAT = "POST /v1/chat/completions returns tokens"
+EMBEDDINGS = "POST /v1/embeddings returns a vector per input"
+RERANK = "POST /rerank scores every document"
+KV_PLAN = "KV cache size matches the plan"
+
+
+def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
+    """(check name, reason to skip it or None) for the API rows of a server of this kind (kit/config/pooling.py).
+
+    A generating server gets the completion checks only; a pooling server (vLLM's pooling runner) serves no
+    completions, so those rows say so, and it gets the routes of its task (kit/data/pooling.yaml).
+    """
+    if not profile.pooling:
+        return [(COMPLETION, None), (CHAT, None)]
+    why = f"pooling model (task {profile.task}): vLLM's pooling runner serves no completions"
+    return [
+        (COMPLETION, why),
+        (CHAT, why),
+        (EMBEDDINGS, None if profile.task == "embed" else f"task {profile.task}: no /v1/embeddings"),
+        (RERANK, None if profile.score else
+         f"task {profile.task}: vLLM enables /score and /rerank only for embedding models and one-label classifiers"),
+    ]
+
+
+def kv_check_skip(profile: PoolingProfile) -> str | None:
+    """Why the KV-cache-vs-plan row does not apply, or None: encoder-only models keep no KV cache."""
+    return "encoder-only model: vLLM keeps no KV cache" if profile.encoder_only else None
+
+
+def http(method: str, url: str, *, body: dict | None = None, key: str | None = None,
+         timeout: float = 120) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", errors="replace")
+
+
+def infra_host(container_id: str):  # noqa: ANN201 - testinfra Host
+    import testinfra
+
+    return testinfra.get_host(f"docker://{container_id}")
+
+
+def server_marker(entrypoint: list[str]) -> str:
+    """What the server's command line contains: the API server module, or the `vllm` script's path."""
+    return SERVER_MODULE if SERVER_MODULE in entrypoint else "bin/vllm"
+
+
+def server_pids(host, marker: str = SERVER_MODULE) -> list[int]:  # noqa: ANN001
+    """PIDs whose command line runs the API server, without the container's init (PID 1)."""
+    # "[v]llm" keeps grep's own command line from matching.
+    out = host.run(f"grep -l -a '[{marker[0]}]{marker[1:]}' /proc/[0-9]*/cmdline").stdout
+    pids = sorted(int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", out))
+    # The serve watchdog carries the server's argv after `--`: it is the server's parent, not the server.
+    launchers = host.run(f"grep -l -a '[{WATCHDOG_FILE[0]}]{WATCHDOG_FILE[1:]}' /proc/[0-9]*/cmdline").stdout
+    skip = {1} | {int(m.group(1)) for m in re.finditer(r"/proc/(\d+)/cmdline", launchers)}
+    return [p for p in pids if p not in skip and host.file(f"/proc/{p}/status").exists]
+
+
+def uid_of(host, pid: int) -> int:  # noqa: ANN001
+    status = host.file(f"/proc/{pid}/status").content_string
+    return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+
+
+def listening_ports(host) -> set[int]:  # noqa: ANN001
+    """TCP ports in LISTEN state, from /proc/net (no ss or netstat needed in the image)."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        f = host.file(table)
+        if not f.exists:
+            continue
+        for line in f.content_string.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def shm_kib(host) -> int:  # noqa: ANN001
+    out = host.check_output("df -k /dev/shm")
+    return int(out.splitlines()[-1].split()[1])
+
+
+def expected_shm_kib(size: str) -> int:
+    # Docker mounts the tmpfs with size=<bytes>; the kernel rounds that up to whole 4 KiB pages.
+    from kit.config.preset import ram_in_bytes
+
+    return -(-ram_in_bytes(size) // 4096) * 4
+
+
+def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[str, str]) -> Check:
+    api = docker_client().api
+    history = " ".join(str(layer.get("CreatedBy", "")) for layer in api.history(image_id))
+    config = api.inspect_image(image_id).get("Config") or {}
+    baked = " ".join(config.get("Env") or []) + json.dumps(config.get("Labels") or {})
+    sentinels = [v for k, v in env_values.items() if k in ("HF_TOKEN", "VLLM_API_KEY") and v]
+    leaks = [name for name, text in (("image history", history), ("image config", baked),
+                                     *[(rel, files[rel]) for rel in sorted(files)])
+             if any(s in text for s in sentinels)]
+    secret_names = [e.split("=", 1)[0] for e in config.get("Env") or [] if e.split("=", 1)[0] in ("HF_TOKEN", "VLLM_API_KEY")]
+    if leaks or secret_names:
+        return Check("secrets stay out of the image", False, f"found in: {', '.join(leaks + secret_names)}")
+    return Check("secrets stay out of the image", True, f"{len(sentinels)} secret(s) only in .env, not in history/config/files")
+
+
+def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - ModelSpec | None
+    from kit.core.errors import KitError
+    from kit.memory.preset_plan import model_spec_for
+
+    try:
+        return model_spec_for(prepared.preset, base_dir)
+    except KitError:
+        return None
+
+
+def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int,
+               service: str | None = None) -> list[Check]:
+    """``service``: the compose service to check (default: the stack's server; a side-by-side stack's other one)."""
+    checks: list[Check] = []
+    d = prepared.deployment
+    spec = model_spec_or_none(prepared, stack.directory)
+    profile = pooling_profile(prepared.preset.engine.flags(), spec)
+    container = stack.container(service) if service else stack.container()
+    container.reload()
+    host = infra_host(container.id)
+    key = env_values.get("VLLM_API_KEY") or None
+    base = f"http://127.0.0.1:{port}"
+
+    def record(name: str, fn) -> Any:  # noqa: ANN001
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # noqa: BLE001 - a check that errors is a failed check, reported
+            ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
+        checks.append(Check(name, bool(ok), detail))
+
+    def non_root():
+        pids = server_pids(host, server_marker(d.entrypoint))
+        if not pids:
+            return False, "no API server process found"
+        server_uids = sorted({uid_of(host, pid) for pid in pids})
+        every = host.run("grep -H '^Uid:' /proc/[0-9]*/status").stdout
+        all_uids = sorted({int(m.group(1)) for m in re.finditer(r"Uid:\s+(\d+)", every)})
+        return 0 not in server_uids + all_uids, f"server uid {server_uids}; every process: uid {all_uids}"
+
+    def listening():
+        ports = listening_ports(host)
+        return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
+
+    def shm():
+        want = d.shm.shm_size
+        got = shm_kib(host)
+        if want is None:
+            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.shm.ipc})"
+        return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
+
+    def health():
+        status, _ = http("GET", f"{base}/health", timeout=10)
+        return status == 200, f"HTTP {status}"
+
+    def models():
+        status, text = http("GET", f"{base}/v1/models", key=key)
+        ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
+        return d.served_model_name in ids, f"HTTP {status}, models {ids}"
+
+    def auth():
+        if not key:
+            return True, "no API key configured"
+        status, _ = http("GET", f"{base}/v1/models")
+        return status == 401, f"HTTP {status} without the key"
+
+    def completion():
+        status, text = http("POST", f"{base}/v1/completions", key=key, body={
+            "model": d.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
+        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
+        return tokens > 0, f"HTTP {status}, {tokens} tokens"
+
+    def chat():
+        status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
+            "model": d.served_model_name, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say hello."}]})
+        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
+        return tokens > 0, f"HTTP {status}, {tokens} tokens"
+
+    def embeddings():
+        inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
+        status, text = http("POST", f"{base}/v1/embeddings", key=key, body={
+            "model": d.served_model_name, "input": inputs})
+        vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
+        dims = sorted({len(v) for v in vectors})
+        want = spec.hidden_size if spec is not None else None
+        ok = len(vectors) == len(inputs) and len(dims) == 1 and (want is None or dims == [want])
+        return ok, f"HTTP {status}, {len(vectors)} vectors for {len(inputs)} inputs, dimension {dims} " \
+                   f"(model hidden size {want if want is not None else 'unknown'})"
+
+    def rerank():
+        documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
+        status, text = http("POST", f"{base}/rerank", key=key, body={
+            "model": d.served_model_name, "query": "What does the cache store?", "documents": documents})
+        results = json.loads(text).get("results", []) if status == 200 else []
+        indices = sorted(r.get("index") for r in results)
+        scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)
+        ok = indices == list(range(len(documents))) and scored
+        return ok, f"HTTP {status}, {len(results)} of {len(documents)} documents scored ({profile.score})"
+
+    def metrics():
+        status, text = http("GET", f"{base}/metrics", key=key)
+        return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
+
+    def plan_matches():
+        plan = prepared.report.plan
+        logs = container.logs().decode("utf-8", errors="replace")
+        found = vllmlog.kv_cache_tokens(logs)  # the one reader of vLLM's start-up log
+        if found is None:
+            return False, "no 'KV cache size' line in the server log"
+        device, actual = found
+        if plan is None:
+            return True, f"server: {actual:,} tokens (no plan for this model)"
+        predicted = plan.kv_cache_tokens
+        if device == "CPU":
+            return actual == predicted, f"server {actual:,} tokens, planned {predicted:,}"
+        error = abs(actual - predicted) / max(actual, 1)
+        return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"
+
+    record("server runs as a non-root user", non_root)
+    record("server listens on port 8000", listening)
+    record("/dev/shm has the configured size", shm)
+    checks.append(secrets_out_of_image(container.image.id, prepared.files, env_values))
+    record("GET /health answers 200", health)
+    record("GET /v1/models lists the served model", models)
+    record("requests without the API key are refused", auth)
+    def record_or_skip(name: str, fn, skip: str | None) -> None:  # noqa: ANN001
+        if skip:
+            checks.append(Check(name, True, skip, skipped=True))
+        else:
+            record(name, fn)
+
+    api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
+    for name, skip in select_api_checks(profile):
+        record_or_skip(name, api[name], skip)
+    record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
+    record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
+    return checks
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{'SKIP' if c.skipped else 'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}" for c in checks]
+    skipped = sum(c.skipped for c in checks)
+    passed = sum(c.ok for c in checks) - skipped
+    lines.append(f"{passed} passed, {len(checks) - passed - skipped} failed" + (f", {skipped} skipped" if skipped else ""))
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""The long jobs, composed from the one-way steps: build, smoke, up (kit/run/ops.py stops and reads a stack).
+
+render (pure) -> write -> wheelhouse (optional) -> build context -> build -> model -> compose up -> checks.
+Each function cleans up what it started when it fails.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.core.docker_engine import docker_client
+from kit.core.errors import KitError
+from kit.core.write import write_files
+from kit.deploy.pipeline import Prepared, prepare
+from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
+from kit.run.smoke import Check, run_checks
+from kit.run.stack import KIT_DIR, SERVICE, Stack, ensure_tiny_model, require_free_port, write_smoke_env
+
+Progress = Callable[[str], None]
+
+
+def model_overrides(model: str | None) -> list[str]:
+    """`model=...` on the command line: a hub id or a local directory instead of the preset's model."""
+    if not model:
+        return []
+    return [f"model.id={model}", "model.generate=null", "model.served_model_name=null"]
+
+
+def port_overrides(port: int | None) -> list[str]:
+    return [f"runtime.port={port}"] if port else []
+
+
+def image_exists(ref: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        docker_client().images.get(ref)
+        return True
+    except ImageNotFound:
+        return False
+
+
+def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False) -> None:
+    write_files(prepared.files, out_dir, force=force)
+
+
+def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, extra_tags: list[str] | None = None,
+          no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
+    d = prepared.deployment
+    context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", wheelhouse)
+    tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
+    request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
+                           platform=d.platform if d.platform != "linux/amd64" else None)
+    return build_image(request, out_dir / KIT_DIR, progress=progress)
+
+
+def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, progress: Progress | None) -> None:
+    if image_exists(prepared.image_ref):
+        if progress:
+            progress(f"image {prepared.image_ref} is built")
+        return
+    if wheelhouse is not None and not (wheelhouse / "requirements.lock.txt").is_file():
+        from kit.image.wheelhouse import build_wheelhouse
+
+        build_wheelhouse(prepared.deployment, wheelhouse, progress=progress)
+    result = build(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    if progress:
+        progress(f"built {prepared.image_ref} in {result.seconds:.0f} s ({result.size_bytes / 2**30:.2f} GiB)")
+
+
+def ensure_router_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None,
+                        progress: Progress | None) -> None:
+    """Replicas: the router's own small image (kit/image/router_image.py), from a wheelhouse beside the server's."""
+    from kit.deploy.router import ROUTER_SERVICE, router_image_ref
+    from kit.image.router_image import build_router_image, router_wheelhouse
+
+    ref = router_image_ref(prepared.deployment, prepared.files)
+    if image_exists(ref):
+        return
+    wheels = None
+    if wheelhouse is not None:
+        wheels = router_wheelhouse(prepared.deployment, wheelhouse.with_name(f"{wheelhouse.name}-{ROUTER_SERVICE}"),
+                                   progress)
+    build_router_image(prepared.deployment, out_dir, wheels, progress)
+
+
+def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -> None:
+    model = prepared.preset.model
+    if not model.is_local:
+        return
+    path = Path(model.id).expanduser()
+    path = path if path.is_absolute() else out_dir / path
+    if model.generate:
+        ensure_tiny_model(path, prepared.image_ref, progress, kind=model.generate)
+    elif not (path / "config.json").is_file():
+        raise KitError(f"model.id {model.id}: no config.json in {path}", hint="point model= at a model directory")
+
+
+@dataclass
+class SmokeResult:
+    checks: list[Check]
+    ready_seconds: float
+    total_seconds: float
+    logs_tail: str
+    out_dir: Path
+    project: str
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+
+def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path | None, progress: Progress | None,
+          timeout: float | None = None) -> tuple[Stack, float]:
+    """Build if needed, make the model, compose up, wait for health. On failure, tear down and raise."""
+    rt = prepared.preset.runtime
+    require_free_port(rt.bind_address, rt.port)
+    ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    front = SERVICE
+    if rt.replicas > 1:
+        from kit.deploy.router import ROUTER_SERVICE
+
+        ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+        front = ROUTER_SERVICE  # healthy only after every replica is
+    ensure_model(prepared, out_dir, progress)
+    stack = Stack(out_dir, project)
+    deadline = timeout or prepared.deployment.healthcheck_start_period + 120
+    try:
+        if progress:
+            progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")
+        stack.up()
+        ready = stack.wait_healthy(deadline, progress, service=front)
+    except BaseException as exc:
+        tail = stack.logs_tail(30)
+        stack.down(volumes=False)
+        if isinstance(exc, KitError):
+            raise type(exc)(exc.message + "\n--- last log lines ---\n" + tail, hint=exc.hint) from None
+        raise
+    return stack, ready
+
+
+def smoke(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | None = None, base_image: str | None = None,
+          keep: bool = False, timeout: float | None = None, force: bool = False,
+          progress: Progress | None = None) -> SmokeResult:
+    started = time.monotonic()
+    prepared = prepare(ref, overrides, base_image=base_image)
+    render_into(prepared, out_dir, force=force)
+    env_values = write_smoke_env(out_dir)
+    project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
+    stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
+    try:
+        # With replicas the HTTP checks go through the router (the port); the container checks look at replica 1.
+        from kit.deploy.router import replica_service
+
+        service = replica_service(SERVICE, 1) if prepared.preset.runtime.replicas > 1 else None
+        checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port, service=service)
+        tail = "" if all(c.ok for c in checks) else stack.logs_tail(30)
+    finally:
+        if not keep:
+            stack.down(volumes=True)
+    return SmokeResult(checks, ready, time.monotonic() - started, tail, out_dir, project)
+
+
+def up(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | None = None, base_image: str | None = None,
+       force: bool = False, progress: Progress | None = None) -> tuple[Prepared, float]:
+    """Bring a stack up detached and leave it running (`make run`)."""
+    prepared = prepare(ref, overrides, base_image=base_image)
+    render_into(prepared, out_dir, force=force)
+    project = project_for(out_dir)
+    stack = Stack(out_dir, project)
+    stack.down(volumes=False)  # a previous `up` of the same directory: replace it
+    _, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress)
+    return prepared, ready
+
+
+def project_for(out_dir: Path) -> str:
+    """Compose's own default (the directory name), so `docker compose ps` in DIR finds the stack."""
+    import re
+
+    return re.sub(r"[^a-z0-9_-]", "", out_dir.resolve().name.lower()) or "vllm-kit"
