@@ -14,21 +14,35 @@ without building it.
 
 from __future__ import annotations
 
+import re
 import sys
 import zipfile
 from pathlib import Path
 
-from kit.core.datafiles import prune_rules, vllm_table
+from kit.core.datafiles import floor_files, prune_rules, vllm_table
 from kit.core.docker_engine import docker_client
 from kit.image.imagesize import format_breakdown, human, image_sizes
 from kit.image.prune import file_rules, matching_rule, normalise_name
 
 
+def site_path(name: str) -> str:
+    """A wheel member's path as installed under site-packages, versions dropped from dist-info folder names."""
+    parts = name.split("/")
+    if len(parts) > 2 and parts[0].endswith(".data") and parts[1] in ("purelib", "platlib"):
+        parts = parts[2:]
+    if parts[0].endswith(".dist-info"):
+        parts[0] = parts[0].split("-")[0].lower() + ".dist-info"
+    return re.sub(r"\.cpython-3\d+-", ".cpython-3-", "/".join(parts))  # the floor's Python is 3.12
+
+
 def prune_estimate(wheelhouse: Path, arch: str) -> None:
+    """What the wheels install, what the prune rules take, and what remains beside the floor (read on the H200)."""
     rules = prune_rules()
     compiled = file_rules(rules, arch)
     excluded = {normalise_name(d["name"]) for d in rules["distributions"]}
+    floor = {site_path(f["path"]) for f in floor_files() if f["where"] != "system"}
     total, removed, by_rule = 0, 0, {}
+    left: dict[str, list[int]] = {}  # distribution -> [bytes kept, of them read in the floor run]
     for wheel in sorted(wheelhouse.glob("*.whl")):
         name = normalise_name(wheel.name.split("-")[0])
         for info in zipfile.ZipFile(wheel).infolist():
@@ -39,10 +53,23 @@ def prune_estimate(wheelhouse: Path, arch: str) -> None:
             if why:
                 removed += info.file_size
                 by_rule[why] = by_rule.get(why, 0) + info.file_size
+                continue
+            kept = left.setdefault(name, [0, 0])
+            kept[0] += info.file_size
+            kept[1] += info.file_size if site_path(info.filename) in floor else 0
     print(f"{wheelhouse.name}: wheels install {human(total)}; the prune rules (arch {arch}) remove {human(removed)}, "
           f"leaving {human(total - removed)}")
     for why, size in sorted(by_rule.items(), key=lambda kv: -kv[1]):
         print(f"  {human(size):>10}  {why}")
+    kept_total = sum(k for k, _ in left.values())
+    read_total = sum(r for _, r in left.values())
+    print(f"\nwhat remains ({human(kept_total)}), by distribution, beside the floor (same path read on the H200 with "
+          f"vLLM 0.26.0; other versions' files can differ in name): {human(read_total)} read, "
+          f"{human(kept_total - read_total)} not read")
+    print(f"  {'kept':>10}  {'read':>10}  {'not read':>10}  distribution")
+    for name, (kept, read) in sorted(left.items(), key=lambda kv: -kv[1][0]):
+        if kept >= 2**20:
+            print(f"  {human(kept):>10}  {human(read):>10}  {human(kept - read):>10}  {name}")
 
 
 def main(argv: list[str]) -> int:
