@@ -74,9 +74,19 @@ def gpu_names() -> list[str]:
     return names
 
 
-def prune_rules() -> dict[str, Any]:
-    """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it."""
-    return load_yaml("prune.yaml")
+def prune_rules(cuda: str | None = None) -> dict[str, Any]:
+    """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it.
+
+    With ``cuda`` (the image's CUDA, "13.0"), distributions whose rule says ``cuda_from`` are kept in images of
+    an older CUDA; without it, every rule is returned.
+    """
+    rules = load_yaml("prune.yaml")
+    if cuda is None:
+        return rules
+    from kit.core.versions import version
+
+    kept = [d for d in rules["distributions"] if "cuda_from" not in d or version(cuda) >= version(d["cuda_from"])]
+    return {**rules, "distributions": kept}
 
 
 FLOOR_DIR = DATA_DIR / "floor"

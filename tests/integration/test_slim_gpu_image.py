@@ -56,3 +56,17 @@ def test_slim_contract(slim_image, docker_client):
         entrypoint=[], remove=True, network_disabled=True).decode().split()
     # Triton's launcher needs gcc at run time on a GPU; package lists are gone; the user is not root.
     assert out[-2:] == ["/usr/bin/gcc", "10001"], out
+
+
+def test_the_cute_dsl_loads_its_cuda13_flavour_without_the_cuda12_one(slim_image, docker_client):
+    # kit/data/prune.yaml leaves nvidia-cutlass-dsl-libs-cu12 out of CUDA 13 images: the DSL's loader binds the
+    # newest flavour installed that the driver supports (here no driver: the newest installed), so vLLM's CuTe
+    # kernels still import.
+    _, image = slim_image
+    script = ("import importlib.metadata as m, sys, cutlass.cute; "
+              "print(sys.modules['cutlass._mlir._mlir_libs._cutlass_ir'].__file__.rsplit('/', 1)[-1]); "
+              "print(sorted(d.metadata['Name'] for d in m.distributions() if 'cutlass-dsl-libs' in d.metadata['Name']))")
+    out = docker_client.containers.run(image.id, ["python3", "-c", script], entrypoint=[], remove=True,
+                                       network_disabled=True).decode().strip().splitlines()
+    assert out[-2].startswith("_cutlass_ir.cu13."), out
+    assert "nvidia-cutlass-dsl-libs-cu12" not in out[-1] and "nvidia-cutlass-dsl-libs-cu13" in out[-1], out

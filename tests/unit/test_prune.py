@@ -44,6 +44,29 @@ def test_every_rule_says_why_and_distributions_are_not_floor_requirements():
     assert {"torchaudio", "opencv-python-headless"} <= names
 
 
+def test_cuda_conditional_distributions_follow_the_images_cuda():
+    every = {d["name"] for d in prune_rules()["distributions"]}
+    assert "nvidia-cutlass-dsl-libs-cu12" in {d["name"] for d in prune_rules("13.0")["distributions"]}
+    assert "nvidia-cutlass-dsl-libs-cu12" in {d["name"] for d in prune_rules("13.1")["distributions"]}
+    older = {d["name"] for d in prune_rules("12.9")["distributions"]}
+    assert "nvidia-cutlass-dsl-libs-cu12" not in older and older < every
+    assert "torchaudio" in older
+
+
+def test_the_rtx4090_image_leaves_the_cuda12_cute_dsl_out():
+    from kit.deploy.pipeline import prepare
+
+    prepared = prepare("rtx4090-awq")
+    assert prepared.deployment.cuda == "13.0"
+    assert "nvidia-cutlass-dsl-libs-cu12" in prepared.deployment.exclude_packages
+    rendered = json.loads(prepared.files["prune-rules.json"])
+    assert "nvidia-cutlass-dsl-libs-cu12" in {d["name"] for d in rendered["distributions"]}
+    # On CUDA 12.9 the cu12 flavour is the one the DSL loads: kept, in the uninstall list and the rules alike.
+    older = prepare("rtx4090-awq", overrides=['image.cuda="12.9"'])
+    assert "nvidia-cutlass-dsl-libs-cu12" not in older.deployment.exclude_packages
+    assert "nvidia-cutlass-dsl-libs-cu12" not in older.files["prune-rules.json"]
+
+
 @pytest.mark.parametrize(("pattern", "path", "matches"), [
     ("**/*.a", "nvidia/x/lib/libfoo.a", True),
     ("**/*.a", "libfoo.a", True),

@@ -10,7 +10,9 @@ prune_site.py and run there) and the GPU machine's environment, where the same r
 A rule's pattern is a path relative to site-packages: `*` matches within one path segment, `**` any number of
 segments. A rule with `below_arch: "9.0"` applies only when the target GPU's compute capability is lower
 (kernels for newer GPU families); `from_arch` only when it is at least that (kernels for older families).
-A distribution is removed as pip uninstalls it: every file its RECORD lists, the dist-info folder too, so no
+A distribution rule with `cuda_from: "13.0"` is in the rules only for images of that CUDA or later (the kit
+filters them when it renders the rules; kit.core.datafiles.prune_rules). A distribution is removed as pip
+uninstalls it: every file its RECORD lists, the dist-info folder too, so no
 `importlib.metadata` lookup finds a package that cannot be imported.
 """
 
