@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import lzma
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kit.core.datafiles import floor_files, prune_rules
+from kit.core.datafiles import FLOOR_DIR, floor_files, prune_rules
 from kit.image import prune
 
 pytestmark = pytest.mark.unit
@@ -135,3 +136,13 @@ def test_dry_run_changes_nothing(tmp_path):
     rules_file.write_text(json.dumps(prune_rules()))
     assert prune.main([str(rules_file), str(site), "--dry-run"]) == 0
     assert sorted(site.rglob("*")) == before
+
+
+def test_the_pruned_environment_served_every_floor_model_on_the_gpu():
+    # The record of the GPU runs (kit/data/floor/proof-*.json): the prune rules removed what they say, then the
+    # floor run's three models (dense, AWQ, FP8) started and every request answered 200.
+    proof = json.loads((FLOOR_DIR / "proof-h200-vllm-0.26.0.json").read_text())
+    floor_models = {run["name"] for run in json.loads(lzma.open(FLOOR_DIR / "vllm-0.26.0-h200.json.xz").read())["runs"]}
+    served = {run["name"] for run in proof["runs"] if run["answers"] and all(code == 200 for _, code in run["answers"])}
+    assert served == floor_models == {"dense", "awq", "fp8"}
+    assert proof["removed"]["site1"]["bytes"] > 10**9
