@@ -70,6 +70,15 @@ def prune_estimate(wheelhouse: Path, arch: str) -> None:
     for name, (kept, read) in sorted(left.items(), key=lambda kv: -kv[1][0]):
         if kept >= 2**20:
             print(f"  {human(kept):>10}  {human(read):>10}  {human(kept - read):>10}  {name}")
+    features = rules.get("features", {})
+    if features:
+        print("\nfeatures a preset may leave out (image.leave_out; not served on a GPU yet):")
+        saved = 0
+        for feature, spec in features.items():
+            size = sum(left.get(normalise_name(n), [0, 0])[0] for n in spec["distributions"])
+            saved += size
+            print(f"  {human(size):>10}  {feature} ({', '.join(spec['distributions'])})")
+        print(f"  with every feature left out: {human(kept_total - saved)} of wheels remain")
 
 
 def main(argv: list[str]) -> int:

@@ -92,6 +92,8 @@ class ModelSpec(BaseModel):
     # Sliding window / hybrid layouts
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    # A vision encoder beside the language model (config.json has vision_config / a vision tower)
+    has_vision: bool = False
     # Exact checkpoint size when known (safetensors index or headers)
     weights_bytes: int | None = None
     source: str = ""  # where the config came from (path, catalog, hub)
@@ -298,6 +300,7 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
         qk_rope_head_dim=base.get("qk_rope_head_dim"),
         qk_nope_head_dim=base.get("qk_nope_head_dim"),
         v_head_dim=base.get("v_head_dim"),
+        has_vision=any(isinstance(cfg.get(key), dict) for key in VISION_KEYS),
         sliding_window=int(sliding) if sliding else None,
         layer_types=tuple(layer_types) if layer_types else None,
         weights_bytes=weights_bytes if weights_bytes is not None else cfg.get("_weights_bytes"),
@@ -416,6 +419,8 @@ def _from_hub(model_id: str) -> ModelSpec | None:
 
 TINY_MODEL_PREFIX = "kit:"
 TINY_MODEL_REF = "kit:tiny-llama"
+# Where multimodal configs keep their vision encoder's settings (Qwen2.5-VL, LLaVA, Gemma 3, Llama 4, InternVL).
+VISION_KEYS = ("vision_config", "vision_tower_config", "vision_encoder_config")
 
 
 def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:

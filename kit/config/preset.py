@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, vllm_table
+from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 from kit.core.safevalue import (
@@ -207,6 +207,11 @@ class Image(Strict):
         None, pattern=r"^sha256:[0-9a-f]{64}$",
         description="Production: compose runs image.repository@this digest (what `kit push` printed) instead of the tag",
     )
+    leave_out: list[str] = Field(
+        default_factory=list,
+        description="Slim images: features whose packages the image leaves out (kit/data/prune.yaml features; "
+        "not served on a GPU yet, and refused when the preset uses the feature)",
+    )
 
     @field_validator("vllm_version")
     @classmethod
@@ -240,6 +245,23 @@ class Image(Strict):
     def _pin_needs_repository(self) -> Image:
         if self.pin_digest and not self.repository:
             raise ValueError("pin_digest needs image.repository: the registry repository the digest was pushed to")
+        return self
+
+    @field_validator("leave_out")
+    @classmethod
+    def _known_features(cls, value: list[str]) -> list[str]:
+        known = prune_rules()["features"]
+        for name in value:
+            if name not in known:
+                raise ValueError(f"no such feature {name!r} (kit/data/prune.yaml features: {', '.join(known)})")
+        if len(set(value)) != len(value):
+            raise ValueError("a feature is named twice")
+        return value
+
+    @model_validator(mode="after")
+    def _leave_out_needs_slim(self) -> Image:
+        if self.leave_out and self.strategy != "slim":
+            raise ValueError(f"leave_out: only slim images are cut to the floor (this one is {self.strategy})")
         return self
 
     @field_validator("extra_pip")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -74,19 +75,24 @@ def gpu_names() -> list[str]:
     return names
 
 
-def prune_rules(cuda: str | None = None) -> dict[str, Any]:
+def prune_rules(cuda: str | None = None, leave_out: Sequence[str] = ()) -> dict[str, Any]:
     """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it.
 
     With ``cuda`` (the image's CUDA, "13.0"), distributions whose rule says ``cuda_from`` are kept in images of
-    an older CUDA; without it, every rule is returned.
+    an older CUDA; without it, every rule is returned. ``leave_out`` names features (prune.yaml ``features``)
+    whose distributions join the list, each with its feature's reason.
     """
     rules = load_yaml("prune.yaml")
-    if cuda is None:
-        return rules
-    from kit.core.versions import version
+    distributions = list(rules["distributions"])
+    if cuda is not None:
+        from kit.core.versions import version
 
-    kept = [d for d in rules["distributions"] if "cuda_from" not in d or version(cuda) >= version(d["cuda_from"])]
-    return {**rules, "distributions": kept}
+        distributions = [d for d in distributions if "cuda_from" not in d or version(cuda) >= version(d["cuda_from"])]
+    for feature in leave_out:
+        spec = rules["features"][feature]
+        distributions += [{"name": name, "feature": feature, "reason": f"feature {feature} left out: {spec['reason']}"}
+                          for name in spec["distributions"]]
+    return {**rules, "distributions": distributions}
 
 
 FLOOR_DIR = DATA_DIR / "floor"

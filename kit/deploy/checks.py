@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.config.preset import Preset, display_path
-from kit.core.errors import Problem
+from kit.core.errors import KitError, Problem
 from kit.deploy.compat import check_compat
 
 
@@ -185,6 +185,59 @@ def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -
         (report.warnings if force else report.errors).append(problem)
 
 
+def feature_use(feature: str, preset: Preset) -> str | None:
+    """Why ``preset`` uses ``feature`` (kit/data/prune.yaml features: ``uses``), or None when it does not."""
+    import json
+
+    from kit.core.datafiles import prune_rules
+
+    uses = prune_rules()["features"][feature]["uses"]
+    flags = preset.engine.flags()
+    spec_config = flags.get("speculative_config")
+    if isinstance(spec_config, str):
+        try:
+            spec_config = json.loads(spec_config)
+        except json.JSONDecodeError:
+            spec_config = None  # artefact_problems names the bad JSON
+    if isinstance(spec_config, dict):
+        method = spec_config.get("method") or spec_config.get("model")
+        if method in uses.get("speculative_methods", ()):
+            return f"engine.speculative_config uses method {method}"
+    for flag in uses.get("flags_true", ()):
+        if flags.get(flag):
+            return f"engine.{flag} is set"
+    for flag, values in uses.get("flags_equal", {}).items():
+        if flags.get(flag) in values:
+            return f"engine.{flag} is {flags[flag]}"
+    traits = uses.get("model", ())
+    if traits:
+        from kit.memory.preset_plan import model_spec_for
+
+        try:
+            spec = model_spec_for(preset)
+        except KitError:
+            spec = None
+        if spec is None:
+            return None
+        if "mla" in traits and spec.is_mla:
+            return f"{preset.model.id} uses multi-head latent attention"
+        if "vision" in traits and spec.has_vision:
+            return f"{preset.model.id} has a vision encoder"
+    return None
+
+
+def check_leave_out(where: str, preset: Preset) -> list[Problem]:
+    """A slim image may leave a feature's packages out only when the preset does not use the feature."""
+    problems = []
+    for index, feature in enumerate(preset.image.leave_out):
+        why = feature_use(feature, preset)
+        if why:
+            problems.append(Problem(f"{where}: image.leave_out[{index}]",
+                                    f"leaves out {feature}, which this preset uses: {why}",
+                                    f"drop {feature} from image.leave_out"))
+    return problems
+
+
 def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, target: str = "compose") -> CheckReport:
     """``force`` turns a memory misfit into a warning (the flags and parallelism must still be right)."""
     where = display_path(path)
@@ -204,6 +257,7 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     from kit.config.hubfetch import artefact_problems  # what the one-shot fetch will download
 
     report.errors += artefact_problems(where, preset)
+    report.errors += check_leave_out(where, preset)
     compat_errors, compat_warnings = check_compat(where, preset)
     report.errors += compat_errors
     report.warnings += compat_warnings

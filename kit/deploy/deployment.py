@@ -315,7 +315,8 @@ def exclude_packages_for(preset: Preset) -> list[str]:
     if preset.image.strategy == "cpu":
         return list(vllm_table()["cpu"]["exclude"])
     if prunes(preset):
-        return [d["name"] for d in prune_rules(base_image_for(preset)[2])["distributions"]]
+        rules = prune_rules(base_image_for(preset)[2], preset.image.leave_out)
+        return [d["name"] for d in rules["distributions"]]
     return []
 
 

@@ -122,7 +122,9 @@ def prune_files(d: Deployment) -> dict[str, str]:
     from kit.core.datafiles import prune_rules
 
     source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
-    rules = json.dumps(prune_rules(d.cuda), indent=1, sort_keys=True) + "\n"
+    # The rules this image applies: the features it leaves out are already in its distributions.
+    applied = {k: v for k, v in prune_rules(d.cuda, d.preset.image.leave_out).items() if k != "features"}
+    rules = json.dumps(applied, indent=1, sort_keys=True) + "\n"
     # Sorted by name: the order the content tag hashes them in.
     return {dep.PRUNE_RULES_FILE: rules, dep.PRUNE_SCRIPT_FILE: source}
 
