@@ -158,6 +158,8 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes; each profile
     (kit/deploy/profiles.py) adds its services to compose.yaml and its files beside it.
     k8s: Kubernetes manifests in k8s/ (see kit/deploy/k8s.py). The image's files are the same for both."""
+    # Callers' contract: kit/deploy/pipeline.py refuses these for users (PresetError naming the option) before
+    # it calls render(); these guard the function for other callers (tests, bench) and never reach a user.
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
     if companions and (target != "compose" or d.cluster is not None):
