@@ -19,7 +19,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit import vllmlog  # noqa: E402
+from kit.memory import vllmlog  # noqa: E402
 from kit.config.modelinfo import load_model_spec  # noqa: E402
 from kit.memory import plan as planner  # noqa: E402
 
