@@ -85,14 +85,20 @@ def lora_adapters(value: Any) -> list[tuple[str, str]]:
     return found
 
 
-def draft_model(spec: Any) -> tuple[str, str | None] | None:
-    """(model, revision) of the speculative draft when it is a checkpoint of its own, else None."""
+def speculative_config(spec: Any) -> dict[str, Any] | None:
+    """engine.speculative_config as a dict (vLLM takes it as JSON text or a mapping), else None."""
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
         except json.JSONDecodeError:
             raise ArtefactError("engine.speculative_config", "not valid JSON") from None
-    if not isinstance(spec, dict):
+    return spec if isinstance(spec, dict) else None
+
+
+def draft_model(spec: Any) -> tuple[str, str | None] | None:
+    """(model, revision) of the speculative draft when it is a checkpoint of its own, else None."""
+    spec = speculative_config(spec)
+    if spec is None:
         return None
     model, method = spec.get("model"), spec.get("method")
     if not model or model in SPEC_METHODS_WITHOUT_MODEL or (method in SPEC_METHODS_WITHOUT_MODEL and not model):

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.config.preset import Preset, display_path
-from kit.core.errors import KitError, Problem
-from kit.deploy.compat import check_compat
+from kit.core.errors import Problem
+from kit.deploy.compat import check_compat, model_spec_or_none
 
 
 @dataclass
@@ -187,19 +187,16 @@ def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -
 
 def feature_use(feature: str, preset: Preset) -> str | None:
     """Why ``preset`` uses ``feature`` (kit/data/prune.yaml features: ``uses``), or None when it does not."""
-    import json
-
+    from kit.config.hubfetch import ArtefactError, speculative_config
     from kit.core.datafiles import prune_rules
 
     uses = prune_rules()["features"][feature]["uses"]
     flags = preset.engine.flags()
-    spec_config = flags.get("speculative_config")
-    if isinstance(spec_config, str):
-        try:
-            spec_config = json.loads(spec_config)
-        except json.JSONDecodeError:
-            spec_config = None  # artefact_problems names the bad JSON
-    if isinstance(spec_config, dict):
+    try:
+        spec_config = speculative_config(flags.get("speculative_config"))
+    except ArtefactError:
+        spec_config = None  # artefact_problems names the bad JSON
+    if spec_config is not None:
         method = spec_config.get("method") or spec_config.get("model")
         if method in uses.get("speculative_methods", ()):
             return f"engine.speculative_config uses method {method}"
@@ -211,12 +208,7 @@ def feature_use(feature: str, preset: Preset) -> str | None:
             return f"engine.{flag} is {flags[flag]}"
     traits = uses.get("model", ())
     if traits:
-        from kit.memory.preset_plan import model_spec_for
-
-        try:
-            spec = model_spec_for(preset)
-        except KitError:
-            spec = None
+        spec = model_spec_or_none(preset)
         if spec is None:
             return None
         if "mla" in traits and spec.is_mla:

@@ -277,7 +277,7 @@ def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 # ------------------------------------------------------------------------------------- entry point
 
 
-def _model_spec(preset: Preset):  # noqa: ANN202 - ModelSpec | None
+def model_spec_or_none(preset: Preset):  # noqa: ANN201 - ModelSpec | None
     from kit.memory.preset_plan import model_spec_for
 
     try:
@@ -299,7 +299,7 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
     from kit.memory.plan import parallelism_problems
 
     eng, hw, img = preset.engine, preset.hardware, preset.image
-    spec = _model_spec(preset)
+    spec = model_spec_or_none(preset)
     rows: list[tuple[str, str, str, str]] = []
     if hw.gpu is not None:
         gpu = gpu_catalog()[hw.gpu]

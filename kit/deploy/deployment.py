@@ -311,11 +311,11 @@ def prunes(preset: Preset) -> bool:
     return preset.image.strategy in prune_rules()["applies_to"]
 
 
-def exclude_packages_for(preset: Preset) -> list[str]:
+def exclude_packages_for(preset: Preset, cuda: str | None) -> list[str]:
     if preset.image.strategy == "cpu":
         return list(vllm_table()["cpu"]["exclude"])
     if prunes(preset):
-        rules = prune_rules(base_image_for(preset)[2], preset.image.leave_out)
+        rules = prune_rules(cuda, preset.image.leave_out)
         return [d["name"] for d in rules["distributions"]]
     return []
 
@@ -605,7 +605,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         cuda=cuda,
         min_driver=min_driver,
         requirements=requirements_for(preset),
-        exclude_packages=exclude_packages_for(preset),
+        exclude_packages=exclude_packages_for(preset, cuda),
         prune=prunes(preset),
         prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
         runtime_packages=runtime_packages,

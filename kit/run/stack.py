@@ -140,7 +140,9 @@ def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str],
     if progress:
         progress(f"making the tiny test model in {model_dir} (inside {image_ref})")
     model_dir.mkdir(parents=True, exist_ok=True)
-    script = Path(__file__).resolve().parents[1] / "config" / "tinymodel.py"
+    from kit.config import tinymodel
+
+    script = Path(tinymodel.__file__).resolve()
     client = docker_client()
     try:
         client.containers.run(
