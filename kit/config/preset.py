@@ -210,7 +210,7 @@ class Image(Strict):
     leave_out: list[str] = Field(
         default_factory=list,
         description="Slim images: features whose packages the image leaves out (kit/data/prune.yaml features; "
-        "not served on a GPU yet, and refused when the preset uses the feature)",
+        "served together on an H200 with vLLM 0.33; refused when the preset uses the feature)",
     )
 
     @field_validator("vllm_version")
@@ -257,12 +257,6 @@ class Image(Strict):
         if len(set(value)) != len(value):
             raise ValueError("a feature is named twice")
         return value
-
-    @model_validator(mode="after")
-    def _leave_out_needs_slim(self) -> Image:
-        if self.leave_out and self.strategy != "slim":
-            raise ValueError(f"leave_out: only slim images are cut to the floor (this one is {self.strategy})")
-        return self
 
     @field_validator("extra_pip")
     @classmethod

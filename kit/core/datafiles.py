@@ -98,8 +98,12 @@ def prune_rules(cuda: str | None = None, leave_out: Sequence[str] = ()) -> dict[
 FLOOR_DIR = DATA_DIR / "floor"
 
 
+# The floor of the release the slim presets pin (kit/data/floor/README.md): measured on the slim set itself.
+FLOOR_NAME = "vllm-0.33.0-h200"
+
+
 @functools.cache
-def floor_files(name: str = "vllm-0.26.0-h200") -> list[dict[str, Any]]:
+def floor_files(name: str = FLOOR_NAME) -> list[dict[str, Any]]:
     """The measured floor (kit/data/floor/NAME.json.xz): one dict per file, keyed by the file's `columns`."""
     import json
     import lzma

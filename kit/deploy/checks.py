@@ -218,8 +218,20 @@ def feature_use(feature: str, preset: Preset) -> str | None:
     return None
 
 
+def leave_out_warnings(where: str, preset: Preset) -> list[Problem]:
+    """leave_out on another strategy does nothing: a warning, not an error, so the documented switch of a slim preset
+    (`image.strategy=official image.cuda=12.9` for an older driver) works as one override."""
+    if preset.image.leave_out and preset.image.strategy != "slim":
+        return [Problem(f"{where}: image.leave_out",
+                        f"has no effect: only slim images are cut to the floor (this one is {preset.image.strategy})",
+                        "nothing to do; it applies again with image.strategy=slim")]
+    return []
+
+
 def check_leave_out(where: str, preset: Preset) -> list[Problem]:
     """A slim image may leave a feature's packages out only when the preset does not use the feature."""
+    if preset.image.strategy != "slim":
+        return []
     problems = []
     for index, feature in enumerate(preset.image.leave_out):
         why = feature_use(feature, preset)
@@ -250,6 +262,7 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
 
     report.errors += artefact_problems(where, preset)
     report.errors += check_leave_out(where, preset)
+    report.warnings += leave_out_warnings(where, preset)
     compat_errors, compat_warnings = check_compat(where, preset)
     report.errors += compat_errors
     report.warnings += compat_warnings

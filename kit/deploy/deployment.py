@@ -35,6 +35,11 @@ FETCH_SCRIPT_PATH = f"/opt/vllm-kit/{FETCH_FILE}"
 # script beside the Dockerfile, with kit/data/prune.yaml as JSON (both only for strategies prune.yaml names).
 PRUNE_SCRIPT_FILE = "prune_site.py"
 PRUNE_RULES_FILE = "prune-rules.json"
+# Slim images whose release pins a CUDA compiler for FlashInfer's JIT (vllm.yaml `jit_toolchain`) lay the compiler
+# wheels out as a CUDA_HOME with this script (images/cuda_jit_layout.sh), rendered beside the Dockerfile.
+JIT_LAYOUT_FILE = "cuda_jit_layout.sh"
+# The build files beyond Dockerfile, requirements and the fetch script, in the order the image's tag hashes them.
+BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE)
 # One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
 # which exits when /health stops answering while the server process lives, so the restart policy acts.
 WATCHDOG_FILE = "serve_watchdog.py"
@@ -153,8 +158,10 @@ class Deployment:
     exclude_packages: list[str]  # resolved dependencies the image leaves out (kit/data/vllm.yaml, prune.yaml)
     prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
     prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
+    cuda_jit: str | None  # folder of the CUDA compiler wheels under site-packages/nvidia (CUDA_HOME), slim images
     runtime_packages: list[str]  # distro packages the runtime stage needs
     runtime_packages_reason: str
+    runtime_trim: list[dict[str, str]]  # files of those packages the image deletes ({glob, what}), never run
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
     pip_index_url: str | None
     image_repository: str
@@ -287,6 +294,9 @@ def requirements_for(preset: Preset) -> list[str]:
         reqs += [build["pip"], f"torch=={build['torch']}"]
     elif img.strategy == "slim":
         reqs += [release["pip"], f"torch=={release['torch']}"]
+        toolchain = jit_toolchain_for(preset)
+        if toolchain:
+            reqs.append(toolchain["pip"])
     if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
         reqs.append(table["ray"]["pip"])
     reqs += img.extra_pip
@@ -296,14 +306,41 @@ def requirements_for(preset: Preset) -> list[str]:
 # Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
 # model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
 GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
+# FlashInfer's JIT compiles C++ host code beside nvcc's device code (flashinfer/jit/cpp_ext.py: `c++`), and nvcc
+# itself runs the host compiler's cc1plus.
+FLASHINFER_JIT_PACKAGES = ["g++"]
+# Files of those packages no JIT runs or reads, deleted in the same layer: Triton's launcher and FlashInfer's
+# modules are shared objects compiled without link-time optimisation, against Python's headers, never linked
+# with libpython (triton/runtime/build.py, flashinfer/jit/cpp_ext.py).
+GPU_JIT_TRIM = [
+    {"glob": "/usr/lib/python3*/config-*/libpython3*.a", "what": "the static libpython archives"},
+    {"glob": "/usr/lib/gcc/*/*/lto1", "what": "gcc's link-time optimiser"},
+]
+
+
+def jit_toolchain_for(preset: Preset) -> dict[str, str] | None:
+    """The CUDA compiler wheels a slim image pins for FlashInfer's JIT ({pip, cuda_jit}), from kit/data/vllm.yaml.
+
+    Only for the release's own CUDA build: the pin is the toolkit of the torch wheel built for it (another CUDA,
+    image.cuda, brings another torch build and toolkit, and its wheels another layout).
+    """
+    if preset.image.strategy != "slim":
+        return None
+    release = vllm_table()["versions"][preset.image.vllm_version]
+    if (preset.image.cuda or release["cuda"]) != release["cuda"]:
+        return None
+    return release.get("jit_toolchain")
 
 
 def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
     strategy = preset.image.strategy
     if strategy == "cpu":
         return list(vllm_table()["cpu"]["runtime_packages"]), "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image."
+    reason = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)"
+    if jit_toolchain_for(preset):
+        return GPU_JIT_PACKAGES + FLASHINFER_JIT_PACKAGES, reason + "; FlashInfer's JIT compiles C++ with g++."
     if strategy in ("slim", "jetson"):
-        return list(GPU_JIT_PACKAGES), "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)."
+        return list(GPU_JIT_PACKAGES), reason + "."
     return [], ""
 
 
@@ -321,7 +358,15 @@ def exclude_packages_for(preset: Preset, cuda: str | None) -> list[str]:
 
 
 def image_env_for(preset: Preset) -> dict[str, str]:
-    return dict(vllm_table()["cpu"].get("env", {})) if preset.image.strategy == "cpu" else {}
+    if preset.image.strategy == "cpu":
+        return dict(vllm_table()["cpu"].get("env", {}))
+    if jit_toolchain_for(preset):
+        # The compiler wheels, laid out by images/cuda_jit_layout.sh and linked at VENV/cuda by the builder stage:
+        # FlashInfer (and vLLM's has_flashinfer check) find nvcc through CUDA_HOME. FlashInfer keeps what it built
+        # under FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (flashinfer/jit/env.py; default: the home folder):
+        # on the vLLM cache volume, a new container does not compile the sampler again.
+        return {"CUDA_HOME": f"{VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": VLLM_CACHE}
+    return {}
 
 
 def served_name_for(preset: Preset) -> str:
@@ -499,7 +544,8 @@ def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
 # What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
 # from one build, as the image never depends on the model or the flags.
 IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-                "exclude_packages", "prune", "prune_arch", "runtime_packages", "image_env", "pip_index_url")
+                "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
+                "pip_index_url")
 
 
 def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
@@ -608,8 +654,10 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         exclude_packages=exclude_packages_for(preset, cuda),
         prune=prunes(preset),
         prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
+        cuda_jit=(jit_toolchain_for(preset) or {}).get("cuda_jit"),
         runtime_packages=runtime_packages,
         runtime_packages_reason=runtime_packages_reason,
+        runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
         image_env=image_env_for(preset),
         pip_index_url=img.pip_index_url,
         image_repository=repository,

@@ -11,8 +11,7 @@ from kit.core.safevalue import UnsafeValue
 from kit.deploy.checks import CheckReport, check_preset
 from kit.deploy.deployment import (
     FETCH_FILE,
-    PRUNE_RULES_FILE,
-    PRUNE_SCRIPT_FILE,
+    BUILD_FILES,
     Deployment,
     plan_deployment,
     side_by_side_preset,
@@ -37,7 +36,7 @@ class Prepared:
     def image_ref(self) -> str:
         files = self.files
         return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE],
-                            *(files[name] for name in (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE) if name in files))
+                            *(files[name] for name in BUILD_FILES if name in files))
 
 
 def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 from kit.config.hubfetch import fetch_script
+from kit.core.datafiles import IMAGES_DIR
 from kit.deploy import deployment as dep
 from kit.deploy.composefile import cluster_compose_file, compose_file
 from kit.deploy.deployment import Deployment
@@ -23,6 +24,7 @@ DOCKERIGNORE = """\
 !fetch_files.py
 !prune_site.py
 !prune-rules.json
+!cuda_jit_layout.sh
 !wheels/
 """
 
@@ -115,18 +117,22 @@ def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_scrip
     return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script, *build_files)}"
 
 
-def prune_files(d: Deployment) -> dict[str, str]:
-    """The prune step's build files (kit/image/prune.py and kit/data/prune.yaml as JSON), for images that prune."""
-    if not d.prune:
-        return {}
-    from kit.core.datafiles import prune_rules
+def build_files(d: Deployment) -> dict[str, str]:
+    """The image's build files beyond the Dockerfile, requirements and fetch script, in dep.BUILD_FILES order: the
+    prune step's (kit/image/prune.py, kit/data/prune.yaml as JSON) for images that prune, and the CUDA_HOME layout
+    script (images/cuda_jit_layout.sh) for images with FlashInfer's JIT toolchain."""
+    files: dict[str, str] = {}
+    if d.prune:
+        from kit.core.datafiles import prune_rules
 
-    source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
-    # The rules this image applies: the features it leaves out are already in its distributions.
-    applied = {k: v for k, v in prune_rules(d.cuda, d.preset.image.leave_out).items() if k != "features"}
-    rules = json.dumps(applied, indent=1, sort_keys=True) + "\n"
-    # Sorted by name: the order the content tag hashes them in.
-    return {dep.PRUNE_RULES_FILE: rules, dep.PRUNE_SCRIPT_FILE: source}
+        source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
+        # The rules this image applies: the features it leaves out are already in its distributions.
+        applied = {k: v for k, v in prune_rules(d.cuda, d.preset.image.leave_out).items() if k != "features"}
+        files[dep.PRUNE_RULES_FILE] = json.dumps(applied, indent=1, sort_keys=True) + "\n"
+        files[dep.PRUNE_SCRIPT_FILE] = source
+    if d.cuda_jit:
+        files[dep.JIT_LAYOUT_FILE] = (IMAGES_DIR / dep.JIT_LAYOUT_FILE).read_text(encoding="utf-8")
+    return {name: files[name] for name in dep.BUILD_FILES if name in files}
 
 
 TARGETS = ("compose", "k8s")
@@ -174,12 +180,12 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
 
     requirements = requirements_text(d)
     script = fetch_script()
-    pruning = prune_files(d)
+    extra_files = build_files(d)
     draft = RenderContext(d=d, image_ref="")
     dockerfile = render_template(template, c=draft)
     ctx = RenderContext(
         d=d,
-        image_ref=image_ref_for(d, dockerfile, requirements, script, *pruning.values()),
+        image_ref=image_ref_for(d, dockerfile, requirements, script, *extra_files.values()),
         plan_lines=list(plan_lines or []),
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
@@ -195,7 +201,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         dep.FETCH_FILE: script,
         ".dockerignore": DOCKERIGNORE,
         ".env.example": render_template("env.example.j2", c=ctx),
-        **pruning,
+        **extra_files,
     }
     if target == "k8s":
         from kit.deploy.k8s import render_manifests

@@ -67,6 +67,14 @@ def word(value: object) -> str:
     return text
 
 
+def glob_word(value: object) -> str:
+    """A shell glob the kit itself chose (files a layer deletes): a plain word that may also hold * and ?."""
+    text = _refuse_control(value, "a value for a Dockerfile")
+    if not re.fullmatch(r"[A-Za-z0-9_./:+=@%*?-]+", text) or not text.startswith("/"):
+        raise UnsafeValue("a Dockerfile glob is not an absolute plain pattern (value not shown)")
+    return text
+
+
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates kept between runs: parsing and compiling them is a tenth of a render (issue 14).
 
@@ -99,6 +107,7 @@ def environment() -> jinja2.Environment:
         comment=comment,
         image_ref=image_ref,
         word=word,
+        glob_word=glob_word,
     )
     return env
 

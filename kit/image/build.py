@@ -17,14 +17,14 @@ from pathlib import Path
 from kit.core.docker_engine import docker_client
 from kit.core.errors import BuildError, KitError
 from kit.core.secretrules import redact
-from kit.deploy.deployment import FETCH_FILE, PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE
+from kit.deploy.deployment import BUILD_FILES, FETCH_FILE
 from kit.image.wheelhouse import LOCK_NAME
 
 # The kit's own working folder inside a rendered directory (build contexts, build records, router context).
 KIT_DIR = ".kit"
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
-OPTIONAL_CONTEXT_FILES = (PRUNE_SCRIPT_FILE, PRUNE_RULES_FILE)  # rendered for images that prune
+OPTIONAL_CONTEXT_FILES = BUILD_FILES  # rendered for images that prune or lay out a CUDA_HOME
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
 PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")

@@ -191,6 +191,18 @@ def resolve(d: Deployment, target: Target, workdir: Path, log: Path,
     return {_normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in data["install"]}
 
 
+def missing_wheels(directory: Path, pins: Mapping[str, str]) -> list[str]:
+    """The pins ({normalised name: version}) with no wheel of that version in ``directory``, as NAME==VERSION.
+
+    Every (name, version) there counts: a wheelhouse reused after a pin changed holds the old wheel beside the new.
+    """
+    have = set()
+    for wheel in directory.glob("*.whl"):
+        name, version = wheel.name.split("-")[:2]
+        have |= {(_normalise(name), version), (_normalise(name), version.split("+")[0])}
+    return [f"{n}=={v}" for n, v in pins.items() if (n, v) not in have]
+
+
 def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | None = None, glibc: str | None = None,
                      progress: Callable[[str], None] | None = None) -> WheelhouseResult:
     say = progress or (lambda _msg: None)
@@ -217,11 +229,7 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     say(f"downloading {len(kept)} wheels into {directory} (wheels already there are reused)")
     args = ["download", "--no-deps", "--progress-bar", "off", "-d", str(directory), *target.pip_args(), "-r", str(lock)]
     _run_pip(args, log, _download_progress(say, len(kept)), env=index_env(d.pip_index_url))
-    have = {}
-    for wheel in directory.glob("*.whl"):
-        parts = wheel.name.split("-")
-        have[_normalise(parts[0])] = parts[1]
-    missing = [f"{n}=={v}" for n, v in kept.items() if have.get(n) != v and have.get(n, "").split("+")[0] != v]
+    missing = missing_wheels(directory, kept)
     if missing:
         raise KitError(f"{directory}: wheels missing after download: {', '.join(missing[:5])}", hint=f"see {log}")
     total = sum(w.stat().st_size for w in directory.glob("*.whl") if _normalise(w.name.split("-")[0]) in kept)

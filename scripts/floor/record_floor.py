@@ -31,7 +31,8 @@ import urllib.request
 from pathlib import Path
 
 POLL_S = 0.25
-READY_TIMEOUT_S = 170
+# A cold start of vLLM 0.33 with FlashInfer's JIT (nvcc builds its sampler first) takes longer than 0.26 did.
+READY_TIMEOUT_S = int(os.environ.get("FLOOR_READY_TIMEOUT_S", "170"))
 OLD_ATIME = 978307200  # 2001-01-01: older than any mtime in a wheel, so relatime updates it on the next read
 HERE = Path(__file__).resolve().parent
 

@@ -7,6 +7,7 @@ no package lists), not serving. The wheelhouse is several GB; it is kept in the 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -121,3 +122,62 @@ def test_every_library_a_kept_library_links_against_is_in_the_image(slim_image, 
     assert found["scanned"] > 200, found["scanned"]  # torch, the CUDA wheels, vLLM's kernels, triton ...
     unexpected = {name: users for name, users in found["missing"].items() if name not in UNRESOLVED_OK}
     assert unexpected == {}
+
+
+FLASHINFER_JIT = """
+import json, os, re, shutil, subprocess, time
+import torch
+from vllm.utils.flashinfer import has_flashinfer
+from flashinfer.jit.sampling import gen_sampling_module
+cuda_home = os.environ['CUDA_HOME']
+nvcc = subprocess.run([os.path.join(cuda_home, 'bin', 'nvcc'), '--version'], capture_output=True, text=True).stdout
+spec = gen_sampling_module()
+started = time.monotonic()
+spec.build()
+library = spec.get_library_path()
+needed = [line.split('[')[1].rstrip(']') for line in
+          subprocess.run(['readelf', '-d', str(library)], capture_output=True, text=True).stdout.splitlines()
+          if '(NEEDED)' in line]
+print(json.dumps({'has_flashinfer': has_flashinfer(), 'torch_cuda': torch.version.cuda,
+                  'nvcc': re.search(r'release [0-9.]+, V([0-9.]+)', nvcc).group(1),
+                  'cxx': shutil.which('c++'), 'library': str(library), 'size': library.stat().st_size,
+                  'needed': needed, 'seconds': round(time.monotonic() - started, 1)}))
+"""
+
+
+def driver_stand_in(tmp_path) -> str:
+    """A library named libcuda.so.1, as the NVIDIA Container Toolkit mounts the host driver's into a container: a
+    file of that name in the distribution's library folder (the property the JIT's link step relies on). Built
+    with the host's C compiler; it defines no driver function, so nothing here runs a kernel."""
+    source = tmp_path / "cuda.c"
+    source.write_text("int vllm_kit_driver_stand_in;\n")
+    library = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(library), str(source)], check=True)
+    return str(library)
+
+
+def test_flashinfer_jit_builds_the_sampler_with_the_images_toolchain(slim_image, docker_client, tmp_path):
+    # vLLM 0.33 samples with FlashInfer, which JIT-compiles its kernels at first use with nvcc (the CUDA compiler
+    # wheels, pinned to torch's toolkit: kit/data/vllm.yaml jit_toolchain) and g++, found through CUDA_HOME laid out
+    # by images/cuda_jit_layout.sh. No GPU here: the module is compiled for the preset's compute capability and
+    # linked against a stand-in of the driver library, mounted where the container runtime mounts the real one; it
+    # is not loaded. The GPU proof (kit/data/floor/proof-h200-vllm-0.33.0.json) built, loaded and ran it.
+    prepared, image = slim_image
+    arch = prepared.deployment.prune_arch  # "8.9"
+    out = docker_client.containers.run(
+        image.id, ["python3", "-c", FLASHINFER_JIT], entrypoint=[], remove=True, network_disabled=True,
+        environment={"FLASHINFER_CUDA_ARCH_LIST": arch},
+        volumes={driver_stand_in(tmp_path): {"bind": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "mode": "ro"}},
+    ).decode().strip().splitlines()[-1]
+    found = json.loads(out)
+    print(f"FlashInfer JIT in the image: {found}")
+    assert found["has_flashinfer"] is True, found  # vLLM turns FlashInfer off when it cannot find nvcc
+    # The compiler is the toolkit torch was built with (13.5's CCCL refuses 13.0's runtime headers).
+    assert found["nvcc"].startswith(f"{found['torch_cuda']}."), found  # "13.0.88"
+    assert found["cxx"], found
+    # Built into FlashInfer's cache on the vLLM cache volume (FLASHINFER_WORKSPACE_BASE), kept across containers.
+    assert found["library"].startswith("/home/vllm/.cache/vllm/.cache/flashinfer/") and found["size"] > 100_000, found
+    # Linked against the CUDA runtime torch loads. FlashInfer's `-lcuda` resolved through lib64/stubs/libcuda.so
+    # (INPUT(libcuda.so.1)) against the mounted driver library: without that file the link fails ("cannot find
+    # libcuda.so.1", seen here before the mount). The sampler calls no driver function, so no NEEDED entry stays.
+    assert "libcudart.so.13" in found["needed"], found

@@ -34,10 +34,13 @@ def test_every_feature_says_why_what_it_removes_and_what_uses_it():
 
 
 def test_nothing_is_left_out_unless_the_preset_asks():
-    prepared = prepare("rtx4090-awq")
-    assert prepared.preset.image.leave_out == []
     every_feature_dist = {n for spec in prune_rules()["features"].values() for n in spec["distributions"]}
+    prepared = prepare("rtx4090-awq", ["image.leave_out=[]"])
     assert not every_feature_dist & set(prepared.deployment.exclude_packages)
+    # rtx4090-awq asks for all of them (served together on the H200: kit/data/floor/proof-h200-vllm-0.33.0.json).
+    prepared = prepare("rtx4090-awq")
+    assert sorted(prepared.preset.image.leave_out) == sorted(FEATURES)
+    assert every_feature_dist <= set(prepared.deployment.exclude_packages)
 
 
 def test_left_out_features_join_the_uninstall_list_and_the_rendered_rules():
@@ -69,7 +72,7 @@ def test_a_preset_cannot_leave_out_a_feature_it_uses(feature, overrides, why):
     found = problems(f"image.leave_out=[{feature}]", *overrides)
     assert found == [f"presets/rtx4090-awq.yaml: image.leave_out[0]: leaves out {feature}, which this preset uses: "
                      f"{why} (hint: drop {feature} from image.leave_out)"]
-    assert problems(*overrides) == []
+    assert problems("image.leave_out=[]", *overrides) == []
     assert feature_use(feature, load_preset("rtx4090-awq", list(overrides))[2]) == why
 
 
@@ -90,10 +93,18 @@ def test_a_vision_model_keeps_cudnn_attention(tmp_path):
 @pytest.mark.parametrize(("overrides", "message"), [
     (["image.leave_out=[nope]"], "no such feature 'nope'"),
     (["image.leave_out=[fast-loaders,fast-loaders]"], "a feature is named twice"),
-    (["image.strategy=official", "image.leave_out=[fast-loaders]"], "only slim images are cut to the floor"),
 ])
 def test_bad_leave_out_names_the_file_and_field(overrides, message):
     with pytest.raises(PresetError) as caught:
         load_preset("rtx4090-awq", overrides)
     text = str(caught.value) + " ".join(str(p) for p in caught.value.problems)
     assert "presets/rtx4090-awq.yaml" in text and "leave_out" in text and message in text
+
+
+def test_leave_out_on_another_strategy_warns_and_changes_nothing():
+    # rtx4090-awq leaves features out; its own comment sends older drivers to the official image with one override.
+    prepared = prepare("rtx4090-awq", overrides=["image.strategy=official", 'image.cuda="12.9"'])
+    warned = [str(w) for w in prepared.report.warnings if "image.leave_out" in str(w)]
+    assert warned and "presets/rtx4090-awq.yaml" in warned[0] and "only slim images are cut" in warned[0]
+    assert prepared.deployment.exclude_packages == [] and "prune-rules.json" not in prepared.files
+    assert check_leave_out("p.yaml", prepared.preset) == []

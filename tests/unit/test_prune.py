@@ -18,17 +18,22 @@ pytestmark = pytest.mark.unit
 FLOOR_ARCH = "9.0"  # the floor was measured on an H200
 
 
-def test_no_rule_removes_a_file_the_floor_run_read():
+FLOORS = ["vllm-0.26.0-h200", "vllm-0.33.0-h200"]  # kit/data/floor/: 0.26 on the machine's env, 0.33 on the slim set
+
+
+@pytest.mark.parametrize("floor", FLOORS)
+def test_no_rule_removes_a_file_the_floor_run_read(floor):
     compiled = prune.file_rules(prune_rules(), FLOOR_ARCH)
-    site_files = [f for f in floor_files() if f["where"] != "system"]
+    site_files = [f for f in floor_files(floor) if f["where"] != "system"]
     assert len(site_files) > 5000  # the list is the real measurement, not an empty stand-in
     hits = [(f["path"], prune.matching_rule(f["path"], compiled)["pattern"]) for f in site_files
             if prune.matching_rule(f["path"], compiled)]
     assert hits == []
 
 
-def test_floor_holds_what_a_cuda_server_must_load():
-    paths = {f["path"] for f in floor_files()}
+@pytest.mark.parametrize("floor", FLOORS)
+def test_floor_holds_what_a_cuda_server_must_load(floor):
+    paths = {f["path"] for f in floor_files(floor)}
     for needed in ("torch/lib/libtorch_cuda.so", "triton/_C/libtriton.so", "nvidia/cu13/lib/libcublasLt.so.13",
                    "triton/backends/nvidia/bin/ptxas", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"):
         assert needed in paths, needed
@@ -146,3 +151,24 @@ def test_the_pruned_environment_served_every_floor_model_on_the_gpu():
     served = {run["name"] for run in proof["runs"] if run["answers"] and all(code == 200 for _, code in run["answers"])}
     assert served == floor_models == {"dense", "awq", "fp8"}
     assert proof["removed"]["site1"]["bytes"] > 10**9
+
+
+def test_the_slim_set_served_every_floor_model_with_vllm_033_and_flashinfers_jit():
+    # kit/data/floor/proof-h200-vllm-0.33.0.json: the rtx4090-awq lock (vLLM 0.33.0, torch 2.14.0) with every
+    # image.leave_out feature left out and the rules applied at 9.0 served dense, AWQ and FP8 on the H200, and
+    # FlashInfer's JIT built its sampler with the pinned wheel compiler through the image's CUDA_HOME layout.
+    proof = json.loads((FLOOR_DIR / "proof-h200-vllm-0.33.0.json").read_text())
+    floor = json.loads(lzma.open(FLOOR_DIR / "vllm-0.33.0-h200.json.xz").read())
+    served = {run["name"] for run in proof["runs"] if run["answers"] and all(code == 200 for _, code in run["answers"])}
+    assert served == {run["name"] for run in floor["runs"]} == {"dense", "awq", "fp8"}
+    assert set(proof["left_out"]) == set(prune_rules()["features"])
+    left_out = {prune.normalise_name(n) for names in proof["left_out"].values() for n in names}
+    assert not {f["distribution"] for f in floor_files("vllm-0.33.0-h200")} & left_out  # none of them was there
+    removed = proof["removed"]["before_carrying"]["bytes"] + proof["removed"]["on_the_machine"]["bytes"]
+    assert removed > 1.5e9
+    jit = proof["flashinfer_jit"]
+    assert jit["has_flashinfer"] and jit["sampler_ok"] and jit["nvidia-cuda-nvcc"].startswith(jit["torch_cuda"] + ".")
+    # The dense run started with an empty FlashInfer cache: the JIT's compiler and headers are in its floor.
+    dense = {f["path"] for f in floor_files("vllm-0.33.0-h200") if "dense" in f["models"]}
+    assert {"nvidia/cu13/bin/nvcc", "nvidia/cu13/nvvm/bin/cicc"} <= dense
+    assert any(p.startswith("flashinfer/data/include/") for p in dense)

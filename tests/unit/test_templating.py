@@ -4,7 +4,7 @@ import jinja2
 import pytest
 import yaml
 
-from kit.deploy.templating import UnsafeValue, dockerfile_str, environment, exec_form, yaml_str
+from kit.deploy.templating import UnsafeValue, dockerfile_str, environment, exec_form, glob_word, yaml_str
 
 
 def test_strict_undefined_fails_on_a_misspelled_variable():
@@ -52,3 +52,10 @@ def test_compiled_templates_come_back_from_the_cache_unchanged(tmp_path, monkeyp
         assert sorted(p.name for p in tmp_path.iterdir()) == stored
     finally:
         environment.cache_clear()
+
+
+def test_glob_word_takes_the_kits_own_absolute_globs_and_nothing_shell_could_read_otherwise():
+    assert glob_word("/usr/lib/gcc/*/*/lto1") == "/usr/lib/gcc/*/*/lto1"
+    for bad in ("usr/lib/*.a", "/usr/lib/*.a; rm -rf /", "/a b", "/a$(x)", "/a\nb", "/a`x`"):
+        with pytest.raises(UnsafeValue):
+            glob_word(bad)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Packs a whole slim vLLM environment for the lent GPU machine: the rtx4090-awq image's locked wheels, as
+# CPython 3.12 builds (the machine's Python), cut by kit/image/prune.py with the image's rules at compute
+# capability 9.0 (the H200) and every image.leave_out feature left out, then xz parts small enough for the device
+# tool's 64 MiB a call (the checkout travels too). The CUDA libraries torch's cuda-toolkit pin brings (cuBLAS, cuDNN, NCCL, ...) are not
+# packed: the machine has the same CUDA 13 wheels under torch 2.11, and device_venv.sh copies them in (and prunes
+# them with the same rules).
+#   bash scripts/floor/prepare_venv.sh LOCK WORKDIR      (LOCK: a wheelhouse's requirements.lock.txt)
+# It writes WORKDIR/site (the environment), WORKDIR/parts/site.tar.xz.NN and .gpv-NN/ folders in the checkout (one
+# part each, ignored by .git/info/exclude), and scripts/floor/prune-rules.json + prune_site.py (untracked; they
+# travel with every call). Each part then travels in its own `run` call: carry [".gpv-NN"].
+set -euo pipefail
+lock=$1 work=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+plat=(--only-binary=:all: --python-version 3.12 --implementation cp)
+for p in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_25 manylinux_2_24 \
+         manylinux_2_17 manylinux2014 manylinux_2_12 manylinux2010 manylinux_2_5 manylinux1; do
+  plat+=(--platform "${p}_x86_64")
+done
+features=$("$root/.venv/bin/python" -c 'from kit.core.datafiles import load_yaml; print(" ".join(load_yaml("prune.yaml")["features"]))')
+left_out=$("$root/.venv/bin/python" -c '
+import sys
+from kit.core.datafiles import load_yaml
+print("|".join(n for f in load_yaml("prune.yaml")["features"].values() for n in f["distributions"]))')
+# The machine's own CUDA 13 library wheels (torch 2.11.0+cu130's), copied in there instead of carried.
+# NCCL is carried: torch 2.14 needs ncclCommResume, which the machine's 2.28.9 lacks.
+machine_cuda='nvidia-cublas|nvidia-cuda-cupti|nvidia-cuda-nvrtc|nvidia-cuda-runtime|nvidia-cudnn-cu13|nvidia-cufft|nvidia-cufile|nvidia-curand|nvidia-cusolver|nvidia-cusparse|nvidia-cusparselt-cu13|nvidia-nvjitlink|nvidia-nvshmem-cu13|nvidia-nvtx'
+mkdir -p "$work/wheels"
+grep -v '^#' "$lock" | sed 's/ .*//' | grep -vE "^(${left_out}|${machine_cuda})==" > "$work/reqs.txt"
+python3 -m pip download -q --no-deps "${plat[@]}" -d "$work/wheels" -r "$work/reqs.txt"
+rm -rf "$work/site"
+python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$work/site" "$work"/wheels/*.whl
+"$root/.venv/bin/python" -c "
+import json, sys
+from kit.core.datafiles import prune_rules
+json.dump(prune_rules('13.0', sys.argv[1].split()), open(sys.argv[2], 'w'))" "$features" "$root/scripts/floor/prune-rules.json"
+cp "$root/kit/image/prune.py" "$root/scripts/floor/prune_site.py"
+python3 "$root/scripts/floor/prune_site.py" "$root/scripts/floor/prune-rules.json" "$work/site" --arch 9.0 \
+  --report "$work/pruned-here.json" | tail -1
+rm -rf "$work/parts" && mkdir -p "$work/parts"
+tar -C "$work/site" -cf - . | xz -T0 -6 > "$work/parts/site.tar.xz"
+(cd "$work/parts" && split -b 59M -d site.tar.xz site.tar.xz. && rm site.tar.xz && sha256sum site.tar.xz.* > manifest)
+rm -rf "$root"/.gpv-*
+for part in "$work"/parts/site.tar.xz.*; do
+  n=${part##*.}
+  mkdir -p "$root/.gpv-$n" && cp "$part" "$work/parts/manifest" "$root/.gpv-$n/"
+done
+grep -qx '/.gpv-\*/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpv-*/' >> "$root/.git/info/exclude"
+ls -d "$root"/.gpv-* | wc -l

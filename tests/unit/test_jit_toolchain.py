@@ -1,0 +1,110 @@
+"""FlashInfer's JIT toolchain in slim images: the CUDA compiler wheels pinned to torch's toolkit, laid out as a
+CUDA_HOME (images/cuda_jit_layout.sh), g++ at run time. The image-level proof (the sampler compiles inside the
+built image) is tests/integration/test_slim_gpu_image.py; the GPU proof is kit/data/floor/."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kit.core.datafiles import IMAGES_DIR, vllm_table
+from kit.deploy import deployment as dep
+from kit.deploy.pipeline import prepare
+from kit.image.wheelhouse import missing_wheels
+
+pytestmark = pytest.mark.unit
+
+LAYOUT = IMAGES_DIR / dep.JIT_LAYOUT_FILE
+
+
+def test_slim_release_pins_the_compiler_to_torchs_toolkit_and_sets_cuda_home():
+    prepared = prepare("rtx4090-awq")
+    d = prepared.deployment
+    toolchain = vllm_table()["versions"][d.vllm_version]["jit_toolchain"]
+    assert toolchain["pip"] in d.requirements and toolchain["pip"].startswith("cuda-toolkit[")
+    assert d.cuda_jit == toolchain["cuda_jit"] == "cu" + d.cuda.split(".")[0]
+    assert d.image_env == {"CUDA_HOME": f"{dep.VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": dep.VLLM_CACHE}
+    assert f"vllm-cache:{dep.VLLM_CACHE}" in prepared.files["compose.yaml"]  # where FlashInfer's builds persist
+    assert "g++" in d.runtime_packages and "gcc" in d.runtime_packages
+    files = prepared.files
+    assert files[dep.JIT_LAYOUT_FILE] == LAYOUT.read_text()
+    assert f"!{dep.JIT_LAYOUT_FILE}" in files[".dockerignore"].splitlines()
+    dockerfile = files["Dockerfile"]
+    assert f"COPY {dep.JIT_LAYOUT_FILE} /tmp/kit-jit/" in dockerfile
+    assert f'sh /tmp/kit-jit/cuda_jit_layout.sh "$site/nvidia/{d.cuda_jit}"' in dockerfile
+    assert "CUDA_HOME=\"/opt/venv/cuda\"" in dockerfile
+    # The layout runs after the prune step (which would otherwise see the links) and before the byte-code purge.
+    assert dockerfile.index("prune_site.py /tmp/kit-prune") < dockerfile.index("cuda_jit_layout.sh \"$site")
+
+
+def test_the_layout_script_is_part_of_the_image_tag():
+    prepared = prepare("rtx4090-awq")
+    changed = dict(prepared.files, **{dep.JIT_LAYOUT_FILE: prepared.files[dep.JIT_LAYOUT_FILE] + "# edit\n"})
+    assert replace(prepared, files=changed).image_ref != prepared.image_ref
+
+
+@pytest.mark.parametrize(("name", "overrides"), [("a100x8", []), ("cpu", []), ("orin", []),
+                                                ("rtx4090-awq", ['image.cuda="12.9"'])])
+def test_other_strategies_and_cuda_builds_have_no_jit_toolchain(name, overrides):
+    # The pin is the toolkit of the release's own torch build; another CUDA brings another torch and toolkit.
+    prepared = prepare(name, overrides=overrides)
+    d = prepared.deployment
+    assert d.cuda_jit is None and "CUDA_HOME" not in d.image_env and "g++" not in d.runtime_packages
+    assert dep.JIT_LAYOUT_FILE not in prepared.files
+    assert not [r for r in d.requirements if r.startswith("cuda-toolkit")]
+
+
+def fake_toolkit(root: Path) -> Path:
+    home = root / "nvidia" / "cu13"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib").mkdir()
+    (home / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (home / "bin" / "nvcc").chmod(0o755)
+    (home / "lib" / "libcudart.so.13").write_bytes(b"")
+    return home
+
+
+def test_layout_gives_the_wheels_the_paths_flashinfers_link_line_uses(tmp_path):
+    home = fake_toolkit(tmp_path)
+    subprocess.run(["sh", str(LAYOUT), str(home)], check=True)
+    assert (home / "lib64").is_symlink() and (home / "lib64").resolve() == (home / "lib").resolve()
+    assert (home / "lib" / "libcudart.so").resolve() == (home / "lib" / "libcudart.so.13").resolve()
+    assert "INPUT(libcuda.so.1)" in (home / "lib64" / "stubs" / "libcuda.so").read_text()
+    subprocess.run(["sh", str(LAYOUT), str(home)], check=True)  # idempotent: a rebuilt layer runs it again
+
+
+def test_layout_refuses_a_folder_without_the_compiler(tmp_path):
+    home = fake_toolkit(tmp_path)
+    (home / "bin" / "nvcc").unlink()
+    run = subprocess.run(["sh", str(LAYOUT), str(home)], capture_output=True, text=True)
+    assert run.returncode != 0 and f"no nvcc in {home}/bin" in run.stderr
+
+
+def test_the_driver_stub_links_a_module_against_libcuda_so_1(tmp_path):
+    # The linker script in lib64/stubs stands for the driver library the container runtime mounts: a module linked
+    # with FlashInfer's flags (-L$CUDA_HOME/lib64/stubs -lcuda) records libcuda.so.1 as NEEDED. The driver is
+    # played by a library of that soname in a folder on the search path, as the distribution's library folder is.
+    home = fake_toolkit(tmp_path)
+    subprocess.run(["sh", str(LAYOUT), str(home)], check=True)
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (tmp_path / "cuda.c").write_text("int cuInit(unsigned flags) { return (int) flags; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(driver / "libcuda.so.1"),
+                    str(tmp_path / "cuda.c")], check=True)
+    (tmp_path / "module.c").write_text("int cuInit(unsigned); int init(void) { return cuInit(0); }\n")
+    module = tmp_path / "module.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(module), str(tmp_path / "module.c"),
+                    f"-L{home}/lib64/stubs", f"-L{driver}", "-Wl,--as-needed", "-lcuda"], check=True)
+    dynamic = subprocess.run(["readelf", "-d", str(module)], capture_output=True, text=True, check=True).stdout
+    assert "Shared library: [libcuda.so.1]" in dynamic
+
+
+def test_missing_wheels_counts_every_version_a_reused_wheelhouse_holds(tmp_path):
+    for name in ("nvidia_nvvm-13.5.37-py3-none-any.whl", "nvidia_nvvm-13.0.88-py3-none-any.whl",
+                 "torch-2.14.0+cpu-cp311-cp311-linux_x86_64.whl"):
+        (tmp_path / name).write_bytes(b"")
+    pins = {"nvidia-nvvm": "13.0.88", "torch": "2.14.0", "nvidia-cuda-nvcc": "13.0.88"}
+    assert missing_wheels(tmp_path, pins) == ["nvidia-cuda-nvcc==13.0.88"]
