@@ -13,7 +13,7 @@ set -euo pipefail
 lock=$1 work=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp)
-for p in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_25 manylinux_2_24 \
+for p in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_25 manylinux_2_24 manylinux_2_18 \
          manylinux_2_17 manylinux2014 manylinux_2_12 manylinux2010 manylinux_2_5 manylinux1; do
   plat+=(--platform "${p}_x86_64")
 done
