@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
+    status
 
 
 @click.command()
 @preset_arguments
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
-              help="Directory of the render (written or reused); the build log and command go in DIR/.kit/.")
+              help="The deployment folder (rendered again from its record, or from the preset); the build log and "
+                   "command go in DIR/.kit/.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Install only from this wheelhouse (no network).")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Extra tag (repeatable).")
@@ -23,20 +25,23 @@ from kit.cli.common import emit_json, preset_arguments, require_preset, split_ar
 @click.option("--lock", "lock_path", type=click.Path(path_type=Path), help="Lock file (default: DIR/vllm-kit.lock.json).")
 @click.option("--offline", is_flag=True, help="With --locked: the base must be on this engine (no pull).")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@click.option("--allow-no-fit", is_flag=True, help="Build although the memory plan says vLLM would not start.")
+@deployment_options
 @standard_options
 def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
           wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, locked: bool, lock_path: Path | None,
-          offline: bool, force: bool, as_json: bool) -> None:
+          offline: bool, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
+          as_json: bool) -> None:
     """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
     from kit.cli.output import progress
-    from kit.deploy.pipeline import prepare
+    from kit.deploy.pipeline import prepare_resolved
     from kit.run.workflow import render_into
 
-    ref, overrides, _ = split_args(args, preset_option)
     if (lock_path or offline) and not locked:
         raise click.UsageError("--lock and --offline go with --locked")
-
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, allow_no_fit=allow_no_fit,
+                                  replace=replace, reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force)
     with progress("build") as on_line:
         result = _build(prepared, out_dir, locked=locked, lock_path=lock_path, wheelhouse=wheelhouse, offline=offline,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -40,7 +40,10 @@ def count_option_type(minimum: int = 1) -> click.IntRange:
 def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: tuple[str, ...] = ()) -> tuple[
     str | None, list[str], dict[str, str]
 ]:
-    """Split ``preset=NAME KEY=VALUE ...`` into (preset ref, overrides, extras like model=...)."""
+    """Split ``preset=NAME KEY=VALUE ...`` into (preset ref, overrides, extras named in ``extra_keys``).
+
+    ``model=ID`` is taken on every command that takes a preset: it becomes the overrides that swap the model
+    (kit/deploy/record.py ``model_overrides``: the id, no generated model, the id as the served name)."""
     preset = preset_option
     overrides: list[str] = []
     extras: dict[str, str] = {}
@@ -54,6 +57,12 @@ def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: 
             preset = value
         elif key in extra_keys:
             extras[key] = value
+        elif key == "model":
+            if not value:
+                raise click.UsageError("model= needs a hub id or a model directory, e.g. model=Qwen/Qwen3-0.6B")
+            from kit.deploy.record import model_overrides
+
+            overrides.extend(model_overrides(value))
         elif "." not in key:
             raise click.UsageError(
                 f"{arg!r}: overrides name a field by its dotted path, e.g. engine.max_model_len=16384"
@@ -164,5 +173,27 @@ def preset_arguments(func):  # noqa: ANN001 - click decorator
     return func
 
 
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()
+def deployment_options(func):  # noqa: ANN001 - click decorator
+    """How a command's preset meets the record of its --out folder (kit/deploy/record.py)."""
+    func = click.option("--reset-overrides", is_flag=True,
+                        help="Drop the overrides recorded in the --out folder before applying this command's.")(func)
+    func = click.option("--replace", is_flag=True,
+                        help="Render another preset into a folder that holds a deployment (nothing recorded carries "
+                             "over).")(func)
+    return func
+
+
+def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, *,
+                       port: int | None = None, target: str | None = None, base_image: str | None = None,
+                       with_profiles: tuple[str, ...] = (), without: tuple[str, ...] = (),
+                       with_presets: tuple[str, ...] = (), allow_no_fit: bool = False, replace: bool = False,
+                       reset_overrides: bool = False):  # noqa: ANN201 - kit.deploy.record.Resolved (loaded lazily)
+    """The inputs of a command that renders into ``out_dir``: its arguments over the folder's record."""
+    from kit.deploy.record import Request, resolve
+
+    ref, overrides, _ = split_args(args, preset_option)
+    derived = (f"runtime.port={port}",) if port else ()
+    return resolve(Request(preset=ref, overrides=tuple(overrides), with_profiles=tuple(with_profiles),
+                           without=tuple(without), with_presets=tuple(with_presets), target=target,
+                           base_image=base_image, allow_no_fit=allow_no_fit, replace=replace,
+                           reset_overrides=reset_overrides, derived=derived), out_dir)

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from kit.cli.common import (
+    deployment_options,
     emit_json,
     preset_arguments,
     problem_json,
-    require_preset,
-    split_args,
+    resolve_deployment,
     standard_options,
     status,
 )
@@ -21,22 +21,26 @@ from kit.cli.common import (
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="The deployment folder (rendered again from its record, or from the preset).")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse if the image is missing.")
-@click.option("--base-image", metavar="REF")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
+@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@deployment_options
 @standard_options
 def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheelhouse: Path | None,
-          base_image: str | None, as_json: bool) -> None:
+          base_image: str | None, force: bool, replace: bool, reset_overrides: bool, as_json: bool) -> None:
     """Download what vLLM will read into the HF cache volume: the model's weights in the format vLLM loads, its
     config and tokenizer, and the LoRA adapters, draft model and tokenizer the engine flags name
     (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
-    from kit.deploy.pipeline import prepare
+    from kit.deploy.pipeline import prepare_resolved
     from kit.run.stack import Stack
-    from kit.run.workflow import ensure_image, ensure_model, model_overrides, project_for, render_into
+    from kit.run.workflow import ensure_image, ensure_model, project_for, render_into
 
-    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
-    prepared = prepare(require_preset(ref), overrides + model_overrides(extras.get("model")), base_image=base_image)
-    render_into(prepared, out_dir)
+    resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
+                                  reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
+    render_into(prepared, out_dir, force=force)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
     stack = Stack(out_dir, project_for(out_dir))

@@ -60,6 +60,14 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
     if not no_plot:
         lt.require_plot_extra()
     ref, overrides, _ = split_args(args, preset_option)
+    if ref is None and stack_dir is not None and not url:  # the folder says which deployment it is
+        from kit.deploy.record import read_record, recorded_ref_path
+
+        recorded = read_record(stack_dir) if stack_dir.is_dir() else None
+        if recorded is not None:
+            from kit.deploy.record import merge_overrides
+
+            ref, overrides = recorded_ref_path(recorded, stack_dir), list(merge_overrides(recorded.overrides, overrides))
     baseline_report = lt.load_report(baseline) if baseline else None  # a bad baseline fails before any traffic
     api_key = lt.api_key_from(stack_dir, dict(os.environ))
     if url:
@@ -73,7 +81,8 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
         base_url, preset_name = lt.preset_base_url(prepared.path, rt.bind_address, rt.port), prepared.name
         model = model_name or prepared.deployment.served_model_name
     else:
-        raise click.UsageError("no target: pass preset=NAME (its stack on 127.0.0.1) or --url")
+        raise click.UsageError("no target: pass preset=NAME (its stack on 127.0.0.1), --out DIR of a rendered "
+                               "deployment, or --url")
     prompts = (lt.load_dataset(dataset, max_tokens) if dataset
                else lt.synthetic_prompts(requests_per_level * len(concurrency), prompt_words, max_tokens))
     config = lt.SweepConfig(concurrency=concurrency, requests_per_level=requests_per_level,

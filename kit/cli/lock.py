@@ -6,32 +6,35 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
+    status
 
 
 @click.command()
 @preset_arguments
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
-              help="Directory of the render (written or reused); the lock goes next to it.")
+              help="The deployment folder (rendered again from its record, or from the preset); the lock goes there.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Wheels are resolved, downloaded and hashed here.")
 @click.option("--offline", is_flag=True, help="Resolve the base's digest from the local image, not its registry.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the table's for the base).")
 @click.option("--refresh", is_flag=True, help="Resolve the wheels again even when the wheelhouse fits.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@deployment_options
 @standard_options
 def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
          wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
-         as_json: bool) -> None:
+         replace: bool, reset_overrides: bool, as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
-    from kit.deploy.pipeline import prepare
+    from kit.deploy.pipeline import prepare_resolved
     from kit.image.lock import LOCK_FILE, make_lock, write_lock
     from kit.run.workflow import render_into
 
-    ref, overrides, _ = split_args(args, preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force)
+    resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
+                                  reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force)
-    result = make_lock(prepared, overrides=overrides, base_image_option=base_image, offline=offline,
+    result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
                        wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)
     path = out_dir / LOCK_FILE
     write_lock(result, path)

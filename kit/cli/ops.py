@@ -79,10 +79,29 @@ def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | Non
 @out_option
 @standard_options
 def status(out_dir: Path, as_json: bool) -> None:
-    """Ask a running stack how it is: health, model, KV cache usage, requests running and waiting."""
+    """Ask a running stack how it is: health, model, KV cache usage, requests running and waiting.
+
+    With a folder the kit rendered, first what the folder is: the preset, overrides, add-ons and target its
+    vllm-kit.yaml records, whether the preset changed since, and files edited since the kit wrote them."""
+    from kit.deploy.record import describe, edited_files, read_record
     from kit.run import ops
 
+    record = read_record(out_dir) if out_dir.is_dir() else None
+    rows = describe(record, out_dir) if record is not None else []
+    if record is not None:
+        edited = edited_files(out_dir)
+        rows.append(("edited", ", ".join(edited) if edited else "none (every file as the kit wrote it)"))
+    if record is not None and record.target == "k8s":  # nothing of it runs on this host
+        if as_json:
+            emit_json({"out": str(out_dir), "deployment": dict(rows)})
+        else:
+            from kit.cli.output import key_values
+
+            key_values([*rows, ("running", "nothing here: a Kubernetes deployment (kubectl apply -k k8s/)")])
+        return
     data = ops.status(out_dir)
+    if record is not None:
+        data["deployment"] = dict(rows)
     healthy = data["health"] == "ok"
     if as_json:
         problems = None if healthy else [problem_json(None, f"{data['url']}/health: {data['health']}",
@@ -93,6 +112,7 @@ def status(out_dir: Path, as_json: bool) -> None:
 
         kv = data["kv_cache_usage_perc"]
         key_values([
+            *rows,
             ("project", data["project"] or "(none running)"),
             ("container", f"{data['container'] or '-'} ({data['state'] or 'absent'}, health {data['container_health'] or '-'})"),
             ("url", data["url"]),

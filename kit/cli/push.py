@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import emit_json, preset_arguments, resolve_deployment, standard_options, status
 
 PUSH_RECORD = "vllm-kit.push.json"
 
@@ -16,17 +16,20 @@ PUSH_RECORD = "vllm-kit.push.json"
 @preset_arguments
 @click.option("--registry", required=True, metavar="HOST[:PORT]", help="Registry to push to, e.g. 127.0.0.1:5000.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
-              help="Directory of the render; the push record goes there.")
+              help="The deployment folder (its record says which image); the push record goes there.")
 @click.option("--base-image", metavar="REF", help="The base the image was built on (same as for `kit build`).")
 @standard_options
 def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_dir: Path, base_image: str | None,
          as_json: bool) -> None:
     """Push a built image: kit push preset=NAME --registry HOST; prints the digest to pin compose to."""
-    from kit.deploy.pipeline import prepare
+    import shlex
+
+    from kit.deploy.pipeline import prepare_resolved
+    from kit.deploy.record import read_record
     from kit.image.registry import push_image
 
-    ref, overrides, _ = split_args(args, preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image)
+    resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image)
+    prepared = prepare_resolved(resolved)
     source = prepared.image_ref
     tag = source.rsplit(":", 1)[1]
     status(f"pushing {source} to {registry}")
@@ -42,4 +45,10 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
         return
     click.echo(f"pushed  {pushed.ref}")
     click.echo(f"digest  {pushed.digest}")
-    click.echo(f"pin     kit render preset={prepared.name} {' '.join(pin)}  (compose runs {pushed.pinned})")
+    # The next step as it works from here: the folder's record carries the preset and its overrides.
+    folder = out_dir.is_dir() and read_record(out_dir) is not None
+    source_args = [] if folder else [f"preset={resolved.ref}", *resolved.overrides]
+    if resolved.base_image and not folder:
+        source_args += ["--base-image", resolved.base_image]
+    command = shlex.join(["kit", "render", *source_args, *pin, "--out", str(out_dir)])
+    click.echo(f"pin     {command}  (compose runs {pushed.pinned})")

@@ -1,4 +1,4 @@
-"""`kit render`: preset -> Dockerfile, compose.yaml, .env.example in a directory."""
+"""`kit render`: preset -> Dockerfile, compose.yaml, .env.example in a directory (and the folder's record)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
+    status
 from kit.cli.completion import complete_preset_name
 
 STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
@@ -31,15 +32,32 @@ def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: st
     return [name for name in sorted(profile_help()) if name.startswith(incomplete)]
 
 
+def next_step(prepared, out_dir: Path) -> str:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
+    """The line `kit render` ends with: what to run next, exactly as it works from the current directory."""
+    import shlex
+
+    where = shlex.quote(str(out_dir))
+    if prepared.deployment.cluster is not None and prepared.files.get("CLUSTER.md"):
+        if "k8s/kustomization.yaml" not in prepared.files:
+            return f"next: {out_dir / 'CLUSTER.md'} says what to run on which host"
+    if "k8s/kustomization.yaml" in prepared.files:
+        return (f"next: see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, "
+                f"kubectl apply -k {shlex.quote(str(out_dir / 'k8s'))})")
+    return f"next: cd {where} && docker compose up -d --wait"
+
+
 @click.command()
 @preset_arguments
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
-              help="Directory to write into.")
-@click.option("--force", is_flag=True, help="Overwrite files you edited since the kit wrote them; render a preset that does not fit.")
+              help="The deployment folder (its vllm-kit.yaml records what it was rendered from).")
+@click.option("--force", is_flag=True, help="Overwrite files you edited since the kit wrote them.")
+@click.option("--allow-no-fit", is_flag=True, help="Render although the memory plan says vLLM would not start.")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print what a render would change, as a unified diff; write nothing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's (a hardened or local image).")
-@click.option("--target", type=click.Choice(["compose", "k8s"]), default="compose", show_default=True,
-              help="compose: compose files (a head and a worker stack for several nodes); k8s: Kubernetes manifests in k8s/.")
+@click.option("--target", type=click.Choice(["compose", "k8s"]), default=None,
+              help="compose (default): compose files (a head and a worker stack for several nodes); "
+                   "k8s: Kubernetes manifests in k8s/.")
 @click.option("--with-preset", "with_presets", metavar="NAME", multiple=True, shell_complete=complete_preset_name,
               help="Run this preset's server beside the main one in the same compose stack (repeatable), "
                    "e.g. an embedding server beside a chat server: its own port, volumes and healthcheck, the same image.")
@@ -47,28 +65,47 @@ def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: st
               shell_complete=_complete_profile,
               help="Add a profile's services to the compose stack (repeatable; kit/data/profiles.yaml lists them), "
                    "e.g. monitoring: Prometheus and Grafana with the kit's vLLM dashboard, on 127.0.0.1.")
+@click.option("--without", metavar="NAME", multiple=True,
+              help="Take an add-on (--with) or a preset beside (--with-preset) out of the deployment (repeatable).")
+@deployment_options
 @standard_options
-def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, dry_run: bool,
-           base_image: str | None, target: str, with_presets: tuple[str, ...], with_profiles: tuple[str, ...],
+def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, allow_no_fit: bool,
+           dry_run: bool, show_diff: bool, base_image: str | None, target: str | None, with_presets: tuple[str, ...],
+           with_profiles: tuple[str, ...], without: tuple[str, ...], replace: bool, reset_overrides: bool,
            as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME] [--with PROFILE]."""
     from kit.core.write import write_files
-    from kit.deploy.pipeline import prepare
+    from kit.deploy.pipeline import prepare_resolved
 
-    ref, overrides, _ = split_args(args, preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image, force=force, target=target,
-                       with_presets=list(with_presets), with_profiles=list(with_profiles))
+    if dry_run and show_diff:
+        raise click.UsageError("--dry-run and --diff both write nothing: pick one")
+    resolved = resolve_deployment(args, preset_option, out_dir, target=target, base_image=base_image,
+                                  with_profiles=with_profiles, without=without, with_presets=with_presets,
+                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
+    if show_diff:
+        from kit.core.filediff import diff_files
+
+        text = diff_files(prepared.files, out_dir)
+        if as_json:
+            emit_json({"preset": prepared.name, "out": str(out_dir), "diff": text})
+            return
+        click.echo(text, nl=False)
+        if not text:
+            status(f"{out_dir}: a render would change nothing")
+        return
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:
         emit_json({
             "preset": prepared.name,
-            "target": target,
+            "target": resolved.target,
             "out": str(out_dir),
             "dry_run": dry_run,
             "image": prepared.image_ref,
-            "profiles": list(dict.fromkeys(with_profiles)),
+            "profiles": resolved.with_profiles,
+            "overrides": resolved.overrides,
             "files": {r.path: r.status for r in results},
         }, warnings=[str(w) for w in prepared.report.warnings])
         return
@@ -77,11 +114,4 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
         click.echo(f"{label}  {out_dir / r.path}")
     if dry_run:
         return
-    if target == "k8s":
-        status(f"next: see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, kubectl apply -k)")
-    elif prepared.deployment.cluster is not None:
-        status(f"next: {out_dir / 'CLUSTER.md'} says what to run on which host")
-    else:
-        status(f"next: cd {out_dir} && docker compose up -d --wait")
-
-
+    status(next_step(prepared, out_dir))

@@ -11,10 +11,10 @@ import click
 from kit.cli.common import (
     FiniteFloatRange,
     emit_json,
+    deployment_options,
     preset_arguments,
     problem_json,
-    require_preset,
-    split_args,
+    resolve_deployment,
     standard_options,
     status,
 )
@@ -23,15 +23,19 @@ from kit.core.errors import SmokeError
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Render here (default: a temporary directory).")
-@click.option("--port", type=int, help="Host port on 127.0.0.1 (default: the preset's).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="The deployment folder to render into and prove (default: a temporary directory).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Host port on 127.0.0.1 (default: the preset's).")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Build offline from this wheelhouse if the image is missing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--timeout", type=FiniteFloatRange(0, 86400, min_open=True), help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
 @click.option("--keep", is_flag=True, help="Leave the stack running.")
+@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@deployment_options
 @standard_options
 def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
-          wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, as_json: bool) -> None:
+          wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, force: bool,
+          replace: bool, reset_overrides: bool, as_json: bool) -> None:
     """Prove a preset's stack answers: kit smoke preset=NAME [model=ID|PATH] [--keep]."""
     # testinfra is an extra (pyproject.toml: smoke): the rest of the CLI runs without it. Checked before
     # anything is built or started, so a missing extra costs nothing.
@@ -39,15 +43,15 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
         raise SmokeError("kit smoke needs pytest-testinfra, which is not installed: pip install 'pytest-testinfra>=10' "
                          "in the kit's environment (from a checkout: pip install '.[smoke]'; "
                          "with pipx: pipx inject vllm-kit pytest-testinfra)")
+    from kit.deploy.pipeline import prepare_resolved
     from kit.run.smoke import format_table
-    from kit.run.workflow import model_overrides, port_overrides
     from kit.run.workflow import smoke as run_smoke
 
-    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
-    overrides += model_overrides(extras.get("model")) + port_overrides(port)
+    resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image, replace=replace,
+                                  reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
     out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))
-    result = run_smoke(require_preset(ref), overrides, out, wheelhouse=wheelhouse, base_image=base_image, keep=keep,
-                       timeout=timeout, progress=status)
+    result = run_smoke(prepared, out, wheelhouse=wheelhouse, keep=keep, timeout=timeout, force=force, progress=status)
     if as_json:
         emit_json({"ok": result.ok, "ready_seconds": round(result.ready_seconds, 1),
                    "total_seconds": round(result.total_seconds, 1),

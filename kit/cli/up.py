@@ -6,40 +6,59 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options
+from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options
 
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Directory to render into.")
-@click.option("--port", type=int, help="Host port on 127.0.0.1 (default: the preset's).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="The deployment folder (rendered again from its record, or from the preset).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Host port (default: the preset's); recorded as runtime.port.")
 @click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse (filled if empty).")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
+@click.option("--allow-no-fit", is_flag=True, help="Start although the memory plan says vLLM would not start.")
+@deployment_options
 @standard_options
 def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
-       base_image: str | None, force: bool, as_json: bool) -> None:
+       base_image: str | None, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
+       as_json: bool) -> None:
     """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
-    from kit.run.workflow import model_overrides, port_overrides
+    from kit.deploy.pipeline import prepare_resolved
     from kit.run.workflow import up as stack_up
 
-    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
-    overrides += model_overrides(extras.get("model")) + port_overrides(port)
+    resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image,
+                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
+    prepared = prepare_resolved(resolved)
     from kit.cli.output import progress
 
     with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
-        prepared, ready = stack_up(require_preset(ref), overrides, out_dir, wheelhouse=wheelhouse,
-                                   base_image=base_image, force=force, progress=on_line)
+        ready = stack_up(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)
     rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
                    "url": f"http://{rt.bind_address}:{rt.port}", "ready_seconds": round(ready, 1)})
         return
-    click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on http://{rt.bind_address}:{rt.port}")
-    click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/models")
-    click.echo(f"  curl -s http://{rt.bind_address}:{rt.port}/v1/completions -H 'Content-Type: application/json' "
-               f"-d '{{\"model\": \"{name}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'")
-    click.echo(f"stop it with `make down` (or `kit down --out {out_dir}`)")
+    import shlex
+
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(rt.bind_address, rt.bind_address)
+    url = f"http://{host}:{rt.port}"
+    auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if _has_api_key(out_dir) else ""
+    click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on {url}")
+    if auth:
+        click.echo(f"  (the server wants the key in {out_dir / '.env'}: export VLLM_API_KEY from there first)")
+    click.echo(f"  curl -s {url}/v1/models{auth}")
+    body = shlex.quote(f'{{"model": "{name}", "prompt": "Hello", "max_tokens": 16}}')
+    click.echo(f"  curl -s {url}/v1/completions -H 'Content-Type: application/json'{auth} -d {body}")
+    click.echo(f"stop it with: kit down --out {shlex.quote(str(out_dir))}")
+
+
+def _has_api_key(out_dir: Path) -> bool:
+    try:
+        lines = (out_dir / ".env").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(line.partition("=")[0].strip() == "VLLM_API_KEY" and line.partition("=")[2].strip() for line in lines)
 
 
 @click.command()

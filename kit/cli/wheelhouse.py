@@ -1,4 +1,4 @@
-"""`kit wheelhouse preset=NAME DIR`: download every Python package the image needs, on the host."""
+"""`kit wheelhouse preset=NAME --wheelhouse DIR`: download every Python package the image needs, on the host."""
 
 from __future__ import annotations
 
@@ -6,32 +6,36 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, require_preset, split_args, standard_options, status
+from kit.cli.common import emit_json, preset_arguments, resolve_deployment, standard_options, status
 
 
 @click.command()
 @preset_arguments
 @click.option("--base-image", metavar="REF", help="The base the image will build on; probed for its Python and glibc.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's, from the table).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+@click.option("--wheelhouse", "wheelhouse_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="The wheelhouse directory (created if missing).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="A deployment folder: fill the wheelhouse for the deployment it records (no preset needed).")
 @standard_options
 def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str | None,
-               python_version: str | None, out_dir: Path | None, as_json: bool) -> None:
-    """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME --out DIR (wheels already there are reused)."""
-    from kit.deploy.pipeline import prepare
+               python_version: str | None, wheelhouse_dir: Path | None, out_dir: Path | None, as_json: bool) -> None:
+    """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME --wheelhouse DIR (wheels there are reused)."""
+    from kit.deploy.pipeline import prepare_resolved
     from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 
-    # Every command names its directory with --out; a positional DIR (this command's first form) still works.
+    # --out is the deployment folder on every command; the wheelhouse has its own option. A positional DIR (this
+    # command's first form) still names the wheelhouse.
     positional = [a for a in args if "=" not in a]
-    if len(positional) > 1 or (positional and out_dir is not None) or not (positional or out_dir):
-        raise click.UsageError("give one wheelhouse directory: kit wheelhouse preset=NAME --out DIR")
-    warnings = [f"a positional DIR is deprecated: use --out {positional[0]}"] if positional else []
+    if len(positional) > 1 or (positional and wheelhouse_dir is not None) or not (positional or wheelhouse_dir):
+        raise click.UsageError("give one wheelhouse directory: kit wheelhouse preset=NAME --wheelhouse DIR")
+    warnings = [f"a positional DIR is deprecated: use --wheelhouse {positional[0]}"] if positional else []
     if warnings and not as_json:
         click.secho(f"warning: {warnings[0]}", fg="yellow", err=True)
-    directory = out_dir or Path(positional[0])
-    ref, overrides, _ = split_args(tuple(a for a in args if "=" in a), preset_option)
-    prepared = prepare(require_preset(ref), overrides, base_image=base_image)
+    directory = wheelhouse_dir or Path(positional[0])
+    resolved = resolve_deployment(tuple(a for a in args if "=" in a), preset_option, out_dir, base_image=base_image)
+    prepared = prepare_resolved(resolved)
+    base_image = resolved.base_image
     glibc = None
     if base_image:
         probed = probe_base_image(base_image)

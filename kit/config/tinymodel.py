@@ -12,7 +12,7 @@ exercise a serving stack.
 Needs torch, transformers and tokenizers (imported lazily, so importing this
 module stays cheap).
 
-    python -m kit.config.tinymodel OUT_DIR [--kind tiny-llama|tiny-qwen3-embed] [--seed N]
+    python -m kit.config.tinymodel OUT_DIR [--kind tiny-llama|tiny-qwen3-embed] [--seed N] [--if-missing]
 """
 
 from __future__ import annotations
@@ -205,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--kind", choices=sorted(KINDS), default=DEFAULT_KIND)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--if-missing", action="store_true",
+                        help="Do nothing when OUT_DIR already holds a config.json (the stack's model-make service).")
     args = parser.parse_args(argv)
+    if args.if_missing and (args.out_dir / "config.json").is_file():
+        print(f"{args.out_dir}: a model is there already")
+        return 0
     path = make_tiny_model(args.out_dir, seed=args.seed, kind=args.kind)
     print(path)
     return 0

@@ -170,7 +170,7 @@ def check_exposure(where: str, preset: Preset) -> list[Problem]:
     )]
 
 
-def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -> None:
+def check_memory(where: str, preset: Preset, report: CheckReport, allow_no_fit: bool) -> None:
     from kit.memory.preset_plan import plan_preset, summary_lines
 
     result, warnings = plan_preset(where, preset)
@@ -181,8 +181,10 @@ def check_memory(where: str, preset: Preset, report: CheckReport, force: bool) -
     report.plan_lines = summary_lines(result)
     if not result.fits:
         fixes = "; ".join(s["message"] for s in result.suggestions[:3]) or None
-        problem = Problem(f"{where}: engine", f"does not fit in memory: vLLM would fail with: {result.error}", fixes)
-        (report.warnings if force else report.errors).append(problem)
+        problem = Problem(f"{where}: engine", f"does not fit in memory: vLLM would fail with: {result.error}",
+                          fixes if allow_no_fit else f"{fixes}; or --allow-no-fit to render it anyway" if fixes
+                          else "--allow-no-fit renders it anyway")
+        (report.warnings if allow_no_fit else report.errors).append(problem)
 
 
 def feature_use(feature: str, preset: Preset) -> str | None:
@@ -242,8 +244,9 @@ def check_leave_out(where: str, preset: Preset) -> list[Problem]:
     return problems
 
 
-def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, target: str = "compose") -> CheckReport:
-    """``force`` turns a memory misfit into a warning (the flags and parallelism must still be right)."""
+def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = False,
+                 target: str = "compose") -> CheckReport:
+    """``allow_no_fit`` turns a memory misfit into a warning (the flags and parallelism must still be right)."""
     where = display_path(path)
     report = CheckReport()
     flag_errors, flag_warnings = check_flags(where, preset)
@@ -267,5 +270,5 @@ def check_preset(name: str, path: Path, preset: Preset, *, force: bool = False, 
     report.errors += compat_errors
     report.warnings += compat_warnings
     if not report.errors:
-        check_memory(where, preset, report, force)
+        check_memory(where, preset, report, allow_no_fit)
     return report

@@ -122,6 +122,27 @@ def fetch_service(ctx: Any) -> dict[str, Any]:
     }
 
 
+def model_make_service(ctx: Any) -> dict[str, Any]:
+    """One-shot, before the server: makes the preset's generated tiny model in its folder when it is missing, with
+    the image's own torch and transformers, so `docker compose up` of a fresh render serves. Root, because the
+    folder compose creates for a missing bind mount is root's; no network (it needs none)."""
+    host, container = ctx.d.model_mount
+    return {
+        **_built_image(ctx),
+        "entrypoint": [_s(a) for a in ctx.d.model_make_command],
+        "command": [],
+        "user": "0:0",
+        "network_mode": "none",
+        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more.
+        "cap_drop": ["ALL"],
+        "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
+        "security_opt": ["no-new-privileges:true"],
+        "environment": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+        "volumes": [_s(f"{host}:{container}"), _s(ctx.tiny_model_mount)],
+        "restart": "no",
+    }
+
+
 def _gpu_deploy(ctx: Any) -> dict[str, Any]:
     gpus = ctx.d.gpu_devices
     device: dict[str, Any] = {"driver": gpus["driver"]}
@@ -204,6 +225,7 @@ def compose_file(ctx: Any) -> str:
         **_built_image(ctx),
         "depends_on": {fetch: {"condition": "service_completed_successfully"}},
     }
+    make = ctx.model_make_service if d.model_make_command else None
     if d.jetson_runtime:
         server["runtime"] = "nvidia"
     # The watchdog runs the image's server and exits when /health stops answering while it lives.
@@ -223,14 +245,18 @@ def compose_file(ctx: Any) -> str:
     doc: dict[str, Any] = {}
     if ctx.includes:
         doc["include"] = [_s(path) for path in ctx.includes]
-    doc["services"] = {fetch: fetch_service(ctx), serve: server}
+    fetcher = fetch_service(ctx)
+    if make:  # the fetch checks a local model is there: it runs after the model is made
+        fetcher = {**fetcher, "depends_on": {make: {"condition": "service_completed_successfully"}}}
+    doc["services"] = {**({make: model_make_service(ctx)} if make else {}), fetch: fetcher, serve: server}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
     replica_comments: dict[Path, list[str]] = {}
     if rt.replicas > 1:  # N copies of the server behind vLLM's router (kit/deploy/router.py)
         from kit.deploy.router import replicated_services
 
         services, caches, replica_comments = replicated_services(ctx, server, _s)
-        doc["services"] = {fetch: doc["services"][fetch], **services}
+        doc["services"] = {**({make: doc["services"][make]} if make else {}), fetch: doc["services"][fetch],
+                           **services}
         doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
     profile_comments = _merge_profiles(ctx, doc)
     comments = {
@@ -240,6 +266,10 @@ def compose_file(ctx: Any) -> str:
             "One-shot: puts the model into the HF cache volume (HF_ENDPOINT and HF_TOKEN from .env), so the server",
             "starts offline and a cold start excludes the download. `kit fetch` runs it on its own.",
         ],
+        **({("services", make): [
+            "One-shot: makes the preset's generated test model (model.generate) in its folder when it is missing, with",
+            "the image's torch and transformers, offline; a model already there is left as it is.",
+        ]} if make else {}),
         ("services", serve, "runtime"): ["Jetson: the NVIDIA container runtime maps the integrated GPU and the L4T libraries."],
         ("services", serve, "init"): [
             "tini as PID 1: if the server dies or hangs (the watchdog exits), the container exits and the restart",

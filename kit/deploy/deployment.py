@@ -43,6 +43,9 @@ BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE)
 # One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
 # which exits when /health stops answering while the server process lives, so the restart policy acts.
 WATCHDOG_FILE = "serve_watchdog.py"
+# A generated model (model.generate): the one-shot model-make service runs this copy of kit/config/tinymodel.py,
+# rendered beside compose.yaml, so `docker compose up` makes the model itself when it is missing.
+TINY_MODEL_FILE = "tinymodel.py"
 # The watchdog polls as the compose healthcheck does: every 15 s, 10 s timeout, 4 failures in a row.
 WATCHDOG_INTERVAL, WATCHDOG_TIMEOUT, WATCHDOG_FAILURES = 15, 10, 4
 HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
@@ -173,6 +176,8 @@ class Deployment:
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
     model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
+    # model.generate: the model-make service's command (makes the tiny model in the mount when config.json is missing)
+    model_make_command: list[str] | None
     serve_args: list[str]
     pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
     shm: ShmDecision
@@ -426,6 +431,12 @@ def environment_for(preset: Preset) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
+def model_make_command_for(preset: Preset, python: str, model_arg: str) -> list[str] | None:
+    if not (preset.model.is_local and preset.model.generate):
+        return None
+    return [python, f"{LAUNCHER_DIR}/{TINY_MODEL_FILE}", model_arg, "--kind", preset.model.generate, "--if-missing"]
+
+
 def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
     """The one-shot `model-fetch` service: puts what vLLM will read into the HF cache volume before the server
     starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
@@ -669,6 +680,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,
+        model_make_command=model_make_command_for(preset, python, model_arg),
         serve_args=serve_args,
         pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
         shm=shm_size_for(preset),

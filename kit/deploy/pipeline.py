@@ -18,6 +18,7 @@ from kit.deploy.deployment import (
     side_by_side_problems,
 )
 from kit.deploy.profiles import check_profiles
+from kit.deploy.record import Resolved
 from kit.deploy.render import Companion, image_ref_for, render
 
 
@@ -39,21 +40,22 @@ class Prepared:
                             *(files[name] for name in BUILD_FILES if name in files))
 
 
-def load_and_check(ref: str, overrides: list[str] | None = None, *, force: bool = False,
+def load_and_check(ref: str, overrides: list[str] | None = None, *, allow_no_fit: bool = False,
                    target: str = "compose") -> tuple[str, Path, Preset, CheckReport]:
     name, path, preset = load_preset(ref, overrides)
-    report = check_preset(name, path, preset, force=force, target=target)
+    report = check_preset(name, path, preset, allow_no_fit=allow_no_fit, target=target)
     if report.errors:
         raise PresetError(f"{path}: preset has problems", problems=report.errors)
     return name, path, preset, report
 
 
-def companions_for(primary: Deployment, refs: list[str], *, base_image: str | None, force: bool) -> list[Prepared]:
+def companions_for(primary: Deployment, refs: list[str], *, base_image: str | None,
+                   allow_no_fit: bool) -> list[Prepared]:
     """The presets that run beside ``primary`` in its compose stack, checked to fit there (one image, own port).
     Their ``files`` are filled in by ``prepare`` (the stack's)."""
     companions: list[Prepared] = []
     for ref in refs:
-        name, path, preset, report = load_and_check(ref, force=force)
+        name, path, preset, report = load_and_check(ref, allow_no_fit=allow_no_fit)
         where = display_path(path)
         if name == primary.preset_name or any(c.name == name for c in companions):
             raise PresetError(f"--with-preset {ref}: {name} is already in this stack")
@@ -70,13 +72,15 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
 
 
 def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | None = None,
-            force: bool = False, target: str = "compose", with_presets: list[str] | None = None,
+            allow_no_fit: bool = False, target: str = "compose", with_presets: list[str] | None = None,
             with_profiles: list[str] | None = None) -> Prepared:
-    name, path, preset, report = load_and_check(ref, overrides, force=force, target=target)
+    """``allow_no_fit``: a plan that does not fit is a warning, not an error (`--allow-no-fit`)."""
+    name, path, preset, report = load_and_check(ref, overrides, allow_no_fit=allow_no_fit, target=target)
     profiles = check_profiles(list(with_profiles or []))
     try:
         deployment = plan_deployment(name, preset, base_image=base_image)
-        companions = companions_for(deployment, list(with_presets or []), base_image=base_image, force=force)
+        companions = companions_for(deployment, list(with_presets or []), base_image=base_image,
+                                    allow_no_fit=allow_no_fit)
         if companions and preset.runtime.replicas > 1:
             raise PresetError(f"{display_path(path)}: runtime.replicas: --with-preset and replicas behind a router "
                               "are not combined yet", hint="render the replicated preset on its own")
@@ -94,3 +98,13 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
         raise PresetError(f"{display_path(path)}: {exc}") from None
     return Prepared(name, path, preset, report, deployment, files,
                     tuple(replace(c, files=files) for c in companions))
+
+
+def prepare_resolved(resolved: Resolved) -> Prepared:
+    """``prepare`` with what a command resolved against its folder's record; the files include the record."""
+    from kit.deploy.record import RECORD_FILE
+
+    prepared = prepare(resolved.ref, resolved.overrides, base_image=resolved.base_image,
+                       allow_no_fit=resolved.allow_no_fit, target=resolved.target,
+                       with_presets=resolved.with_presets, with_profiles=resolved.with_profiles)
+    return replace(prepared, files={**prepared.files, RECORD_FILE: resolved.record.text()})

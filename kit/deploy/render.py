@@ -69,8 +69,16 @@ class RenderContext:
         return FETCH_SERVICE + self.service_suffix
 
     @property
+    def model_make_service(self) -> str:
+        return MODEL_MAKE_SERVICE + self.service_suffix
+
+    @property
     def launcher_mount(self) -> str:
         return f"./{dep.LAUNCHER_FILE}:{dep.LAUNCHER_DIR}/{dep.LAUNCHER_FILE}"
+
+    @property
+    def tiny_model_mount(self) -> str:
+        return f"./{dep.TINY_MODEL_FILE}:{dep.LAUNCHER_DIR}/{dep.TINY_MODEL_FILE}:ro"
 
     @property
     def watchdog_mount(self) -> str:
@@ -137,6 +145,7 @@ def build_files(d: Deployment) -> dict[str, str]:
 
 TARGETS = ("compose", "k8s")
 FETCH_SERVICE = "model-fetch"
+MODEL_MAKE_SERVICE = "model-make"
 
 
 def side_by_side_file(name: str) -> str:
@@ -156,6 +165,13 @@ def launcher_text(name: str = dep.LAUNCHER_FILE) -> str:
     from importlib import resources
 
     return resources.files("kit.launch").joinpath(name).read_text(encoding="utf-8")
+
+
+def tiny_model_text() -> str:
+    """kit/config/tinymodel.py as the stack's model-make service runs it (standard library at import)."""
+    from importlib import resources
+
+    return resources.files("kit.config").joinpath("tinymodel.py").read_text(encoding="utf-8")
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
@@ -210,6 +226,8 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
+        if d.model_make_command or any(c.d.model_make_command for c in companions):
+            files[dep.TINY_MODEL_FILE] = tiny_model_text()
         for parts in ctx.profile_parts:
             files.update(parts.files)
         if d.preset.runtime.replicas > 1:

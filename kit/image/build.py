@@ -133,7 +133,7 @@ def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Pat
 def wheels_for_lock(wheelhouse: Path) -> list[Path]:
     """The wheels the wheelhouse's lock names (a shared wheelhouse may hold other versions too)."""
     lock = wheelhouse / LOCK_NAME
-    hint = "fill it with `kit wheelhouse preset=NAME DIR` for the same preset"
+    hint = "fill it with `kit wheelhouse preset=NAME --wheelhouse DIR` for the same preset"
     if not lock.is_file():
         raise KitError(f"--wheelhouse {wheelhouse}: no {LOCK_NAME} there", hint=hint)
     wanted = {}

@@ -15,23 +15,12 @@ from pathlib import Path
 from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError
 from kit.core.write import write_files
-from kit.deploy.pipeline import Prepared, prepare
+from kit.deploy.pipeline import Prepared
 from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
 from kit.run.smoke import Check, run_checks
 from kit.run.stack import KIT_DIR, SERVICE, Stack, ensure_tiny_model, require_free_port, write_smoke_env
 
 Progress = Callable[[str], None]
-
-
-def model_overrides(model: str | None) -> list[str]:
-    """`model=...` on the command line: a hub id or a local directory instead of the preset's model."""
-    if not model:
-        return []
-    return [f"model.id={model}", "model.generate=null", "model.served_model_name=null"]
-
-
-def port_overrides(port: int | None) -> list[str]:
-    return [f"runtime.port={port}"] if port else []
 
 
 def image_exists(ref: str) -> bool:
@@ -143,11 +132,9 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
     return stack, ready
 
 
-def smoke(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | None = None, base_image: str | None = None,
-          keep: bool = False, timeout: float | None = None, force: bool = False,
-          progress: Progress | None = None) -> SmokeResult:
+def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, keep: bool = False,
+          timeout: float | None = None, force: bool = False, progress: Progress | None = None) -> SmokeResult:
     started = time.monotonic()
-    prepared = prepare(ref, overrides, base_image=base_image)
     render_into(prepared, out_dir, force=force)
     env_values = write_smoke_env(out_dir)
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
@@ -165,16 +152,15 @@ def smoke(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | N
     return SmokeResult(checks, ready, time.monotonic() - started, tail, out_dir, project)
 
 
-def up(ref: str, overrides: list[str], out_dir: Path, *, wheelhouse: Path | None = None, base_image: str | None = None,
-       force: bool = False, progress: Progress | None = None) -> tuple[Prepared, float]:
-    """Bring a stack up detached and leave it running (`make run`)."""
-    prepared = prepare(ref, overrides, base_image=base_image)
+def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, force: bool = False,
+       progress: Progress | None = None) -> float:
+    """Bring a stack up detached and leave it running (`make run`); the seconds until it answered."""
     render_into(prepared, out_dir, force=force)
     project = project_for(out_dir)
     stack = Stack(out_dir, project)
     stack.down(volumes=False)  # a previous `up` of the same directory: replace it
     _, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress)
-    return prepared, ready
+    return ready
 
 
 def project_for(out_dir: Path) -> str:

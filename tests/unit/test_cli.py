@@ -103,12 +103,14 @@ def test_no_docker_engine_is_one_line_saying_how_to_start_one(tmp_path):
     assert "setup-host.sh" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_render_refuses_a_preset_that_cannot_fit_unless_forced(run, tmp_path):
+def test_render_refuses_a_preset_that_cannot_fit_unless_allowed(run, tmp_path):
     tight = ["engine.gpu_memory_utilization=0.3"]
     result = run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path))
     assert result.exit_code == 1
     assert "presets/rtx4090-awq.yaml: engine: does not fit in memory" in result.stderr
     assert not any(tmp_path.iterdir())
-    forced = run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path), "--force")
+    assert "--allow-no-fit" in result.stderr
+    assert run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path), "--force").exit_code == 1
+    forced = run("render", "preset=rtx4090-awq", *tight, "--out", str(tmp_path), "--allow-no-fit")
     assert forced.exit_code == 0 and "warning:" in forced.stderr
     assert "# Plan: weights" in (tmp_path / "compose.yaml").read_text()

@@ -185,7 +185,7 @@ def test_side_by_side_stack_runs_both_servers_on_one_image():
     files = prepared.files
     main, other = yaml.safe_load(files["compose.yaml"]), yaml.safe_load(files["compose.cpu-embed.yaml"])
     assert main["include"] == ["compose.cpu-embed.yaml"]
-    assert set(other["services"]) == {"model-fetch-cpu-embed", "vllm-cpu-embed"}
+    assert set(other["services"]) == {"model-make-cpu-embed", "model-fetch-cpu-embed", "vllm-cpu-embed"}
     server = other["services"]["vllm-cpu-embed"]
     assert server["image"] == main["services"]["vllm"]["image"] == prepared.image_ref
     assert server["depends_on"] == {"model-fetch-cpu-embed": {"condition": "service_completed_successfully"}}
@@ -231,7 +231,8 @@ def test_render_cli_writes_the_side_by_side_files(tmp_path):
         out = subprocess.run([docker, "compose", "config", "--services"], cwd=tmp_path, capture_output=True,
                              text=True)
         if out.returncode == 0:
-            assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "vllm", "vllm-cpu-embed"]
+            assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "model-make",
+                                                  "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
 
 
 def test_side_by_side_on_one_gpu_must_share_its_memory(tmp_path):

@@ -22,7 +22,7 @@ def services(files: dict[str, str]) -> dict[str, dict]:
     for rel, text in files.items():
         if rel.startswith("compose") and rel.endswith(".yaml"):
             for name, svc in yaml.safe_load(text)["services"].items():
-                if name != "model-fetch":
+                if not name.startswith(("model-fetch", "model-make")):  # one-shots that exit before the server
                     out[f"{rel}:{name}"] = svc
     return out
 

@@ -136,7 +136,7 @@ def structure(files: dict[str, str]) -> dict[str, object]:
 def render_or_refusal(preset: str, overrides: list[str], target: str,
                       beside: tuple[str, ...] = ()) -> dict[str, str] | KitError:
     try:
-        return prepare(preset, overrides, target=target, force=True, with_presets=list(beside)).files
+        return prepare(preset, overrides, target=target, allow_no_fit=True, with_presets=list(beside)).files
     except KitError as exc:
         return exc
 

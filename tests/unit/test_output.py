@@ -98,11 +98,11 @@ def test_presets_show_bare_name_still_works_with_a_warning():
     assert "deprecated" not in CliRunner().invoke(cli, ["presets", "show", "preset=cpu"]).stderr
 
 
-def test_wheelhouse_takes_out_and_refuses_two_directories(tmp_path):
-    both = CliRunner().invoke(cli, ["wheelhouse", "preset=cpu", "wh", "--out", str(tmp_path)])
-    assert both.exit_code == 2 and "--out DIR" in both.stderr
+def test_wheelhouse_takes_its_own_option_and_refuses_two_directories(tmp_path):
+    both = CliRunner().invoke(cli, ["wheelhouse", "preset=cpu", "wh", "--wheelhouse", str(tmp_path)])
+    assert both.exit_code == 2 and "--wheelhouse DIR" in both.stderr
     old = CliRunner().invoke(cli, ["wheelhouse", "preset=nope", "wh"])
-    assert old.exit_code == 1 and "use --out wh" in old.stderr
+    assert old.exit_code == 1 and "use --wheelhouse wh" in old.stderr
 
 
 def test_fixes_are_preset_overrides_when_planning_a_preset():

@@ -31,14 +31,14 @@ def gpu_ids(service: dict) -> list[str]:
 
 def test_one_replica_renders_no_router():
     doc, files = compose()
-    assert set(doc["services"]) == {"model-fetch", "vllm"}
+    assert set(doc["services"]) == {"model-make", "model-fetch", "vllm"}  # cpu generates its tiny model
     assert not any(rel.startswith("router/") for rel in files)
 
 
 def test_cpu_replicas_sit_behind_the_router_on_the_preset_port():
     doc, files = compose("runtime.replicas=3", "runtime.port=8100")
     services = doc["services"]
-    assert list(services) == ["model-fetch", "vllm-1", "vllm-2", "vllm-3", "router"]
+    assert list(services) == ["model-make", "model-fetch", "vllm-1", "vllm-2", "vllm-3", "router"]
     router = services["router"]
     assert router["ports"] == [f"127.0.0.1:8100:{ROUTER['container_port']}"]
     for i in (1, 2, 3):
@@ -94,14 +94,14 @@ def test_router_image_tag_follows_its_inputs_only():
 
 
 def test_gpu_replicas_get_disjoint_devices():
-    doc, _ = compose("engine.tensor_parallel_size=2", "runtime.replicas=4", preset="a100x8", force=True)
+    doc, _ = compose("engine.tensor_parallel_size=2", "runtime.replicas=4", preset="a100x8", allow_no_fit=True)
     assigned = [gpu_ids(doc["services"][f"vllm-{i}"]) for i in range(1, 5)]
     assert assigned == [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]
 
 
 def test_gpu_replicas_follow_device_ids_and_cdi():
     doc, _ = compose("hardware.count=4", "hardware.device_ids=[GPU-a,GPU-b,GPU-c,GPU-d]", "hardware.gpu_runtime=cdi",
-                     "engine.tensor_parallel_size=2", "runtime.replicas=2", preset="a100x8", force=True)
+                     "engine.tensor_parallel_size=2", "runtime.replicas=2", preset="a100x8", allow_no_fit=True)
     assert gpu_ids(doc["services"]["vllm-1"]) == ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]
     assert gpu_ids(doc["services"]["vllm-2"]) == ["nvidia.com/gpu=GPU-c", "nvidia.com/gpu=GPU-d"]
     assert doc["services"]["vllm-1"]["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "cdi"
@@ -115,7 +115,7 @@ def test_gpu_replicas_follow_device_ids_and_cdi():
 ])
 def test_bad_replica_input_names_the_field(overrides, preset, field, words):
     with pytest.raises(KitError) as caught:
-        prepare(preset, overrides, force=True)
+        prepare(preset, overrides, allow_no_fit=True)
     text = str(caught.value.problems)
     assert field in text and words in text, text
 

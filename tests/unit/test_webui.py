@@ -27,7 +27,7 @@ def test_webui_points_at_the_server_service_and_its_container_port(stack):
     _, doc = stack
     services = doc["services"]
     webui = services[SERVICE]
-    server_name = next(name for name in services if name not in (SERVICE, "model-fetch"))
+    server_name = next(name for name in services if name not in (SERVICE, "model-fetch", "model-make"))
     server_args = services[server_name]["command"]
     container_port = server_args[server_args.index("--port") + 1]
     assert webui["environment"]["OPENAI_API_BASE_URL"] == f"http://{server_name}:{container_port}/v1"

@@ -18,8 +18,8 @@ from kit.core.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_E
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit, warm_up
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
-OLD = ["render", "preset=cpu"]
-NEW = ["render", "preset=rtx4090-awq", "--target", "k8s"]
+OLD = ["render", "preset=cpu", "--replace"]
+NEW = ["render", "preset=rtx4090-awq", "--target", "k8s", "--replace"]
 USER_FILES = {".env": "HF_TOKEN=secret\n", "notes/mine.txt": "keep me\n"}
 MAX_STEPS = 200  # a bound on the loop below, far above the write's real step count
 

@@ -19,8 +19,8 @@ from kit.core.write import JOURNAL, LOCK_FILE, STAGING
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, warm_up
 
 REPO = Path(__file__).resolve().parents[2]
-OLD = ["render", "preset=cpu"]
-NEW = ["render", "preset=rtx4090-awq", "--target", "k8s"]
+OLD = ["render", "preset=cpu", "--replace"]
+NEW = ["render", "preset=rtx4090-awq", "--target", "k8s", "--replace"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -223,7 +223,8 @@ def test_a_read_only_directory_with_nothing_to_change_renders(tmp_path):
     mnt = tmp_path / "mnt"
     proc = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap", OLD, mnt, writable=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("identical") == 7  # every rendered file: fetch_files.py and serve_watchdog.py among them
+    # every rendered file: fetch_files.py, serve_watchdog.py, tinymodel.py and the record vllm-kit.yaml among them
+    assert proc.stdout.count("identical") == 9
     changed = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap2", [*OLD, "runtime.port=8203"], mnt, writable=False)
     assert changed.returncode == 1 and changed.stderr.splitlines()[0].endswith("Read-only file system (EROFS)")
     assert snapshot(tmp_path / "snap2") == snapshot(seed)
