@@ -60,6 +60,9 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
     if not no_plot:
         lt.require_plot_extra()
     ref, overrides, _ = split_args(args, preset_option)
+    if url and port:
+        raise click.UsageError("--port is the preset's stack's port on 127.0.0.1; --url names the server itself: "
+                               "give one")
     if ref is None and stack_dir is not None and not url:  # the folder says which deployment it is
         from kit.deploy.record import read_record, recorded_ref_path
 

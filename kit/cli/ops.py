@@ -99,6 +99,10 @@ def status(out_dir: Path, as_json: bool) -> None:
 
             key_values([*rows, ("running", "nothing here: a Kubernetes deployment (kubectl apply -k k8s/)")])
         return
+    if rows and not as_json:  # what the folder is, even when asking the stack fails (compose refuses a bad .env)
+        from kit.cli.output import key_values
+
+        key_values(rows)
     data = ops.status(out_dir)
     if record is not None:
         data["deployment"] = dict(rows)
@@ -112,7 +116,6 @@ def status(out_dir: Path, as_json: bool) -> None:
 
         kv = data["kv_cache_usage_perc"]
         key_values([
-            *rows,
             ("project", data["project"] or "(none running)"),
             ("container", f"{data['container'] or '-'} ({data['state'] or 'absent'}, health {data['container_health'] or '-'})"),
             ("url", data["url"]),

@@ -165,7 +165,7 @@ def read_record(out_dir: Path) -> Record | None:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise RecordError(f"{where}: not YAML ({str(error).splitlines()[0]})",
-                          hint=f"render again with --replace preset=NAME, or restore the file") from None
+                          hint="render again with --replace preset=NAME, or restore the file") from None
     if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or not isinstance(data.get("preset"), dict):
         raise RecordError(f"{where}: not a deployment record this kit wrote (version {RECORD_VERSION})",
                           hint="render again with --replace preset=NAME")

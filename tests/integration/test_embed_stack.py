@@ -16,7 +16,7 @@ from kit.config.preset import PRESETS_DIR
 from kit.deploy.pipeline import prepare
 from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, format_table, http, run_checks
 from kit.run.stack import Stack, write_smoke_env
-from kit.run.workflow import ensure_model, render_into
+from kit.run.workflow import render_into
 from tests.integration.conftest import BASE_IMAGE, free_port, session_progress
 
 SERVICE = "vllm-cpu-embed"
@@ -38,15 +38,17 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
     assert embed.image_ref == prepared.image_ref == cpu_image.prepared.image_ref, "the embedding server needs no build"
     render_into(prepared, out)
     env = write_smoke_env(out)
-    ensure_model(embed, out, session_progress)  # the tiny Qwen3 embedder, made with the image's transformers
-    assert json.loads((out / "models" / "tiny-qwen3-embed" / "config.json").read_text())["architectures"] == \
-        ["Qwen3ForCausalLM"]
+    assert not (out / "models").exists()
 
     stack = Stack(out, f"kit-test-embed-{os.getpid()}")
     try:
-        stack.run("up", "-d", "--no-build", SERVICE)  # from compose.yaml: the include resolves the service
+        # From compose.yaml (the include resolves the service); compose runs its one-shots first: model-make makes
+        # the tiny Qwen3 embedder with the image's transformers, then model-fetch checks it is there.
+        stack.run("up", "-d", "--no-build", SERVICE)
         ready = stack.wait_healthy(embed.deployment.healthcheck_start_period + 120, session_progress, service=SERVICE)
         session_progress(f"embedding server healthy in {ready:.0f} s")
+        assert json.loads((out / "models" / "tiny-qwen3-embed" / "config.json").read_text())["architectures"] == \
+            ["Qwen3ForCausalLM"]
 
         status, text = http("POST", f"http://127.0.0.1:{embed_port}/v1/embeddings", key=env["VLLM_API_KEY"],
                             body={"model": "tiny-embed", "input": ["one", "two words", "and three words"]})
@@ -65,7 +67,7 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
         assert not by_name[EMBEDDINGS].skipped and not by_name[RERANK].skipped
         # Only this service's containers ran: the chat server was not started.
         running = {c.labels["com.docker.compose.service"] for c in stack_containers(stack)}
-        assert running == {"model-fetch-cpu-embed", SERVICE}
+        assert running == {"model-make-cpu-embed", "model-fetch-cpu-embed", SERVICE}
     finally:
         stack.down(volumes=True)
         session_progress(f"embedding stack test took {time.monotonic() - started:.0f} s")

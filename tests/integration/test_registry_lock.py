@@ -27,16 +27,16 @@ from kit.cli.main import cli
 from kit.core.errors import KitError
 from kit.deploy.pipeline import prepare
 from kit.image.imagediff import diff_images
-from kit.image.lock import LOCK_FILE, build_locked, make_lock, read_lock, write_lock
+from kit.image.lock import LOCK_FILE, build_locked, read_lock, write_lock
 from kit.run.smoke import format_table, run_checks
 from kit.run.stack import write_smoke_env
-from kit.run.workflow import render_into, start
 
 from .conftest import BASE_IMAGE, free_port, session_progress
 
 REGISTRY = "127.0.0.1:5000"
 REPOSITORY = "vllm-kit/lockcheck"
-OVERRIDES = [f"image.repository={REPOSITORY}"]
+PINNED_PORT = free_port()  # the pinned stack's port: recorded by `kit lock`, kept by every later command
+OVERRIDES = [f"image.repository={REPOSITORY}", f"runtime.port={PINNED_PORT}"]
 # What two no-cache builds of the locked `cpu` image may differ in. The runtime stage removes apt's lists,
 # binary caches and logs, dpkg's log and ldconfig's aux-cache in the layer that makes them (they carry build
 # times), so nothing is expected to differ: every file, the venv's 2 GiB included, must be byte-identical.
@@ -121,13 +121,17 @@ def remove_untagged(client, image_ids: set[str]) -> None:
 
 @pytest.fixture(scope="module")
 def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
-    """The locked `cpu` image built twice with --no-cache: (prepared, out dir, lock, build A, build B)."""
+    """The locked `cpu` image built twice with --no-cache: (prepared, out dir, lock, build A, build B).
+
+    The lock is made as a user makes it, `kit lock` into a deployment folder (which records the preset, the
+    overrides and the base); the two builds go through the library for their detailed results."""
     out = tmp_path_factory.mktemp("locked-cpu")
+    locked = CliRunner().invoke(cli, ["lock", "preset=cpu", *OVERRIDES, "--base-image", BASE_IMAGE, "--out", str(out),
+                                      "--wheelhouse", str(cpu_wheelhouse), "--offline"])
+    assert locked.exit_code == 0, locked.output
     prepared = prepare("cpu", OVERRIDES, base_image=BASE_IMAGE)
-    render_into(prepared, out)
-    lock = make_lock(prepared, overrides=OVERRIDES, base_image_option=BASE_IMAGE, offline=True,
-                     wheelhouse=cpu_wheelhouse, progress=session_progress)
-    write_lock(lock, out / LOCK_FILE)
+    lock = read_lock(out / LOCK_FILE)
+    assert lock.overrides == OVERRIDES and lock.base_image_option == BASE_IMAGE
     builds = []
     made: set[str] = set()
     try:
@@ -218,18 +222,27 @@ def test_unreachable_registry_is_one_line(locked_builds, tmp_path):
     assert "registry 127.0.0.1:1 unreachable" in result.output and "Traceback" not in result.output
 
 
-def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, tmp_path_factory):
+def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client):
+    """The production pin as a user walks it: `kit push --out DIR` (the folder says which image), the `pin` command
+    it prints run exactly as printed, then the render's own `next:` line: compose runs the image by digest."""
+    from kit.deploy.pipeline import prepare_resolved
+    from kit.deploy.record import Request, resolve
+    from kit.run.stack import Stack
+    from kit.run.workflow import project_for
+
+    from .test_journeys import printed, shell
+
     prepared, out, _, _, b = locked_builds
-    result = CliRunner().invoke(cli, ["push", "preset=cpu", *OVERRIDES, "--registry", registry,
-                                      "--base-image", BASE_IMAGE, "--out", str(out), "--json"])
-    assert result.exit_code == 0, result.output
-    record = json.loads(result.stdout)["data"]
-    assert record == json.loads((out / "vllm-kit.push.json").read_text())
+    pushed = shell(f"kit push --out {out} --registry {registry}", timeout=900)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    record = json.loads((out / "vllm-kit.push.json").read_text())
     tag = prepared.image_ref.rsplit(":", 1)[1]
     request = urllib.request.Request(f"http://{registry}/v2/{REPOSITORY}/manifests/{tag}", method="HEAD", headers={
         "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.headers["Docker-Content-Digest"] == record["digest"]
+    pin = printed(pushed.stdout, "pin     ").split("  (compose runs ")[0]
+    assert pin.startswith("kit render image.repository=") and f"--out {out}" in pin and "preset=" not in pin
 
     # Remove it locally (every tag), then pull it back by digest: the same image ID comes back.
     docker_client.images.remove(b.image_id, force=True)
@@ -239,17 +252,17 @@ def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client, t
     docker_client.api.pull(pinned)
     assert docker_client.images.get(pinned).id == b.image_id
 
-    port = free_port()
-    run_dir = tmp_path_factory.mktemp("pinned-stack")
-    pinned_prepared = prepare("cpu", [f"runtime.port={port}", *record["render_overrides"]], base_image=BASE_IMAGE)
-    assert pinned_prepared.image_ref == pinned
-    render_into(pinned_prepared, run_dir)
-    env = write_smoke_env(run_dir)
-    stack, ready = start(pinned_prepared, run_dir, f"kit-test-pinned-{os.getpid()}", wheelhouse=None,
-                         progress=session_progress)
+    rendered = shell(pin)
+    assert rendered.returncode == 0, rendered.stderr
+    pinned_prepared = prepare_resolved(resolve(Request(), out))
+    assert pinned_prepared.image_ref == pinned and pinned_prepared.preset.runtime.port == PINNED_PORT
+    env = write_smoke_env(out)
+    stack = Stack(out, project_for(out))
     try:
+        up = shell(printed(rendered.stderr, "next: "), timeout=900)
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
         assert stack.container().image.id == b.image_id
-        checks = run_checks(stack, pinned_prepared, env, port)
+        checks = run_checks(stack, pinned_prepared, env, PINNED_PORT)
         assert all(c.ok for c in checks), format_table(checks) + "\n" + stack.logs_tail(30)
     finally:
         stack.down(volumes=True)
