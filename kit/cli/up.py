@@ -72,12 +72,23 @@ def down(out_dir: Path, volumes: bool, as_json: bool) -> None:
 
     Every compose project started from DIR is stopped: one node's compose.yaml, or a cluster's head and worker
     (compose.head.yaml, compose.worker.yaml) started on this host, whatever project names they were given.
+    DIR must be a deployment the kit rendered (its compose files listed in DIR/.vllm-kit.json, exit 1 otherwise);
+    with nothing running from it, it says so (exit 0).
     """
     from kit.run.ops import down as stack_down
 
     stopped = stack_down(out_dir, volumes=volumes)
     if as_json:
-        emit_json({"out": str(out_dir), "volumes_removed": volumes, "projects": stopped})
+        emit_json({"out": str(out_dir), "containers_removed": [c for p in stopped for c in p["containers"]],
+                   "volumes_removed": [v for p in stopped for v in p["volumes"]], "projects": stopped})
         return
+    if not any(p["containers"] for p in stopped):
+        click.echo(f"nothing was running from {out_dir}" + ("; no volume of it is left" if volumes and not stopped
+                                                             else ""))
     for project in stopped:
-        click.echo(f"stopped {project['project']} ({', '.join(project['files'])}) in {out_dir}")
+        volumes_text = f"volumes {', '.join(project['volumes'])}" if project["volumes"] else ""
+        if project["containers"]:
+            click.echo(f"stopped {project['project']} ({', '.join(project['files'])}) in {out_dir}: removed "
+                       f"containers {', '.join(project['containers'])}" + (f"; {volumes_text}" if volumes_text else ""))
+        else:
+            click.echo(f"removed {project['project']}'s {volumes_text}")
