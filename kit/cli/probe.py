@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kit.cli.common import (
+    PathOption,
     emit_json,
     preset_arguments,
     problem_json,
@@ -21,12 +22,12 @@ from kit.cli.common import (
 @click.command()
 @preset_arguments
 @click.option("--native", is_flag=True, help="Run the vLLM installed in this Python instead of the preset's image.")
-@click.option("--model-dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--model-dir", type=PathOption(folder=True, exists=True),
               help="config.json (and tokenizer files) of the model; default: the catalog's config, no tokenizer.")
 @click.option("--timeout", type=float, default=900, show_default=True, help="Seconds to wait for /health.")
 @click.option("--port", type=int, help="Port on 127.0.0.1 (default: a free one).")
 @click.option("--image", metavar="REF", help="Image to run (default: the preset's repository:version).")
-@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the server log here (default: vllm-kit/probe/PRESET.log in the user's cache folder).")
+@click.option("--log", "log_path", type=PathOption(folder=False), help="Write the server log here (default: vllm-kit/probe/PRESET.log in the user's cache folder).")
 @standard_options
 def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_dir: Path | None, timeout: float,
           port: int | None, image: str | None, log_path: Path | None, as_json: bool) -> None:
