@@ -7,22 +7,22 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
-    status
+from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
+    standard_options, status
 
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
               help="The deployment folder (rendered again from its record, or from the preset); the build log and "
                    "command go in DIR/.kit/.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
-@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Install only from this wheelhouse (no network).")
+@click.option("--wheelhouse", type=PathOption(folder=True), help="Install only from this wheelhouse (no network).")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="Extra tag (repeatable).")
 @click.option("--no-cache", is_flag=True, help="Build every layer again.")
 @click.option("--locked", is_flag=True,
               help="Build only from DIR/vllm-kit.lock.json: base by digest, wheels by sha256; fail on drift.")
-@click.option("--lock", "lock_path", type=click.Path(path_type=Path), help="Lock file (default: DIR/vllm-kit.lock.json).")
+@click.option("--lock", "lock_path", type=PathOption(folder=False), help="Lock file (default: DIR/vllm-kit.lock.json).")
 @click.option("--offline", is_flag=True, help="With --locked: the base must be on this engine (no pull).")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
 @click.option("--allow-no-fit", is_flag=True, help="Build although the memory plan says vLLM would not start.")

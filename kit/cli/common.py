@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,40 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+class PathOption(click.Path):
+    """The type of every path a command takes: a directory (``folder=True``) or a file, as a ``Path``.
+
+    The exit-code rule (README): the shape of the command line is usage (exit 2); what a path names on disk is the
+    input. So a path that does not exist where it must, or is a file where a directory goes (or the other way
+    round), is a KitError naming the option and the path, exit 1, like a preset that does not resolve; never
+    click's usage error.
+    """
+
+    def __init__(self, *, folder: bool, exists: bool = False):
+        super().__init__(path_type=Path, exists=exists, file_okay=not folder, dir_okay=folder)
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as error:
+            from kit.core.write import file_kind
+
+            path = Path(os.fsdecode(value))
+            option = "/".join(param.opts) if param is not None and param.opts else "DIR" if self.dir_okay else "FILE"
+            kind = "directory" if self.dir_okay else "file"
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                reason = "does not exist"
+            except OSError as os_error:
+                reason = os_error.strerror or error.message
+            else:
+                is_dir = stat.S_ISDIR(mode)
+                reason = f"is {file_kind(mode)}, not a {kind}" if is_dir != self.dir_okay else error.message
+            raise KitError(f"{option} {path}: {reason}",
+                           hint=f"{option} takes {'an existing' if self.exists else 'a'} {kind}") from None
 
 
 def count_option_type(minimum: int = 1) -> click.IntRange:
@@ -63,7 +99,7 @@ def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: 
             from kit.deploy.record import model_overrides
 
             overrides.extend(model_overrides(value))
-        elif "." not in key:
+        elif "." not in key or not all(key.split(".")):  # "=3", "engine=3", "engine.=3", ".dtype=x"
             raise click.UsageError(
                 f"{arg!r}: overrides name a field by its dotted path, e.g. engine.max_model_len=16384"
             )

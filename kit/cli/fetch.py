@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kit.cli.common import (
+    PathOption,
     deployment_options,
     emit_json,
     preset_arguments,
@@ -21,9 +22,9 @@ from kit.cli.common import (
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
               help="The deployment folder (rendered again from its record, or from the preset).")
-@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse if the image is missing.")
+@click.option("--wheelhouse", type=PathOption(folder=True), help="Offline build from this wheelhouse if the image is missing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
 @deployment_options

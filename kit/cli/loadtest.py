@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, split_args, standard_options, status
+from kit.cli.common import PathOption, emit_json, preset_arguments, split_args, standard_options, status
 
 
 def _concurrency_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:  # noqa: ARG001
@@ -27,7 +27,7 @@ def _concurrency_levels(ctx: click.Context, param: click.Parameter, value: str) 
 @click.option("--port", type=int, help="The stack's port on 127.0.0.1 (default: the preset's runtime.port).")
 @click.option("--model", "model_name", help="Model name to request (default: the preset's served name, or the "
               "server's first model with --url).")
-@click.option("--out", "stack_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--out", "stack_dir", type=PathOption(folder=True),
               help="The stack's directory (from `kit up --out`): its .env gives VLLM_API_KEY. Else $VLLM_API_KEY.")
 @click.option("--concurrency", default="1,2,4,8", show_default=True, callback=_concurrency_levels,
               help="Concurrency levels to sweep, comma-separated.")
@@ -39,14 +39,14 @@ def _concurrency_levels(ctx: click.Context, param: click.Parameter, value: str) 
               help="Length of the synthetic prompts in words (the report gives the server's token count).")
 @click.option("--max-tokens", type=click.IntRange(1, 100_000), default=64, show_default=True,
               help="Output tokens per request (vLLM's ignore_eos makes every request produce them all).")
-@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--dataset", type=PathOption(folder=False, exists=True),
               help='Prompts from a JSONL file instead: {"prompt": "...", "max_tokens": N} a line.')
-@click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--report", "report_path", type=PathOption(folder=False),
               default=Path("loadtest.json"), show_default=True, help="Where to write the JSON report.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--plot", "plot_path", type=PathOption(folder=False),
               help="Where to write the PNG plot (default: the report's name with .png).")
 @click.option("--no-plot", is_flag=True, help="Write no plot (matplotlib not needed).")
-@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--baseline", type=PathOption(folder=False, exists=True),
               help="An earlier report: print the change of each figure per concurrency level.")
 @standard_options
 def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, port: int | None,

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
-    status
+from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
+    standard_options, status
 
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
               help="The deployment folder (rendered again from its record, or from the preset); the lock goes there.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
-@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Wheels are resolved, downloaded and hashed here.")
+@click.option("--wheelhouse", type=PathOption(folder=True), help="Wheels are resolved, downloaded and hashed here.")
 @click.option("--offline", is_flag=True, help="Resolve the base's digest from the local image, not its registry.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the table's for the base).")
 @click.option("--refresh", is_flag=True, help="Resolve the wheels again even when the wheelhouse fits.")

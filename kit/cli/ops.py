@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, problem_json, standard_options
+from kit.cli.common import PathOption, emit_json, problem_json, standard_options
 
 OUT_HELP = "The stack's directory (the --out given to `kit up` or `kit render`)."
 
 
 def out_option(func):  # noqa: ANN001 - click decorator
-    return click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("."),
+    return click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."),
                         show_default=True, help=OUT_HELP)(func)
 
 

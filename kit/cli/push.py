@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, resolve_deployment, standard_options, status
+from kit.cli.common import PathOption, emit_json, preset_arguments, resolve_deployment, standard_options, status
 
 PUSH_RECORD = "vllm-kit.push.json"
 
@@ -15,7 +15,7 @@ PUSH_RECORD = "vllm-kit.push.json"
 @click.command()
 @preset_arguments
 @click.option("--registry", required=True, metavar="HOST[:PORT]", help="Registry to push to, e.g. 127.0.0.1:5000.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
               help="The deployment folder (its record says which image); the push record goes there.")
 @click.option("--base-image", metavar="REF", help="The base the image was built on (same as for `kit build`).")
 @standard_options

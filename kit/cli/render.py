@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options, \
-    status
+from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
+    standard_options, status
 from kit.cli.completion import complete_preset_name
 
 STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
@@ -48,7 +48,7 @@ def next_step(prepared, out_dir: Path) -> str:  # noqa: ANN001 - kit.deploy.pipe
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
               help="The deployment folder (its vllm-kit.yaml records what it was rendered from).")
 @click.option("--force", is_flag=True, help="Overwrite files you edited since the kit wrote them.")
 @click.option("--allow-no-fit", is_flag=True, help="Render although the memory plan says vLLM would not start.")

@@ -10,8 +10,9 @@ import click
 
 from kit.cli.common import (
     FiniteFloatRange,
-    emit_json,
+    PathOption,
     deployment_options,
+    emit_json,
     preset_arguments,
     problem_json,
     resolve_deployment,
@@ -23,10 +24,10 @@ from kit.core.errors import SmokeError
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=PathOption(folder=True),
               help="The deployment folder to render into and prove (default: a temporary directory).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Host port on 127.0.0.1 (default: the preset's).")
-@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Build offline from this wheelhouse if the image is missing.")
+@click.option("--wheelhouse", type=PathOption(folder=True), help="Build offline from this wheelhouse if the image is missing.")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--timeout", type=FiniteFloatRange(0, 86400, min_open=True), help="Seconds to wait for /health (default: the healthcheck's start period + 120).")
 @click.option("--keep", is_flag=True, help="Leave the stack running.")

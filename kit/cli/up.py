@@ -6,15 +6,16 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import deployment_options, emit_json, preset_arguments, resolve_deployment, standard_options
+from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
+    standard_options
 
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), required=True,
               help="The deployment folder (rendered again from its record, or from the preset).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Host port (default: the preset's); recorded as runtime.port.")
-@click.option("--wheelhouse", type=click.Path(path_type=Path), help="Offline build from this wheelhouse (filled if empty).")
+@click.option("--wheelhouse", type=PathOption(folder=True), help="Offline build from this wheelhouse (filled if empty).")
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
 @click.option("--allow-no-fit", is_flag=True, help="Start although the memory plan says vLLM would not start.")
@@ -63,7 +64,7 @@ def _has_api_key(out_dir: Path) -> bool:
 
 @click.command()
 # Required, unlike the read-only ps/logs/status (default: here): stopping is never done by accident.
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+@click.option("--out", "out_dir", type=PathOption(folder=True), required=True,
               help="The stack's directory (the --out given to `kit up` or `kit render`).")
 @click.option("--volumes", is_flag=True, help="Also remove the cache volumes (models downloaded, compile cache).")
 @standard_options
@@ -72,12 +73,23 @@ def down(out_dir: Path, volumes: bool, as_json: bool) -> None:
 
     Every compose project started from DIR is stopped: one node's compose.yaml, or a cluster's head and worker
     (compose.head.yaml, compose.worker.yaml) started on this host, whatever project names they were given.
+    DIR must be a deployment the kit rendered (its compose files listed in DIR/.vllm-kit.json, exit 1 otherwise);
+    with nothing running from it, it says so (exit 0).
     """
     from kit.run.ops import down as stack_down
 
     stopped = stack_down(out_dir, volumes=volumes)
     if as_json:
-        emit_json({"out": str(out_dir), "volumes_removed": volumes, "projects": stopped})
+        emit_json({"out": str(out_dir), "containers_removed": [c for p in stopped for c in p["containers"]],
+                   "volumes_removed": [v for p in stopped for v in p["volumes"]], "projects": stopped})
         return
+    if not any(p["containers"] for p in stopped):
+        click.echo(f"nothing was running from {out_dir}" + ("; no volume of it is left" if volumes and not stopped
+                                                             else ""))
     for project in stopped:
-        click.echo(f"stopped {project['project']} ({', '.join(project['files'])}) in {out_dir}")
+        volumes_text = f"volumes {', '.join(project['volumes'])}" if project["volumes"] else ""
+        if project["containers"]:
+            click.echo(f"stopped {project['project']} ({', '.join(project['files'])}) in {out_dir}: removed "
+                       f"containers {', '.join(project['containers'])}" + (f"; {volumes_text}" if volumes_text else ""))
+        else:
+            click.echo(f"removed {project['project']}'s {volumes_text}")

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, resolve_deployment, standard_options, status
+from kit.cli.common import PathOption, emit_json, preset_arguments, resolve_deployment, standard_options, status
 
 
 @click.command()
 @preset_arguments
 @click.option("--base-image", metavar="REF", help="The base the image will build on; probed for its Python and glibc.")
 @click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's, from the table).")
-@click.option("--wheelhouse", "wheelhouse_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+@click.option("--wheelhouse", "wheelhouse_dir", type=PathOption(folder=True), metavar="DIR",
               help="The wheelhouse directory (created if missing).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+@click.option("--out", "out_dir", type=PathOption(folder=True), metavar="DIR",
               help="A deployment folder: fill the wheelhouse for the deployment it records (no preset needed).")
 @standard_options
 def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str | None,
@@ -32,7 +32,7 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     warnings = [f"a positional DIR is deprecated: use --wheelhouse {positional[0]}"] if positional else []
     if warnings and not as_json:
         click.secho(f"warning: {warnings[0]}", fg="yellow", err=True)
-    directory = wheelhouse_dir or Path(positional[0])
+    directory = wheelhouse_dir or PathOption(folder=True).convert(positional[0], None, None)
     resolved = resolve_deployment(tuple(a for a in args if "=" in a), preset_option, out_dir, base_image=base_image)
     prepared = prepare_resolved(resolved)
     base_image = resolved.base_image

@@ -207,7 +207,8 @@ def _read_regular(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a stat mode is, as an error says it ("a regular file", "a directory", "a FIFO")."""
     for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"),
                        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -244,7 +245,7 @@ def _check_target(out_dir: Path, rel: PurePosixPath) -> bool:
             return True
         if not last and stat.S_ISDIR(mode):
             continue
-        what = _kind(mode)
+        what = file_kind(mode)
         if stat.S_ISLNK(mode):
             what += f" (to {os.readlink(here)})"
         role = "the kit writes a regular file here" if last else "the kit writes files under this folder"
@@ -292,7 +293,7 @@ class _Lock:
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
-                raise WriteError(f"{self.path}: is {_kind(mode)}; the kit keeps its lock file here",
+                raise WriteError(f"{self.path}: is {file_kind(mode)}; the kit keeps its lock file here",
                                  hint="move it away")
             while True:
                 try:
@@ -327,7 +328,7 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
     data = _read_regular(path)
     if data is None:
         if os.path.lexists(path):
-            raise WriteError(f"{path}: is {_kind(os.lstat(path).st_mode)}; the kit keeps its journal here",
+            raise WriteError(f"{path}: is {file_kind(os.lstat(path).st_mode)}; the kit keeps its journal here",
                              hint="move it away")
         return None
     try:
@@ -455,7 +456,7 @@ def _check_out_dir(out_dir: Path) -> bool:
     except FileNotFoundError:
         return False
     if not stat.S_ISDIR(mode):
-        raise WriteError(f"--out {out_dir}: is {_kind(mode)}, not a directory")
+        raise WriteError(f"--out {out_dir}: is {file_kind(mode)}, not a directory")
     return True
 
 

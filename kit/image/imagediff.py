@@ -14,8 +14,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kit.core.docker_engine import docker_client
-from kit.core.errors import KitError
+from kit.core.docker_engine import docker_client, local_image
 
 CONFIG_KEYS = ("Env", "Entrypoint", "Cmd", "User", "WorkingDir", "Labels", "ExposedPorts", "Volumes", "Shell")
 # Docker writes these into every container it creates; they are not the image's.
@@ -70,13 +69,8 @@ def _kind(member: tarfile.TarInfo) -> str:
 @contextlib.contextmanager
 def exported(ref: str) -> Iterator[io.BufferedReader]:
     """The image's flattened file system as a tar stream (``docker export`` of a created, never started container)."""
-    from docker.errors import ImageNotFound
-
+    local_image(ref)
     client = docker_client()
-    try:
-        client.images.get(ref)
-    except ImageNotFound:
-        raise KitError(f"image {ref}: not on this engine") from None
     container = client.containers.create(ref, entrypoint=["/kit-never-runs"], command=[], network_disabled=True)
     try:
         yield io.BufferedReader(_ChunkReader(iter(container.export(chunk_size=1 << 20))), buffer_size=1 << 20)
@@ -112,7 +106,7 @@ def manifest_from_tar(stream, label: str = "", progress: Callable[[str], None] |
 
 
 def config_of(ref: str) -> dict:
-    attrs = docker_client().images.get(ref).attrs
+    attrs = local_image(ref).attrs
     config = attrs.get("Config") or {}
     summary = {key: config.get(key) for key in CONFIG_KEYS}
     summary["Platform"] = f"{attrs.get('Os')}/{attrs.get('Architecture')}"
@@ -120,7 +114,7 @@ def config_of(ref: str) -> dict:
 
 
 def image_facts(ref: str) -> dict:
-    attrs = docker_client().images.get(ref).attrs
+    attrs = local_image(ref).attrs
     return {"id": attrs["Id"], "created": attrs.get("Created"), "repo_digests": attrs.get("RepoDigests") or [],
             "layers": (attrs.get("RootFS") or {}).get("Layers") or []}
 

@@ -109,13 +109,12 @@ def push_image(source: str, registry: str, repository: str, tag: str,
 
     The push stream's aux record carries the digest of the manifest the engine pushed; the registry is then asked
     for the tag's digest (through the engine) and the two must agree, so what the kit records is what pulls get."""
-    from docker.errors import APIError, ImageNotFound
+    from docker.errors import APIError
 
+    from kit.core.docker_engine import local_image
+
+    image = local_image(source, hint="it is not built: run `kit build` with the same preset and overrides first")
     client = docker_client()
-    try:
-        image = client.images.get(source)
-    except ImageNotFound:
-        raise KitError(f"image {source} is not built", hint="run `kit build` for the same preset first") from None
     name = split_registry(repository)[1]
     target = f"{registry}/{name}"
     image.tag(target, tag)

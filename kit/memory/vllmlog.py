@@ -45,6 +45,13 @@ LEVEL = re.compile(r"(?:^|\) )(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\
 # The message line that ends a Python traceback ("ValueError: No available memory ...").
 EXCEPTION = re.compile(r"(?:^|\) )((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)): (.+)$")
 DEPRECATION = re.compile(r"deprecated", re.IGNORECASE)
+# The prefixes of a line: its process ("(EngineCore pid=7) ") and vLLM's logger ("ERROR 12-01 03:29:29 [core.py:1] ").
+PROCESS = re.compile(r"(\([^()]*pid=\d+\)) ")
+LEVEL_PREFIX = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ")
+TRACEBACK = "Traceback (most recent call last):"
+# The interpreter's own complaint when it cannot even start the module ("/usr/bin/python3: No module named vllm").
+INTERPRETER = re.compile(r"^\S*python[\d.]*: (.+)$")
+EMBEDDED_EXCEPTION = re.compile(r"\(((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): [^()]+)\)\s*$")
 
 # Known memory errors first: they are the reason, the generic lines around them are consequences.
 _FATAL_HINTS = ("No available memory for the cache blocks", "To serve at least one request",
@@ -92,24 +99,65 @@ def _stamp(text: str) -> datetime | None:
         return None
 
 
+def _body(line: str) -> tuple[str, bool, str]:
+    """(the process's prefix, whether vLLM's logger wrote it, the message): "(EngineCore pid=7) ERROR 12-01
+    03:29:29 [core.py:1330] text" is ("(EngineCore pid=7)", True, "text"). vLLM logs a traceback through its
+    logger too, with the prefix on every line of it."""
+    prefix, rest = "", line
+    if m := PROCESS.match(line):
+        prefix, rest = m.group(1), line[m.end():]
+    if lm := LEVEL_PREFIX.match(rest):
+        return prefix, True, rest[lm.end():]
+    return prefix, False, rest
+
+
+def _exception_line(body: str) -> str:
+    """ "vllm.v1.engine.exceptions.EngineDeadError: text" as "EngineDeadError: text"."""
+    name, sep, message = body.partition(": ")
+    if re.fullmatch(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*", name):
+        name = name.rsplit(".", 1)[-1]
+    return f"{name}{sep}{message.strip()}"
+
+
 def _fatal(lines: list[str]) -> str | None:
-    exceptions: list[str] = []
+    """The engine's first error, by one rule: a known memory error wherever it is (the lines around it are its
+    consequences); else the last line of the first Python traceback (its exception: with several processes
+    interleaved, each process's traceback is followed on its own prefix); else the first exception line outside
+    a traceback; else vLLM's first ERROR or CRITICAL line; else the interpreter's own complaint
+    ("python: Error while finding module specification ... (ModuleNotFoundError: No module named 'vllm')")."""
+    tracebacks: list[str] = []  # each traceback's last line, in the order they ended
+    exceptions: list[str] = []  # exception lines outside any traceback
     errors: list[str] = []
+    interpreter: list[str] = []
+    open_traceback: set[tuple[str, bool]] = set()  # (process prefix, logged) of each traceback being read
     for line in lines:
-        m = EXCEPTION.search(line)
-        if m and "Traceback" not in line:
+        prefix, logged, body = _body(line)
+        if body.startswith(TRACEBACK):
+            open_traceback.add((prefix, logged))
+            continue
+        if (prefix, logged) in open_traceback:
+            if not body.strip() or body[0].isspace():
+                continue  # a frame, its code, a caret line
+            open_traceback.discard((prefix, logged))
+            tracebacks.append(_exception_line(body.strip()))
+            continue
+        if m := EXCEPTION.search(line):
             exceptions.append(f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}")
         lm = LEVEL.search(line)
         if lm and lm.group(1) in ("ERROR", "CRITICAL"):
             errors.append(lm.group(3).strip())
-    for candidates in (exceptions, errors):
+        if m := INTERPRETER.match(line):
+            embedded = EMBEDDED_EXCEPTION.search(m.group(1))
+            interpreter.append(_exception_line(embedded.group(1)) if embedded else m.group(1).strip())
+    for candidates in (tracebacks + exceptions, errors):
         for hint in _FATAL_HINTS:
             for text in candidates:
                 if hint in text:
                     return text
-    if exceptions:
-        return exceptions[0]
-    return errors[0] if errors else None
+    for candidates in (tracebacks, exceptions, errors, interpreter):
+        if candidates:
+            return candidates[0]
+    return None
 
 
 def parse(text: str) -> StartupLog:

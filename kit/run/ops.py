@@ -34,6 +34,10 @@ class StackNotFound(KitError):
     """The directory holds no rendered stack."""
 
 
+class NotADeployment(StackNotFound):
+    """The directory has compose files, but the kit did not render them (its manifest does not list them)."""
+
+
 @dataclass(frozen=True)
 class Project:
     """One compose project started from the stack directory, with the compose files it was started from."""
@@ -54,6 +58,24 @@ def rendered_compose_files(out_dir: Path) -> tuple[Path, ...]:
         raise StackNotFound(f"{out_dir}: no {' or '.join(COMPOSE_FILES[:2])} here",
                             hint="pass the --out directory the stack was rendered into (`kit up --out DIR`)")
     return files
+
+
+def deployment_compose_files(out_dir: Path) -> tuple[Path, ...]:
+    """The compose files the kit rendered into ``out_dir``: those on disk that its manifest (``.vllm-kit.json``,
+    kit/core/write.py) lists. A folder of compose files the kit did not write is refused: `kit down` stops and
+    removes containers, and acts only on a deployment the kit made."""
+    from kit.core.write import MANIFEST, read_manifest
+
+    files = rendered_compose_files(out_dir)
+    listed = read_manifest(out_dir)
+    kit_made = tuple(f for f in files if f.name in listed)
+    if not kit_made:
+        names = ", ".join(f.name for f in files)
+        raise NotADeployment(f"{out_dir}: not a vllm-kit deployment ({names} here, but no {MANIFEST} that lists it)",
+                             hint="pass the --out directory `kit render` or `kit up` wrote (copy the whole folder, "
+                                  f"{MANIFEST} included, to another host); to stop a stack the kit did not render: "
+                                  "docker compose -f FILE down")
+    return kit_made
 
 
 def projects_from_labels(out_dir: Path, labels: Iterable[Mapping[str, str]]) -> list[Project]:
@@ -263,10 +285,30 @@ def status(out_dir: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- down
 
 def down(out_dir: Path, *, volumes: bool = False) -> list[dict[str, Any]]:
-    """Stop every project started from ``out_dir`` (a cluster's head and worker alike) and remove its containers."""
-    stopped = []
-    for project in find_projects(out_dir):
+    """Stop every project started from ``out_dir`` (a cluster's head and worker alike) and remove its containers;
+    with ``volumes``, its named volumes too. Each project as ``{project, files, containers, volumes}``: what was
+    there to remove, so a caller can say what happened. Nothing running: no project, unless ``volumes`` and the
+    directory's default project still has volumes (a `kit fetch` fills the cache volume without starting the stack).
+    Refuses a directory the kit did not render (``NotADeployment``)."""
+    from kit.core.docker_engine import docker_client
+    from kit.run.workflow import project_for
+
+    rendered = deployment_compose_files(out_dir)
+    client = docker_client()
+    containers = client.containers.list(all=True, filters={"label": LABEL_PROJECT})
+    projects = projects_from_labels(out_dir, [c.labels for c in containers])
+    in_project = {p.name: sorted(c.name for c in containers if c.labels.get(LABEL_PROJECT) == p.name) for p in projects}
+    if not projects and volumes:
+        projects = [Project(project_for(out_dir), ())]
+    done = []
+    for project in projects:
+        files = project.files or rendered
+        names = ([v.name for v in client.volumes.list(filters={"label": f"{LABEL_PROJECT}={project.name}"})]
+                 if volumes else [])
+        if not in_project.get(project.name) and not names:
+            continue  # nothing of it is left to remove
         args = ["down", "--remove-orphans", "--timeout", "20"] + (["--volumes"] if volumes else [])
-        run_compose(project, *args)
-        stopped.append({"project": project.name, "files": [f.name for f in project.files]})
-    return stopped
+        run_compose(Project(project.name, files), *args)
+        done.append({"project": project.name, "files": [f.name for f in files],
+                     "containers": in_project.get(project.name, []), "volumes": sorted(names)})
+    return done

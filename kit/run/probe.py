@@ -191,6 +191,27 @@ def prepare(name: str, preset: Any, model_dir: Path, *, mode: str = "docker", po
 
 
 # --------------------------------------------------------------------------- running it
+def default_log_path(name: str, environ: dict[str, str] | None = None) -> Path:
+    """Where a probe keeps its server log unless --log says: one file per preset in the user's cache folder
+    (``$XDG_CACHE_HOME/vllm-kit/probe/NAME.log``), replaced by the next probe of that preset, so it is there to
+    read after the run and never piles up."""
+    env = os.environ if environ is None else environ
+    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in Path(name).name).lstrip(".") or "preset"
+    return cache / "vllm-kit" / "probe" / f"{stem}.log"
+
+
+def failure_reason(result: ProbeResult) -> str:
+    """Why a start failed, in one line: the engine's first error (vllmlog's rule), else what is known."""
+    if result.log.fatal:
+        return result.log.fatal
+    if result.timed_out:
+        return "timed out waiting for /health, and the log shows no error"
+    last = next((line.strip() for line in reversed(result.log_text.splitlines()) if line.strip()), None)
+    code = f"exited with code {result.exit_code}" if result.exit_code is not None else "stopped"
+    return f"the engine {code} and logged no error" + (f"; its last line: {last[:300]}" if last else " (empty log)")
+
+
 def _health(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
@@ -249,6 +270,7 @@ def _finish(command: ProbeCommand, text: str, ready: bool, started: float, ready
 
 def _run_native(command, timeout, log_path, progress, after_ready, poll_s) -> ProbeResult:  # noqa: ANN001
     log_path = Path(log_path) if log_path else Path(f"probe-{command.port}.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **command.env}
     progress(f"starting: {command.shell_line()}")
     started = time.monotonic()
@@ -342,6 +364,7 @@ def _run_docker(command, timeout, log_path, progress, after_ready, poll_s) -> Pr
     finally:
         container.remove(force=True)
     if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text(text)
     return _finish(command, text, ready_at is not None, started, ready_at, exit_code, timed_out, checks)
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from kit.cli.main import cli
 from kit.core.docker_engine import compose_argv
+from kit.core.write import write_files
 from tests.integration.conftest import BASE_IMAGE
 
 pytestmark = pytest.mark.integration
@@ -51,8 +52,8 @@ def node_file(role: str) -> str:
 
 
 def test_down_stops_a_head_and_a_worker_started_on_this_host(tmp_path, docker_client):
-    for role in ("head", "worker"):
-        (tmp_path / f"compose.{role}.yaml").write_text(node_file(role))
+    # Written as a render writes them (the manifest lists them): `kit down` acts only on a deployment the kit made.
+    write_files({f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")}, tmp_path)
     projects = [f"kit-test-ops-{role}-{os.getpid()}" for role in ("head", "worker")]
     try:
         for role, project in zip(("head", "worker"), projects):
@@ -61,6 +62,7 @@ def test_down_stops_a_head_and_a_worker_started_on_this_host(tmp_path, docker_cl
                            check=True, capture_output=True, timeout=120)
         code, env = kit_json("down", "--out", str(tmp_path))
         assert code == 0 and sorted(p["project"] for p in env["data"]["projects"]) == sorted(projects)
+        assert len(env["data"]["containers_removed"]) == 2  # one per side, each named in the answer
         left = [c.name for p in projects
                 for c in docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={p}"})]
         assert left == []

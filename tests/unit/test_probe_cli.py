@@ -28,6 +28,7 @@ def stand_in_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (entrypoints / "openai" / "api_server.py").write_text(REPLAY.read_text())
     (entrypoints / "cli" / "main.py").write_text(REPLAY.read_text())
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the default server log goes there
     return tmp_path
 
 
@@ -61,3 +62,40 @@ def test_probe_table_and_failed_start(stand_in_vllm: Path, monkeypatch: pytest.M
     assert result.exit_code == 1
     assert "KV cache tokens" in result.stdout
     assert "vLLM did not start: ValueError: No available memory for the cache blocks" in result.stderr
+
+
+def test_native_probe_without_vllm_reports_its_error_and_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    # The real thing: `kit probe --native` in a child process on this Python, which has no vLLM installed.
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this Python: this test is about a host without it")
+    temp, cache = tmp_path / "tmp", tmp_path / "cache"
+    temp.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(temp), "XDG_CACHE_HOME": str(cache),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def probe(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kit.cli.main", "probe", *args, "--native", "--timeout", "60"],
+                              capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    result = probe("preset=rtx4090-awq", "--json")
+    assert result.returncode == 1, result.stderr
+    envelope = json.loads(result.stdout)
+    message = envelope["problems"][0]["message"]
+    assert message == "vLLM did not start: ModuleNotFoundError: No module named 'vllm'", message
+    log = Path(envelope["data"]["log"])
+    assert log == cache / "vllm-kit" / "probe" / "rtx4090-awq.log"
+    assert "No module named 'vllm'" in log.read_text()
+    assert list(temp.iterdir()) == []  # the dummy model's folder is gone
+
+    text = probe("preset=rtx4090-awq")
+    assert text.returncode == 1 and "no error logged" not in text.stderr
+    assert "vLLM did not start: ModuleNotFoundError: No module named 'vllm'" in text.stderr
+    assert f"the whole log: {log}" in text.stderr
+    # a probe refused before the engine starts (a model the catalog lacks) leaves nothing behind either
+    refused = probe("preset=cpu")
+    assert refused.returncode == 1 and "not in the kit's catalog" in refused.stderr
+    assert list(temp.iterdir()) == []

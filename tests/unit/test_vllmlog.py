@@ -124,3 +124,45 @@ def test_v1_wording_cpu_variant_and_tracebacks() -> None:
     assert log.fatal == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert vllmlog.kv_cache_tokens(text) == ("CPU", 174720)
     assert vllmlog.kv_cache_tokens("no such line") is None
+
+
+def test_the_first_error_is_the_last_line_of_the_first_traceback() -> None:
+    # Two processes interleaved; the engine's traceback is chained, and the API server's consequence comes last.
+    text = "\n".join([
+        "(EngineCore pid=7) ERROR 12-01 03:29:29 [core.py:1] EngineCore failed to start.",
+        "(EngineCore pid=7) Traceback (most recent call last):",
+        "(APIServer pid=5) INFO 12-01 03:29:29 [api_server.py:1] waiting for the engine",
+        '(EngineCore pid=7)   File "/site/vllm/model_executor/models/deepseek_v2.py", line 9, in __init__',
+        "(EngineCore pid=7)     raise KeyError(name)",
+        "(EngineCore pid=7) KeyError: 'rope_scaling'",
+        "(EngineCore pid=7) ",
+        "(EngineCore pid=7) During handling of the above exception, another exception occurred:",
+        "(EngineCore pid=7) Traceback (most recent call last):",
+        "(EngineCore pid=7) ValueError: could not build the model",
+        "(APIServer pid=5) Traceback (most recent call last):",
+        "(APIServer pid=5) RuntimeError: Engine core initialization failed. See root cause above.",
+    ])
+    assert vllmlog.parse(text).fatal == "KeyError: 'rope_scaling'"
+    # vLLM's logger writes a traceback with its prefix on every line; a dotted exception name loses its module
+    logged = "\n".join([
+        "ERROR 12-01 03:29:29 [core.py:1] Traceback (most recent call last):",
+        'ERROR 12-01 03:29:29 [core.py:1]   File "/site/vllm/v1/engine/core.py", line 1, in run',
+        "ERROR 12-01 03:29:29 [core.py:1] vllm.v1.engine.exceptions.EngineDeadError: the engine died",
+    ])
+    assert vllmlog.parse(logged).fatal == "EngineDeadError: the engine died"
+    # no traceback: vLLM's first ERROR line
+    assert vllmlog.parse("WARNING 12-01 03:29:29 [a.py:1] slow\nERROR 12-01 03:29:30 [b.py:2] no GPU found\n"
+                         "ERROR 12-01 03:29:31 [b.py:3] giving up").fatal == "no GPU found"
+
+
+@pytest.mark.parametrize("line", [
+    "/opt/venv/bin/python3: Error while finding module specification for 'vllm.entrypoints.cli.main' "
+    "(ModuleNotFoundError: No module named 'vllm')",
+    "Traceback (most recent call last):\n  File \"<frozen runpy>\", line 1\nModuleNotFoundError: No module named 'vllm'",
+])
+def test_vllm_missing_is_named_whichever_way_python_says_it(line: str) -> None:
+    assert vllmlog.parse(line).fatal == "ModuleNotFoundError: No module named 'vllm'"
+
+
+def test_the_interpreters_own_complaint_stands_when_nothing_else_does() -> None:
+    assert vllmlog.parse("/usr/bin/python3: No module named vllm").fatal == "No module named vllm"
