@@ -190,7 +190,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         from kit.core.errors import KitError
         from kit.memory.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
 
-        from_flags = preset_overrides_from_flags(ctx, model)
+        from_flags = preset_overrides_from_flags(ctx, model, "model=" if "model" in extras else "--model")
         _, path, preset = load_preset(ref, overrides + [o for _, o in from_flags])
         if preset.hardware.gpu is not None and _given(ctx, "cpu_kvcache_space_gib"):
             raise click.UsageError(f"--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; this preset runs on "
@@ -255,15 +255,17 @@ def override_text(field: str, value: object) -> str:
     return f"{field}={text}"
 
 
-def preset_overrides_from_flags(ctx: click.Context, model: str | None) -> list[tuple[str, str]]:
-    """(flag, override) for every planner flag the user gave beside a preset; a flag with no preset field is a
-    usage error, never ignored."""
+def preset_overrides_from_flags(ctx: click.Context, model: str | None, model_flag: str = "--model") -> list[
+    tuple[str, str]
+]:
+    """(flag, override) for every planner flag the user gave beside a preset, and the model swap of ``model``; a
+    flag with no preset field is a usage error, never ignored."""
     from kit.run.workflow import model_overrides
 
     for name, (flag, why) in NOT_WITH_PRESET.items():
         if _given(ctx, name):
             raise click.UsageError(f"{flag}: has no meaning with a preset: {why}")
-    found = [("--model", override) for override in model_overrides(model)]
+    found = [(model_flag, override) for override in model_overrides(model)]
     for name, flag, _field, preset_field in PLAN_FLAGS:
         if _given(ctx, name):
             found.append((flag, override_text(preset_field, ctx.params[name])))

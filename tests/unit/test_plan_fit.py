@@ -322,3 +322,12 @@ def test_fit_table_has_one_row_per_question():
     assert "--tp 2" in rows["smallest tensor parallel size"]
     assert "--kv-cache-dtype fp8" in rows["precision at TP 1"]
     assert "asked: max_model_len 40,960, max_num_seqs 256: does not fit" in result.stdout
+
+
+def test_the_readme_example_is_the_real_output(repo):
+    text = (repo / "README.md").read_text()
+    command = "$ kit plan --model Qwen/Qwen3-8B --gpu rtx4090 --fit"
+    shown = text.split(command + "\n", 1)[1].split("```", 1)[0].splitlines()
+    result = invoke(*command.split()[2:])
+    real = [line for line in result.stdout.splitlines() if line.strip() and not set(line.strip()) <= {"─"}]
+    assert [line.strip() for line in shown if line.strip()] == [line.strip() for line in real]
