@@ -348,6 +348,8 @@ def _report_fit(inputs: PlanInputs, as_json: bool, spell, overrides: list[str] |
     click.echo(f"asked: max_model_len {i['max_model_len']:,}, max_num_seqs {i['max_num_seqs']:,}: "
                + ("fits" if report.asked.fits else "does not fit"))
     table(("question", "answer", "set", "why"), fit_rows(report, spell), header=True)
+    if report.asked.approximate.get("value"):
+        click.echo(f"approximate: {report.asked.approximate['reason']}")
 
 
 def fit_rows(report, spell) -> list[tuple[str, str, str, str]]:  # noqa: ANN001 - FitReport, a spelling function
@@ -395,7 +397,7 @@ def fit_rows(report, spell) -> list[tuple[str, str, str, str]]:  # noqa: ANN001 
         elif also:
             why = "also fits: " + "; ".join(also)
         else:
-            why = "nothing else fits" if len(report.options) > 1 else "the planner knows no other precision here"
+            why = "nothing less lossy fits" if len(report.options) > 1 else "the planner knows no other precision here"
         rows.append((f"precision at TP {i['tensor_parallel_size']}", a.value or "none", how(a.change), why))
     return rows
 
