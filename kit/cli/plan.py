@@ -27,7 +27,8 @@ DTYPES = ["auto", "bfloat16", "float16", "float32", "half"]
 
 # Each planner flag of `kit plan`, as (click parameter, flag, planner input, preset field): the field that
 # kit.memory.preset_plan.plan_inputs_for reads for that input. Beside a preset, a flag the user gave becomes that
-# override; --fit spells its answers with the same table. `--model` is the model swap of `model=` (model_overrides).
+# override; --fit spells its answers with the same table. `--model` is the model swap of `model=`
+# (kit.deploy.record.model_overrides).
 PLAN_FLAGS = (
     ("gpu", "--gpu", "gpu_name", "hardware.gpu"),
     ("tp", "--tp", "tensor_parallel_size", "engine.tensor_parallel_size"),
@@ -260,7 +261,7 @@ def preset_overrides_from_flags(ctx: click.Context, model: str | None, model_fla
 ]:
     """(flag, override) for every planner flag the user gave beside a preset, and the model swap of ``model``; a
     flag with no preset field is a usage error, never ignored."""
-    from kit.run.workflow import model_overrides
+    from kit.deploy.record import model_overrides
 
     for name, (flag, why) in NOT_WITH_PRESET.items():
         if _given(ctx, name):
@@ -284,7 +285,7 @@ def flag_spelling(change: dict[str, object]) -> list[str]:
 
 def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: ANN001 - kit.config.preset.Preset
     """A --fit answer as preset overrides; more tensor parallelism also needs the GPUs (hardware.count)."""
-    from kit.run.workflow import model_overrides
+    from kit.deploy.record import model_overrides
 
     fields = {field: preset_field for _, _, field, preset_field in PLAN_FLAGS}
     words = []
