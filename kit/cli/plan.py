@@ -25,6 +25,32 @@ GPU_MEMORY_GIB_MAX = 1 << 20
 KV_DTYPES = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 DTYPES = ["auto", "bfloat16", "float16", "float32", "half"]
 
+# Each planner flag of `kit plan`, as (click parameter, flag, planner input, preset field): the field that
+# kit.memory.preset_plan.plan_inputs_for reads for that input. Beside a preset, a flag the user gave becomes that
+# override; --fit spells its answers with the same table. `--model` is the model swap of `model=`
+# (kit.deploy.record.model_overrides).
+PLAN_FLAGS = (
+    ("gpu", "--gpu", "gpu_name", "hardware.gpu"),
+    ("tp", "--tp", "tensor_parallel_size", "engine.tensor_parallel_size"),
+    ("pp", "--pp", "pipeline_parallel_size", "engine.pipeline_parallel_size"),
+    ("dtype", "--dtype", "dtype", "engine.dtype"),
+    ("quantization", "--quantization", "quantization", "engine.quantization"),
+    ("kv_cache_dtype", "--kv-cache-dtype", "kv_cache_dtype", "engine.kv_cache_dtype"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization", "gpu_memory_utilization", "engine.gpu_memory_utilization"),
+    ("max_model_len", "--max-model-len", "max_model_len", "engine.max_model_len"),
+    ("max_num_seqs", "--max-num-seqs", "max_num_seqs", "engine.max_num_seqs"),
+    ("max_num_batched_tokens", "--max-num-batched-tokens", "max_num_batched_tokens", "engine.max_num_batched_tokens"),
+    ("enforce_eager", "--enforce-eager", "enforce_eager", "engine.enforce_eager"),
+    ("vllm_version", "--vllm-version", "vllm_version", "image.vllm_version"),
+    ("block_size", "--block-size", "block_size", "engine.block_size"),
+    ("cpu_kvcache_space_gib", "--cpu-kvcache-space-gib", "cpu_kvcache_space_gib", "runtime.cpu_kvcache_space_gib"),
+)
+# Flags a preset has no field for: its hardware section decides. Given beside a preset they are usage errors.
+NOT_WITH_PRESET = {
+    "gpu_memory_gib": ("--gpu-memory-gib", "the preset's GPU (hardware.gpu) sets the memory; pick one with --gpu NAME"),
+    "device": ("--device", "the preset's hardware.gpu decides (no GPU: the CPU backend)"),
+}
+
 
 def plan_inputs_from_options(
     *,
@@ -136,40 +162,61 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 @click.option("--enforce-eager", is_flag=True)
 @click.option("--vllm-version", metavar="X.Y.Z", help="vLLM release to plan for (default: the kit's pinned one).")
 @click.option("--block-size", type=count_option_type())
-@click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), help="VLLM_CPU_KVCACHE_SPACE.")
+@click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True),
+              help="VLLM_CPU_KVCACHE_SPACE (--device cpu only).")
+@click.option("--fit", is_flag=True, help="Say what fits instead: the largest --max-model-len at --max-num-seqs, the "
+              "most sequences at --max-model-len, the smallest --tp, a smaller precision (exit 0).")
 @standard_options
 def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | None, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
                  max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  enforce_eager: bool, vllm_version: str | None, block_size: int | None,
-                 cpu_kvcache_space_gib: float | None, as_json: bool) -> None:
+                 cpu_kvcache_space_gib: float | None, fit: bool, as_json: bool) -> None:
     """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not.
 
-    kit plan preset=NAME [KEY=VALUE ...] [--json], or standalone: kit plan --model ID (--gpu NAME | --gpu-memory-gib X) ...
+    kit plan preset=NAME [KEY=VALUE ...] [FLAGS] [--json], or standalone: kit plan --model ID (--gpu NAME |
+    --gpu-memory-gib X) ... Beside a preset, each flag given becomes its override (--max-model-len N:
+    engine.max_model_len=N, --model ID: model=ID). --fit answers what fits (exit 0).
     """
     from kit.memory import plan as planner
 
-    ref, overrides, _ = split_args(args, preset_option)
+    ctx = click.get_current_context()
+    ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
+    if "model" in extras:
+        if model is not None and model != extras["model"]:
+            raise click.UsageError("the model is given twice (model= and --model)")
+        model = extras["model"]
     if ref is not None:
         from kit.config.preset import load_preset
         from kit.core.errors import KitError
         from kit.memory.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
 
-        _, path, preset = load_preset(ref, overrides)
+        from_flags = preset_overrides_from_flags(ctx, model, "model=" if "model" in extras else "--model")
+        _, path, preset = load_preset(ref, overrides + [o for _, o in from_flags])
+        if preset.hardware.gpu is not None and _given(ctx, "cpu_kvcache_space_gib"):
+            raise click.UsageError(f"--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; this preset runs on "
+                                   f"hardware.gpu {preset.hardware.gpu}")
+        applied = overrides + [o for _, o in from_flags]
+        shown = overrides + [f"{o} ({flag})" for flag, o in from_flags]  # the text says where each came from
         preset_inputs = plan_inputs_for(preset)
         if preset_inputs is None:
             raise KitError(f"{path}: model.id {preset.model.id}: no config.json there",
                            hint="make or download the model first, or plan with --model /path/to/config.json")
         try:
+            if fit:
+                _report_fit(preset_inputs, as_json, lambda change: preset_spelling(change, preset), applied, shown)
+                return
             result = planner.plan(preset_inputs)
         except KitError as exc:  # the user works in a preset: the fix is an override, not a vLLM flag
             raise type(exc)(exc.message, hint=flags_as_overrides(exc.hint), problems=exc.problems) from None
-        _report(as_preset_fixes(result), as_json)
+        _report(as_preset_fixes(result), as_json, applied, shown)
         return
     if model is None:
         raise click.UsageError("give preset=NAME or --model ID|PATH")
     if device == "cuda" and not gpu and gpu_memory_gib is None:
         raise click.UsageError("give --gpu NAME or --gpu-memory-gib X")
+    if device != "cpu" and cpu_kvcache_space_gib is not None:
+        raise click.UsageError("--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; add --device cpu")
     inputs = plan_inputs_from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, device=device, tp=tp, pp=pp, dtype=dtype,
         quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -177,17 +224,96 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         enforce_eager=enforce_eager, vllm_version=vllm_version, block_size=block_size,
         cpu_kvcache_space_gib=cpu_kvcache_space_gib,
     )
+    if fit:
+        _report_fit(inputs, as_json, flag_spelling, None, None)
+        return
     _report(planner.plan(inputs), as_json)
 
 
-def _report(result: Plan, as_json: bool) -> None:
+def _given(ctx: click.Context, name: str) -> bool:
+    """The user gave this option (command line, environment, default map), as opposed to its default."""
+    from click.core import ParameterSource
+
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not ParameterSource.DEFAULT
+
+
+def override_text(field: str, value: object) -> str:
+    """``field=value`` as an override that reads back as ``value`` (a string YAML would read otherwise is quoted)."""
+    from kit.config.preset import parse_override_value
+    from kit.core.errors import KitError
+
+    if isinstance(value, bool) or value is None:
+        return f"{field}={'null' if value is None else str(value).lower()}"
+    text = str(value)
+    if isinstance(value, str):
+        try:
+            same = parse_override_value(text, field) == value
+        except KitError:
+            same = False
+        if not same:
+            text = "'" + value.replace("'", "''") + "'"
+    return f"{field}={text}"
+
+
+def preset_overrides_from_flags(ctx: click.Context, model: str | None, model_flag: str = "--model") -> list[
+    tuple[str, str]
+]:
+    """(flag, override) for every planner flag the user gave beside a preset, and the model swap of ``model``; a
+    flag with no preset field is a usage error, never ignored."""
+    from kit.deploy.record import model_overrides
+
+    for name, (flag, why) in NOT_WITH_PRESET.items():
+        if _given(ctx, name):
+            raise click.UsageError(f"{flag}: has no meaning with a preset: {why}")
+    found = [(model_flag, override) for override in model_overrides(model)]
+    for name, flag, _field, preset_field in PLAN_FLAGS:
+        if _given(ctx, name):
+            found.append((flag, override_text(preset_field, ctx.params[name])))
+    return found
+
+
+def flag_spelling(change: dict[str, object]) -> list[str]:
+    """A --fit answer as the `kit plan` (and vLLM) flags that give it."""
+    flags = {field: flag for _, flag, field, _ in PLAN_FLAGS}
+    words = []
+    for field, value in change.items():
+        flag = "--model" if field == "model" else flags[field]
+        words.append(f"drop {flag}" if value is None else flag if value is True else f"{flag} {value}")
+    return words
+
+
+def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: ANN001 - kit.config.preset.Preset
+    """A --fit answer as preset overrides; more tensor parallelism also needs the GPUs (hardware.count)."""
+    from kit.deploy.record import model_overrides
+
+    fields = {field: preset_field for _, _, field, preset_field in PLAN_FLAGS}
+    words = []
+    for field, value in change.items():
+        if field == "model":
+            words += model_overrides(str(value))
+            continue
+        words.append(override_text(fields[field], value))
+        if field == "tensor_parallel_size":
+            gpus = int(value) * preset.engine.pp  # type: ignore[call-overload]
+            if gpus > preset.hardware.count:
+                words.append(f"hardware.count={gpus}")
+    return words
+
+
+def _report(result: Plan, as_json: bool, overrides: list[str] | None = None, shown: list[str] | None = None) -> None:
     if as_json:  # data: the plan; a model that does not fit is ok=false with vLLM's error as the problem
         hints = "; ".join(s["message"] for s in result.suggestions) or None
-        emit_json(result.to_json(), ok=result.fits,
+        data = result.to_json()
+        if overrides is not None:  # planned from a preset: the command line's overrides, flags' included
+            data["overrides"] = list(overrides)
+        emit_json(data, ok=result.fits,
                   problems=None if result.fits else [problem_json(None, result.error or "does not fit", hints)])
     else:
         from kit.cli.output import table
 
+        if shown:
+            click.echo("overrides: " + ", ".join(shown))
         for line in plan_heading(result):
             click.echo(line)
         table(("quantity", "per rank", "note"), plan_rows(result), right=("per rank",), header=False)
@@ -196,6 +322,85 @@ def _report(result: Plan, as_json: bool) -> None:
         for suggestion in result.suggestions:
             click.echo(f"  try: {suggestion['message']}", err=True)
         raise SystemExit(1)
+
+
+def _report_fit(inputs: PlanInputs, as_json: bool, spell, overrides: list[str] | None,  # noqa: ANN001
+                shown: list[str] | None) -> None:
+    """`--fit`: the answers as one table, or the envelope (exit 0: the questions were answered)."""
+    from kit.memory.fit import fit
+
+    report = fit(inputs)
+    if as_json:
+        data = report.to_json()
+        for question in ("max_model_len", "max_num_seqs", "tensor_parallel_size", "precision"):
+            data[question]["apply"] = spell(data[question]["change"])
+        for option in data["precision"]["options"]:
+            option["apply"] = spell(option["change"])
+        if overrides is not None:
+            data["overrides"] = list(overrides)
+        emit_json(data)
+        return
+    from kit.cli.output import table
+
+    if shown:
+        click.echo("overrides: " + ", ".join(shown))
+    click.echo(plan_heading(report.asked)[0])
+    i = report.asked.inputs
+    click.echo(f"asked: max_model_len {i['max_model_len']:,}, max_num_seqs {i['max_num_seqs']:,}: "
+               + ("fits" if report.asked.fits else "does not fit"))
+    table(("question", "answer", "set", "why"), fit_rows(report, spell), header=True)
+    if report.asked.approximate.get("value"):
+        click.echo(f"approximate: {report.asked.approximate['reason']}")
+
+
+def fit_rows(report, spell) -> list[tuple[str, str, str, str]]:  # noqa: ANN001 - FitReport, a spelling function
+    """(question, answer, how to set it, why) for the human table."""
+    i = report.asked.inputs
+    block, seqs, length = i["block_size"], i["max_num_seqs"], i["max_model_len"]
+
+    def how(change: dict) -> str:
+        return " ".join(spell(change)) if change else "-"
+
+    rows = []
+    a = report.max_model_len
+    if a.value is None:
+        why = f"not one KV block fits at max_num_seqs {seqs:,}"
+    elif a.limit == "model":
+        why = f"the model's limit; at max_num_seqs {seqs:,} the KV cache holds {a.plan.kv_cache_tokens:,} tokens"
+    else:
+        why = f"at max_num_seqs {seqs:,}; one more block ({block} tokens) does not fit"
+    rows.append(("largest max_model_len", "none" if a.value is None else f"{a.value:,}", how(a.change), why))
+    a = report.max_num_seqs
+    if not a.value:
+        why = f"{report.asked.max_concurrency:.2f} x: one {length:,}-token sequence does not fit"
+    elif a.limit == "max_num_batched_tokens":
+        why = f"vLLM takes at most max_num_batched_tokens ({i['max_num_batched_tokens']:,}) sequences"
+    else:
+        why = f"{a.plan.max_concurrency:.2f} x {length:,} tokens; one sequence more does not fit"
+    rows.append((f"most sequences at {length:,} tokens", f"{a.value:,}", how(a.change), why))
+    a = report.tensor_parallel_size
+    if a.limit != "not_applicable":
+        # a size the planner refuses says why (heads, vocabulary); vLLM's out-of-memory text is long: "does not fit"
+        refused = [f"TP {t.tensor_parallel_size}: {t.error if t.error and t.plan_refused else 'does not fit'}"
+                   for t in report.tried_tensor_parallel if not t.fits]
+        count = a.value * i["pipeline_parallel_size"] if a.value else 0
+        gpus = f"{count} GPU{'s' if count > 1 else ''}" if a.value else "none of 1, 2, 4, 8 fits"
+        rows.append(("smallest tensor parallel size", "none" if a.value is None else str(a.value), how(a.change),
+                     "; ".join([gpus, *refused])))
+    a = report.precision
+    if a.limit != "not_applicable":
+        fitting = {o.label for o in report.options if o.fits}
+        # "X, fp8 KV cache" is news only where X alone does not fit
+        also = [label for label in fitting - {a.value} if label.rpartition(", fp8 KV cache")[0] not in fitting]
+        also.sort(key=[o.label for o in report.options].index)
+        if not a.value:
+            why = f"none of the {len(report.options)} options fits (--json lists them)"
+        elif also:
+            why = "also fits: " + "; ".join(also)
+        else:
+            why = "nothing less lossy fits" if len(report.options) > 1 else "the planner knows no other precision here"
+        rows.append((f"precision at TP {i['tensor_parallel_size']}", a.value or "none", how(a.change), why))
+    return rows
 
 
 plan = plan_command  # the root group adds `kit.cli.plan.plan`

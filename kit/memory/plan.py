@@ -1149,9 +1149,12 @@ def _suggest(inputs: PlanInputs, r: _Resolved) -> list[dict[str, Any]]:
     return out
 
 
-def plan(inputs: PlanInputs) -> Plan:
-    """Predict vLLM's start-up memory for ``inputs``; raises PlanError for impossible inputs."""
+def plan(inputs: PlanInputs, *, suggest: bool = True) -> Plan:
+    """Predict vLLM's start-up memory for ``inputs``; raises PlanError for impossible inputs.
+
+    ``suggest=False`` leaves out the fixes of a plan that does not fit (each is a search of its own): for callers
+    that search themselves (kit/memory/fit.py)."""
     result, resolved, _ = _evaluate(inputs)
-    if result.fits:
+    if result.fits or not suggest:
         return result
     return result.model_copy(update={"suggestions": _suggest(inputs, resolved)})
