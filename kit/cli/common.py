@@ -209,6 +209,25 @@ def preset_arguments(func):  # noqa: ANN001 - click decorator
     return func
 
 
+def kit_command() -> str:
+    """How to run this kit again from the user's shell, for the commands it prints: ``kit`` when that is what PATH
+    finds, else the console script as it was invoked (``.venv/bin/kit`` under `make run`), else the module."""
+    import os
+    import shlex
+    import shutil
+    import sys
+
+    invoked = sys.argv[0] if sys.argv else ""
+    on_path = shutil.which("kit")
+    if Path(invoked).name == "kit":
+        if on_path and os.path.realpath(on_path) == os.path.realpath(invoked):
+            return "kit"
+        return shlex.quote(invoked)
+    if on_path and Path(on_path).parent == Path(sys.executable).parent:
+        return "kit"
+    return f"{shlex.quote(sys.executable)} -m kit.cli.main"
+
+
 def deployment_options(func):  # noqa: ANN001 - click decorator
     """How a command's preset meets the record of its --out folder (kit/deploy/record.py)."""
     func = click.option("--reset-overrides", is_flag=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kit.cli.common import PathOption, emit_json, problem_json, standard_options
+from kit.core.errors import KitError
 
 OUT_HELP = "The stack's directory (the --out given to `kit up` or `kit render`)."
 
@@ -99,11 +100,14 @@ def status(out_dir: Path, as_json: bool) -> None:
 
             key_values([*rows, ("running", "nothing here: a Kubernetes deployment (kubectl apply -k k8s/)")])
         return
-    if rows and not as_json:  # what the folder is, even when asking the stack fails (compose refuses a bad .env)
-        from kit.cli.output import key_values
+    try:
+        data = ops.status(out_dir)
+    except KitError:
+        if rows and not as_json:  # what the folder is, even when asking the stack fails (compose refuses a bad .env)
+            from kit.cli.output import key_values
 
-        key_values(rows)
-    data = ops.status(out_dir)
+            key_values(rows)
+        raise
     if record is not None:
         data["deployment"] = dict(rows)
     healthy = data["health"] == "ok"
@@ -116,6 +120,7 @@ def status(out_dir: Path, as_json: bool) -> None:
 
         kv = data["kv_cache_usage_perc"]
         key_values([
+            *rows,
             ("project", data["project"] or "(none running)"),
             ("container", f"{data['container'] or '-'} ({data['state'] or 'absent'}, health {data['container_health'] or '-'})"),
             ("url", data["url"]),

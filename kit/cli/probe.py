@@ -35,6 +35,9 @@ def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_
     from kit.config.preset import load_preset
     from kit.run import probe as probing
 
+    if native and image:
+        raise click.UsageError("--image names the image a Docker probe runs; --native runs this Python's vLLM: "
+                               "give one")
     ref, overrides, _ = split_args(args, preset_option)
     name, _path, preset = load_preset(require_preset(ref), overrides)
     log_path = log_path or probing.default_log_path(name)

@@ -50,5 +50,7 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
     source_args = [] if folder else [f"preset={resolved.ref}", *resolved.overrides]
     if resolved.base_image and not folder:
         source_args += ["--base-image", resolved.base_image]
-    command = shlex.join(["kit", "render", *source_args, *pin, "--out", str(out_dir)])
+    from kit.cli.common import kit_command
+
+    command = f"{kit_command()} {shlex.join(['render', *source_args, *pin, '--out', str(out_dir)])}"
     click.echo(f"pin     {command}  (compose runs {pushed.pinned})")

@@ -51,7 +51,9 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
     click.echo(f"  curl -s {url}/v1/models{auth}")
     body = shlex.quote(f'{{"model": "{name}", "prompt": "Hello", "max_tokens": 16}}')
     click.echo(f"  curl -s {url}/v1/completions -H 'Content-Type: application/json'{auth} -d {body}")
-    click.echo(f"stop it with: kit down --out {shlex.quote(str(out_dir))}")
+    from kit.cli.common import kit_command
+
+    click.echo(f"stop it with: {kit_command()} down --out {shlex.quote(str(out_dir))}")
 
 
 def _has_api_key(out_dir: Path) -> bool:

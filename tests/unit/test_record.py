@@ -180,3 +180,12 @@ def test_resolve_without_a_folder_takes_the_request_as_it_is():
     resolved = resolve(Request(preset="cpu", overrides=("runtime.port=9000",), with_profiles=("monitoring",)), None)
     assert resolved.ref == "cpu" and resolved.overrides == ["runtime.port=9000"]
     assert resolved.with_profiles == ["monitoring"] and resolved.target == "compose" and resolved.recorded is None
+
+
+@pytest.mark.parametrize("args", [
+    ["probe", "preset=cpu", "--native", "--image", "vllm-kit/cpu:x"],
+    ["loadtest", "preset=cpu", "--url", "http://127.0.0.1:9", "--port", "9", "--no-plot"],
+])
+def test_a_flag_that_would_be_ignored_is_a_usage_error(args):
+    result = kit(*args)
+    assert result.exit_code == 2 and "give one" in result.stderr, result.output
