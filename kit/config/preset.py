@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
+from kit.config.vllmint import AUTO
 from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
@@ -163,7 +165,8 @@ class Engine(BaseModel):
 
     tensor_parallel_size: int | None = Field(None, ge=1)
     pipeline_parallel_size: int | None = Field(None, ge=1)
-    max_model_len: int | None = Field(None, ge=1)
+    # vLLM's ModelConfig takes -1 too (ge=-1): "auto", the model's own length or the longest that fits.
+    max_model_len: int | None = Field(None, ge=-1, description="Context length: 16384, 16k, 16K, or auto (-1)")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
     quantization: str | None = None
@@ -176,6 +179,27 @@ class Engine(BaseModel):
     distributed_executor_backend: Literal["ray", "mp", "uni", "external_launcher"] | None = None
     block_size: int | None = Field(None, ge=1)
     trust_remote_code: bool | None = None
+
+    @field_validator("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
+                     "max_num_batched_tokens", "block_size", mode="before")
+    @classmethod
+    def _as_vllm_reads_it(cls, value: Any) -> Any:
+        # Preset reads text by the pinned vLLM's converter (flags.read_engine_integers); text it refused lands here.
+        if isinstance(value, UnreadInteger):
+            raise ValueError(value.reason)
+        return value
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _length_or_auto(cls, value: int | None) -> int | None:
+        if value == 0:  # vLLM: "max_model_len must be a positive integer"
+            raise ValueError("0 is no length: give 1 or more, or auto (-1) for the longest that fits")
+        return value
+
+    @property
+    def auto_max_model_len(self) -> bool:
+        """``max_model_len: auto`` (or -1): vLLM picks the model's length, or the longest that fits."""
+        return self.max_model_len == AUTO
 
     @property
     def tp(self) -> int:
@@ -368,6 +392,16 @@ class Preset(Strict):
     image: Image
     runtime: Runtime = Field(default_factory=Runtime)
     cluster: Cluster = Field(default_factory=Cluster)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_integers(cls, data: Any) -> Any:
+        # An integer flag takes what `vllm serve` takes at the pinned version (16k, 1M, auto): read once, here.
+        if isinstance(data, dict) and isinstance(data.get("engine"), dict):
+            image = data.get("image")
+            version = image.get("vllm_version") if isinstance(image, dict) else None
+            data = {**data, "engine": read_engine_integers(data["engine"], version)}
+        return data
 
     @model_validator(mode="after")
     def _safe_text(self) -> Preset:
