@@ -69,6 +69,31 @@ class PathOption(click.Path):
                            hint=f"{option} takes {'an existing' if self.exists else 'a'} {kind}") from None
 
 
+class VllmInteger(click.ParamType):
+    """An option that mirrors a `vllm serve` integer flag takes what vLLM's converter takes (kit/config/vllmint.py:
+    16k, 25.6k, 16K, 1M; auto for human_readable_int_or_auto, as -1), at least 1 and at most NUMBER_MAX otherwise."""
+
+    name = "integer"
+
+    def __init__(self, converter: str) -> None:
+        self.converter = converter
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        from kit.config.vllmint import AUTO, read_vllm_int
+
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            number = read_vllm_int(str(value), self.converter)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if number == AUTO and self.converter == "human_readable_int_or_auto":
+            return number
+        if not 1 <= number <= NUMBER_MAX:
+            self.fail(f"{value!r} is not in the range 1 to {NUMBER_MAX}", param, ctx)
+        return number
+
+
 def count_option_type(minimum: int = 1) -> click.IntRange:
     """A whole-number option: at least ``minimum``, at most NUMBER_MAX (a usage error otherwise)."""
     return click.IntRange(min=minimum, max=NUMBER_MAX)

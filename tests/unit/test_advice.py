@@ -266,3 +266,46 @@ def test_a_compatibility_hint_spelt_as_an_override_fixes_it():
     for run in runs:
         fixed = validate_with("rtx3090x2-fp16", [*tweak, *run])
         assert "compute capability" not in fixed.output, (run, fixed.output)
+
+
+def named_commands() -> list[tuple[str, str]]:
+    """(module, command) for every `kit ...` in backticks in the kit's own strings (hints, help, headers)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "kit"
+    found = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found |= {(str(path.relative_to(root.parent)), m) for m in COMMAND.findall(node.value)}
+    return sorted(found)
+
+
+def test_every_kit_command_the_kit_names_exists_with_the_options_it_names():
+    """Parse level, for what cannot run as printed here (placeholders such as NAME and DIR, or Docker): the
+    command (and subcommand) exists and takes every option the text names."""
+    import click
+
+    from kit.cli.main import load_command
+
+    commands = named_commands()
+    assert len(commands) > 20, commands
+    wrong = []
+    for module, text in commands:
+        words = text.split()[1:]
+        command: click.Command = cli
+        if words and not words[0].startswith("-"):
+            if words[0] not in COMMANDS:
+                wrong.append((module, text, "no such command"))
+                continue
+            command = load_command(words[0])
+            if isinstance(command, click.Group) and len(words) > 1 and words[1] in command.commands:
+                command = command.commands[words[1]]
+        options = {opt for param in command.params for opt in param.opts} | {"--help", "-h"}
+        if command is cli:
+            options |= {"--version"}
+        for word in words:
+            name = word.split("=", 1)[0]
+            if name.startswith("-") and name not in options:
+                wrong.append((module, text, f"{name} is not an option of it"))
+    assert not wrong, wrong

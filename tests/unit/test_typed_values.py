@@ -180,3 +180,17 @@ def test_a_section_an_override_brings_in_is_the_overrides():
     result = kit("validate", "preset=cpu", "engin.max_model_len=1")
     assert result.exit_code == 1
     assert result.stderr.startswith("override engin.max_model_len: unknown field"), result.stderr
+
+
+def test_kit_plans_integer_options_take_what_vllm_takes():
+    base = ["plan", "--model", "Qwen/Qwen3-8B-AWQ", "--gpu", "rtx4090", "--json"]
+    plan = json.loads(kit(*base, "--max-model-len", "16k", "--max-num-batched-tokens", "4K").stdout)["data"]
+    assert (plan["inputs"]["max_model_len"], plan["inputs"]["max_num_batched_tokens"]) == (16000, 4096)
+    # auto at a memory fraction where the model's 40960 do not fit: the longest that does, as the plan's own fix
+    tight = [*base, "--gpu-memory-utilization", "0.5", "--max-num-seqs", "256"]
+    fix = json.loads(kit(*tight).stdout)["data"]["suggestions"][0]
+    assert fix["kind"] == "max_model_len"
+    auto = json.loads(kit(*tight, "--max-model-len", "auto").stdout)["data"]
+    assert auto["fits"] and auto["inputs"]["max_model_len"] == fix["change"]["max_model_len"] < 40960
+    for bad in ("1.5K", "0", "16kb"):
+        assert kit(*base, "--max-model-len", bad).exit_code == 2, bad
