@@ -194,3 +194,10 @@ def test_kit_plans_integer_options_take_what_vllm_takes():
     assert auto["fits"] and auto["inputs"]["max_model_len"] == fix["change"]["max_model_len"] < 40960
     for bad in ("1.5K", "0", "16kb"):
         assert kit(*base, "--max-model-len", bad).exit_code == 2, bad
+
+
+def test_auto_without_the_models_config_says_vllm_resolves_it():
+    # No config.json (the local model is not made yet): the kit cannot tell what auto comes to, and says so.
+    result = kit("validate", "preset=cpu", "model.generate=null", "engine.max_model_len=auto")
+    assert result.exit_code == 0
+    assert "no memory plan" in result.stderr and "engine.max_model_len auto is then vLLM's to resolve" in result.stderr
