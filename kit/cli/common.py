@@ -17,6 +17,7 @@ import click
 
 from kit.core.errors import KitError, one_line
 from kit.core.inputfiles import NUMBER_MAX
+from kit.core.overrides import MalformedOverride, overridden_field, split_override
 
 # ctx.meta is shared by a context and its children: the root group reads these when a command fails.
 JSON_MODE = "kit.json"
@@ -68,6 +69,31 @@ class PathOption(click.Path):
                            hint=f"{option} takes {'an existing' if self.exists else 'a'} {kind}") from None
 
 
+class VllmInteger(click.ParamType):
+    """An option that mirrors a `vllm serve` integer flag takes what vLLM's converter takes (kit/config/vllmint.py:
+    16k, 25.6k, 16K, 1M; auto for human_readable_int_or_auto, as -1), at least 1 and at most NUMBER_MAX otherwise."""
+
+    name = "integer"
+
+    def __init__(self, converter: str) -> None:
+        self.converter = converter
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        from kit.config.vllmint import AUTO, read_vllm_int
+
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            number = read_vllm_int(str(value), self.converter)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if number == AUTO and self.converter == "human_readable_int_or_auto":
+            return number
+        if not 1 <= number <= NUMBER_MAX:
+            self.fail(f"{value!r} is not in the range 1 to {NUMBER_MAX}", param, ctx)
+        return number
+
+
 def count_option_type(minimum: int = 1) -> click.IntRange:
     """A whole-number option: at least ``minimum``, at most NUMBER_MAX (a usage error otherwise)."""
     return click.IntRange(min=minimum, max=NUMBER_MAX)
@@ -99,11 +125,11 @@ def split_args(args: tuple[str, ...], preset_option: str | None, *, extra_keys: 
             from kit.deploy.record import model_overrides
 
             overrides.extend(model_overrides(value))
-        elif "." not in key or not all(key.split(".")):  # "=3", "engine=3", "engine.=3", ".dtype=x"
-            raise click.UsageError(
-                f"{arg!r}: overrides name a field by its dotted path, e.g. engine.max_model_len=16384"
-            )
         else:
+            try:  # a malformed KEY=VALUE is a usage error on every command; a bad VALUE is the input's (exit 1)
+                split_override(arg, dotted=True)
+            except MalformedOverride as exc:
+                raise click.UsageError(str(exc)) from None
             overrides.append(arg)
     return preset, overrides, extras
 
@@ -126,7 +152,9 @@ def print_json(data: Any) -> None:
 def problem_json(where: str | None, message: str, hint: str | None) -> dict[str, str | None]:
     """One problem of the envelope: ``where`` ("presets/x.yaml: engine.dtype", a file, or a field) split in two."""
     file, field = None, None
-    if where:
+    if where and overridden_field(where) is not None:  # a value from the command line: no file holds it
+        field = overridden_field(where)
+    elif where:
         head, sep, tail = where.partition(": ")
         if sep:
             file, field = head, tail

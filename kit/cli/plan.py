@@ -8,6 +8,7 @@ import click
 
 from kit.cli.common import (
     FiniteFloatRange,
+    VllmInteger,
     count_option_type,
     emit_json,
     preset_arguments,
@@ -156,9 +157,10 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 @click.option("--quantization", metavar="Q", help="awq, awq_marlin, gptq, gptq_marlin, fp8, ... (default: the checkpoint's)")
 @click.option("--kv-cache-dtype", type=click.Choice(KV_DTYPES), default="auto", show_default=True)
 @click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), help="Default: vLLM's for the version.")
-@click.option("--max-model-len", type=count_option_type())
+@click.option("--max-model-len", type=VllmInteger("human_readable_int_or_auto"),
+              help="As vLLM reads it: 16384, 16k, 16K, or auto (the model's length, or the longest that fits).")
 @click.option("--max-num-seqs", type=count_option_type())
-@click.option("--max-num-batched-tokens", type=count_option_type())
+@click.option("--max-num-batched-tokens", type=VllmInteger("human_readable_int"))
 @click.option("--enforce-eager", is_flag=True)
 @click.option("--vllm-version", metavar="X.Y.Z", help="vLLM release to plan for (default: the kit's pinned one).")
 @click.option("--block-size", type=count_option_type())
@@ -217,16 +219,23 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         raise click.UsageError("give --gpu NAME or --gpu-memory-gib X")
     if device != "cpu" and cpu_kvcache_space_gib is not None:
         raise click.UsageError("--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; add --device cpu")
+    from kit.config.vllmint import AUTO
+
+    auto = max_model_len == AUTO
     inputs = plan_inputs_from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, device=device, tp=tp, pp=pp, dtype=dtype,
         quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        enforce_eager=enforce_eager, vllm_version=vllm_version, block_size=block_size,
-        cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+        max_model_len=None if auto else max_model_len, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager, vllm_version=vllm_version,
+        block_size=block_size, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
     )
     if fit:
         _report_fit(inputs, as_json, flag_spelling, None, None)
         return
+    if auto:
+        from kit.memory.preset_plan import auto_fit_max_model_len
+
+        inputs = auto_fit_max_model_len(inputs)
     _report(planner.plan(inputs), as_json)
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from kit.config.vllmint import AUTO, EXAMPLES, converter_of, read_vllm_int
 from kit.core.datafiles import DATA_DIR
 from kit.core.errors import KitError
 from kit.core.versions import version_or_oldest
@@ -38,8 +38,6 @@ KIT_OWNED_KEYS: dict[str, str] = {
     "port": "the server listens on 8000 inside the container; publish it with runtime.port",
 }
 
-_HUMAN_INT = re.compile(r"\d+(\.\d+)?[kKmMgGtT]?")
-_INT_TEXT = re.compile(r"[+-]?\d+")
 
 
 class FlagError(KitError):
@@ -210,16 +208,14 @@ def _type_problem(spec: FlagSpec, item: Any) -> str | None:
     if spec.optional and (item == "None"):
         return None
     if expected == "int":
+        converter = converter_of(spec.type_detail)
         if isinstance(item, bool) or not isinstance(item, (int, str)):
-            return f"expects an integer, got {_describe(item)}"
+            return f"expects {EXAMPLES[converter]}, got {_describe(item)}"
         if isinstance(item, str):
-            detail = spec.type_detail or ""
-            if detail == "human_readable_int_or_auto" and item.strip().lower() in ("auto", "-1"):
-                return None
-            pattern = _HUMAN_INT if detail.startswith("human_readable_int") else _INT_TEXT
-            if not pattern.fullmatch(item.strip()):
-                extra = " (or a size like 32k)" if detail.startswith("human_readable_int") else ""
-                return f"expects an integer{extra}, got {_describe(item)}"
+            try:
+                read_vllm_int(item, converter)
+            except ValueError as exc:
+                return str(exc)
         return None
     if expected == "float":
         if isinstance(item, bool) or not isinstance(item, (int, float, str)):
@@ -405,6 +401,54 @@ def check_engine(engine: Mapping[str, object], version: str) -> list[Problem]:
 
 
 # --------------------------------------------------------------------------
+# Reading values as vLLM reads them
+# --------------------------------------------------------------------------
+
+
+class UnreadInteger(str):
+    """Text given for an integer flag that vLLM's converter refuses; ``reason`` says why (Engine reports it)."""
+
+    reason: str
+
+    def __new__(cls, text: str, reason: str) -> "UnreadInteger":
+        made = super().__new__(cls, text)
+        made.reason = reason
+        return made
+
+
+def integer_spec(key: str, version: str) -> FlagSpec | None:
+    """The snapshot's entry for ``key`` when vLLM ``version`` reads it as one integer; None otherwise."""
+    try:
+        snapshot = load_snapshot(version)
+    except FlagError:
+        return None
+    spec = snapshot.flags.get(key)
+    if spec is None or spec.type != "int" or spec.kind != "store" or spec.takes_list:
+        return None
+    return spec
+
+
+def read_engine_integers(engine: Mapping[str, Any], version: Any) -> dict[str, Any]:
+    """``engine`` with every text value of an integer flag read as the pinned vLLM reads it (``16k`` is 16000,
+    ``auto`` -1 for ``max_model_len``): a preset file and an override take what `vllm serve` takes. Text the
+    converter refuses becomes an ``UnreadInteger`` carrying vLLM's reason; other values are left as they are."""
+    if not isinstance(version, str):
+        return dict(engine)
+    out: dict[str, Any] = {}
+    for key, value in engine.items():
+        spec = integer_spec(key, version) if isinstance(key, str) and isinstance(value, str) else None
+        if spec is None or (spec.optional and value == "None"):
+            out[key] = value
+            continue
+        converter = converter_of(spec.type_detail)
+        try:
+            out[key] = read_vllm_int(value, converter)
+        except ValueError as exc:
+            out[key] = UnreadInteger(value, str(exc))
+    return out
+
+
+# --------------------------------------------------------------------------
 # Mapping to argv
 # --------------------------------------------------------------------------
 
@@ -467,6 +511,8 @@ def engine_to_argv(engine: Mapping[str, object], version: str) -> list[str]:
             items = value if isinstance(value, (list, tuple)) else [value]
             argv.append(flag)
             argv.extend(_format_scalar(item) for item in items)
+        elif value == AUTO and converter_of(spec.type_detail) == "human_readable_int_or_auto":
+            argv.extend([flag, "auto"])  # what -1 means, in the word vLLM takes for it
         else:
             argv.extend(_with_value(flag, _format_scalar(value)))
     return argv

@@ -6,19 +6,25 @@ naming the file and the dotted field, and nothing downstream ever sees an unvali
 
 from __future__ import annotations
 
+import copy
 import difflib
 import ipaddress
 import re
 import stat
+import types
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
+from kit.config.vllmint import AUTO
 from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
+from kit.core.overrides import MalformedOverride, override_where, split_override
 from kit.core.safevalue import (
     UnsafeValue,
     check_argument,
@@ -163,7 +169,8 @@ class Engine(BaseModel):
 
     tensor_parallel_size: int | None = Field(None, ge=1)
     pipeline_parallel_size: int | None = Field(None, ge=1)
-    max_model_len: int | None = Field(None, ge=1)
+    # vLLM's ModelConfig takes -1 too (ge=-1): "auto", the model's own length or the longest that fits.
+    max_model_len: int | None = Field(None, ge=-1, description="Context length: 16384, 16k, 16K, or auto (-1)")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
     quantization: str | None = None
@@ -176,6 +183,27 @@ class Engine(BaseModel):
     distributed_executor_backend: Literal["ray", "mp", "uni", "external_launcher"] | None = None
     block_size: int | None = Field(None, ge=1)
     trust_remote_code: bool | None = None
+
+    @field_validator("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
+                     "max_num_batched_tokens", "block_size", mode="before")
+    @classmethod
+    def _as_vllm_reads_it(cls, value: Any) -> Any:
+        # Preset reads text by the pinned vLLM's converter (flags.read_engine_integers); text it refused lands here.
+        if isinstance(value, UnreadInteger):
+            raise ValueError(value.reason)
+        return value
+
+    @field_validator("max_model_len")
+    @classmethod
+    def _length_or_auto(cls, value: int | None) -> int | None:
+        if value == 0:  # vLLM: "max_model_len must be a positive integer"
+            raise ValueError("0 is no length: give 1 or more, or auto (-1) for the longest that fits")
+        return value
+
+    @property
+    def auto_max_model_len(self) -> bool:
+        """``max_model_len: auto`` (or -1): vLLM picks the model's length, or the longest that fits."""
+        return self.max_model_len == AUTO
 
     @property
     def tp(self) -> int:
@@ -369,6 +397,16 @@ class Preset(Strict):
     runtime: Runtime = Field(default_factory=Runtime)
     cluster: Cluster = Field(default_factory=Cluster)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_integers(cls, data: Any) -> Any:
+        # An integer flag takes what `vllm serve` takes at the pinned version (16k, 1M, auto): read once, here.
+        if isinstance(data, dict) and isinstance(data.get("engine"), dict):
+            image = data.get("image")
+            version = image.get("vllm_version") if isinstance(image, dict) else None
+            data = {**data, "engine": read_engine_integers(data["engine"], version)}
+        return data
+
     @model_validator(mode="after")
     def _safe_text(self) -> Preset:
         # The rules every renderer applies (kit/core/safevalue.py), so `kit validate` refuses what `kit render` would.
@@ -537,11 +575,30 @@ def _duplicate_key(node: yaml.Node) -> str | None:
     return None
 
 
-def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) -> Any:
+_TEXT_TAG = "tag:yaml.org,2002:str"
+_GUESSED_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+
+
+def _plain_scalars_as_text(node: yaml.Node) -> None:
+    """Every unquoted number or true/false under ``node`` read as the text it is (null stays null)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.ScalarNode):
+            if current.style is None and current.tag in _GUESSED_TAGS:
+                current.tag = _TEXT_TAG
+        elif isinstance(current, yaml.MappingNode):
+            stack.extend(value for _, value in current.value)  # keys keep their type: a key is checked as a name
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+
+
+def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False, text_scalars: bool = False) -> Any:
     """Parse preset YAML text by PresetLoader's rules; every problem is one PresetError line naming ``where``.
 
     ``malformed_as_text``: text that is not well-formed YAML is returned as it is (an override value); aliases,
-    duplicate keys and too deep nesting are refused all the same.
+    duplicate keys and too deep nesting are refused all the same. ``text_scalars``: unquoted numbers and
+    true/false are text (the items of an override for a list or mapping of text: ``hardware.device_ids=[0, 1]``).
     """
     loader = None
     try:
@@ -552,6 +609,8 @@ def load_preset_yaml(text: str, where: str, *, malformed_as_text: bool = False) 
         duplicate = _duplicate_key(node)
         if duplicate:
             raise PresetError(f"{where}: {duplicate}", hint="keep one of them")
+        if text_scalars:
+            _plain_scalars_as_text(node)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         if malformed_as_text and isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)):
@@ -587,18 +646,84 @@ def _strings_in(value: Any) -> list[str]:
     return []
 
 
-def parse_override_value(raw: str, where: str) -> Any:
-    """The value of ``KEY=VALUE``, typed like a preset file's plain scalar.
+# How an override's value is read, by the type of the field it sets (``value_kind``):
+#   text        the field takes text: the value is the text typed (image.cuda=12.9, model.id=0.33, engine.x=true
+#               for a text flag); null/~ unset it, and quotes are YAML's (image.cuda='null' is the text null)
+#   text-items  a list or mapping of text: a YAML flow list or mapping whose unquoted items stay text
+#   yaml        anything else (numbers, booleans, JSON flags): typed like a preset file's plain scalar
+_NULLS = ("~", "null", "Null", "NULL")
+
+
+def _without_none(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        rest = [a for a in get_args(annotation) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else annotation
+    return annotation
+
+
+def _kind_of(annotation: Any) -> str:
+    annotation = _without_none(annotation)
+    if annotation is str or (get_origin(annotation) is Literal and all(isinstance(a, str) for a in get_args(annotation))):
+        return "text"
+    if get_origin(annotation) in (list, dict) and get_args(annotation):
+        return "text-items" if _kind_of(get_args(annotation)[-1]) == "text" else "yaml"
+    return "yaml"
+
+
+def _engine_flag_kind(key: str, version: str | None) -> str | None:
+    """How vLLM ``version`` reads flag ``key`` from its command line, as an override kind (None: no snapshot says)."""
+    from kit.config.flags import FlagError
+
+    if not version:
+        return None
+    try:
+        spec = load_snapshot(version).flags.get(key)
+    except FlagError:
+        return None
+    if spec is None or spec.kind != "store" or spec.type in ("json", "float"):
+        return None
+    if spec.type == "int":
+        return None if spec.takes_list else "text"  # vLLM's integer reader takes the text (16k, auto, 1_000)
+    return "text-items" if spec.takes_list else "text"
+
+
+def value_kind(path: list[str], version: str | None = None) -> str:
+    """How the value of an override of ``path`` is read (see above); ``version``: the preset's pinned vLLM, whose
+    flag snapshot types the engine's flags."""
+    current: Any = Preset
+    for index, part in enumerate(path):
+        if current is Engine and index == len(path) - 1:
+            flag = _engine_flag_kind(part, version)
+            if flag is not None:
+                return flag
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            if get_origin(current) is dict and get_args(current):
+                current = _without_none(get_args(current)[-1])
+                continue
+            return "yaml"
+        if part not in fields:
+            return "yaml"
+        current = _without_none(fields[part].annotation)
+    return _kind_of(current)
+
+
+def parse_override_value(raw: str, where: str, kind: str = "yaml") -> Any:
+    """The value of ``KEY=VALUE``, read by ``kind`` (``value_kind``: the type of the field it sets).
 
     A plain value is taken whole: ``#``, ``: ``, quotes inside, a leading ``*`` or ``!`` are text, never YAML
-    syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). Only a value in
+    syntax (a shell user writing ``runtime.env.X=a #1`` means the eight characters). For a field of text it is the
+    text typed (``image.cuda=12.9``); otherwise it is typed like a preset file's plain scalar. Only a value in
     brackets or braces is parsed as a YAML flow list or mapping, and one in matching quotes as a quoted
     string, by the same rules as the file; one that is not well-formed stays text, and the field's type
     judges it (a list field refuses ``[1, 2``; a JSON-string flag takes ``{not json`` to check later).
     """
     if raw == "":
         return ""
-    flow = raw[0] in "[{" or (len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"")
+    quoted = len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\""
+    if kind == "text" and not quoted:
+        return None if raw in _NULLS else raw
+    flow = raw[0] in "[{" or quoted
     if not flow:
         loader = PresetLoader("")
         try:  # the file's rules for a plain scalar, applied to the whole text
@@ -606,24 +731,43 @@ def parse_override_value(raw: str, where: str) -> Any:
             return loader.construct_object(yaml.ScalarNode(tag, raw))
         finally:
             loader.dispose()
-    value = load_preset_yaml(raw, where, malformed_as_text=True)
+    value = load_preset_yaml(raw, where, malformed_as_text=True, text_scalars=kind == "text-items")
     if sum(s.count("#") for s in _strings_in(value)) != raw.count("#"):
         raise PresetError(f"{where}: a # in this list or mapping starts a YAML comment",
                           hint="quote the item that holds the #")
     return value
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part.strip() for part in key.split(".")):
-        raise PresetError(f"override {text!r}: expected SECTION.FIELD=VALUE, e.g. engine.max_model_len=16384")
-    return key.split("."), parse_override_value(raw, f"override {key}")
+def _split(text: str) -> tuple[list[str], str]:
+    try:
+        return split_override(text)
+    except MalformedOverride as exc:
+        raise PresetError(f"override {exc}") from None
+
+
+def parse_override(text: str, version: str | None = None) -> tuple[list[str], Any]:
+    path, raw = _split(text)
+    return path, parse_override_value(raw, f"override {'.'.join(path)}", value_kind(path, version))
+
+
+def _pinned_version(data: dict[str, Any], overrides: list[str]) -> str | None:
+    """The vLLM release the preset pins once ``overrides`` apply: it decides how engine flags read their values."""
+    version = None
+    image = data.get("image")
+    if isinstance(image, dict) and isinstance(image.get("vllm_version"), str):
+        version = image["vllm_version"]
+    for text in overrides:
+        path, raw = _split(text)
+        if path == ["image", "vllm_version"]:
+            version = raw.strip("'\"")
+    return version
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set each dotted path; the result is validated exactly like the file."""
+    """Set each dotted path, its value read by the field's type; the result is validated exactly like the file."""
+    version = _pinned_version(data, overrides)
     for text in overrides:
-        path, value = parse_override(text)
+        path, value = parse_override(text, version)
         node: Any = data
         for part in path[:-1]:
             child = node.get(part) if isinstance(node, dict) else None
@@ -631,13 +775,53 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 child = {}
                 node[part] = child
             if not isinstance(child, dict):
-                raise PresetError(f"override {text!r}: {part} is not a section")
+                raise PresetError(f"{override_where(text)}: {part} is not a section")
             node = child
         if value is None:
             node.pop(path[-1], None)
         else:
             node[path[-1]] = value
     return data
+
+
+def _field_parts(field: str) -> list[str]:
+    """``image.leave_out[0]`` -> [image, leave_out]: the dotted path of a problem's field, list indexes dropped."""
+    return [part for part in re.split(r"\.|\[\d+\]", field) if part]
+
+
+def _has_path(data: Any, parts: list[str]) -> bool:
+    for part in parts:
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def blame_overrides(problems: list[Problem], where: str, overrides: list[str] | None,
+                    file_data: dict[str, Any] | None = None) -> list[Problem]:
+    """``problems`` with each one about a value that came from the command line named as that override
+    (``override engine.max_model_len``) instead of the preset file, which may not hold it. A problem is the
+    override's when it is about the field the override set (or something inside it), or about a section or key
+    the override brought in that ``file_data`` (the file, before overrides) lacks."""
+    if not overrides:
+        return problems
+    paths = [(_split(text)[0], text) for text in overrides]
+    prefix = f"{where}: "
+    blamed = []
+    for problem in problems:
+        if not problem.where.startswith(prefix):
+            blamed.append(problem)
+            continue
+        parts = _field_parts(problem.where[len(prefix):])
+        culprit = None
+        for path, text in reversed(paths):  # the last override of a field is the one that took effect
+            introduced = (file_data is not None and parts and path[: len(parts)] == parts
+                          and not _has_path(file_data, parts))
+            if parts[: len(path)] == path or introduced:
+                culprit = text
+                break
+        blamed.append(replace(problem, where=override_where(culprit)) if culprit else problem)
+    return blamed
 
 
 def read_preset_file(path: Path) -> dict[str, Any]:
@@ -718,21 +902,25 @@ def load_preset(ref: str, overrides: list[str] | None = None) -> tuple[str, Path
     where = display_path(path)
     data = read_preset_file(path)
     data.pop("$schema", None)
-    data = apply_overrides(data, list(overrides or []))
+    overrides = list(overrides or [])
+    file_data = copy.deepcopy(data)
+    data = apply_overrides(data, overrides)
     try:  # the file's name is the preset's name, which rendered files carry (headers, labels, tags)
         check_text(path.stem, "the preset's file name")
     except UnsafeValue as exc:
         raise PresetError(f"{where}: {exc}") from None
     leaked = secret_problems(data, where)
     if leaked:
-        raise PresetError(f"{where}: credentials in the preset", problems=leaked)
+        raise PresetError(f"{where}: credentials in the preset",
+                          problems=blame_overrides(leaked, where, overrides, file_data))
     try:
         preset = Preset.model_validate(data)
     except ValidationError as exc:
-        raise PresetError(f"{where}: invalid preset", problems=problems_from_validation(exc, where)) from None
+        raise PresetError(f"{where}: invalid preset", problems=blame_overrides(
+            problems_from_validation(exc, where), where, overrides, file_data)) from None
     huge = _out_of_range_numbers(preset.model_dump())
     if huge:
-        raise PresetError(f"{where}: invalid preset", problems=[
+        raise PresetError(f"{where}: invalid preset", problems=blame_overrides([
             Problem(f"{where}: {field}", f"beyond {NUMBER_MAX} (2**53), the largest number the kit takes")
-            for field in huge])
+            for field in huge], where, overrides, file_data))
     return path.stem, path, preset

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kit.config.preset import Preset, display_path, load_preset
+from kit.config.preset import Preset, blame_overrides, display_path, load_preset
 from kit.core.errors import PresetError, Problem
 from kit.core.safevalue import UnsafeValue
 from kit.deploy.checks import CheckReport, check_preset
@@ -44,6 +44,9 @@ def load_and_check(ref: str, overrides: list[str] | None = None, *, allow_no_fit
                    target: str = "compose") -> tuple[str, Path, Preset, CheckReport]:
     name, path, preset = load_preset(ref, overrides)
     report = check_preset(name, path, preset, allow_no_fit=allow_no_fit, target=target)
+    where = display_path(path)
+    report.errors = blame_overrides(report.errors, where, overrides)  # a value typed on the command line is
+    report.warnings = blame_overrides(report.warnings, where, overrides)  # named as the override, not the file
     if report.errors:
         raise PresetError(f"{path}: preset has problems", problems=report.errors)
     return name, path, preset, report

@@ -347,7 +347,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
     options: list[str] = []
     for other, ref in (release.get("official_variants") or {}).items():
         if other != cuda and runs(other):
-            switch = "" if img.strategy == "official" else "image.strategy=official with "
+            switch = "" if img.strategy == "official" else "image.strategy=official "  # overrides, as typed
             options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
                            f"{table['cuda'][other]['min_driver']})")
     note = None
@@ -374,7 +374,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
         if usable:
             build = usable[0]
             extra = "" if build == older["cuda"] else (
-                f" with image.cuda={build}" + ("" if img.strategy == "official" else " and image.strategy=official"))
+                f" image.cuda={build}" + ("" if img.strategy == "official" else " image.strategy=official"))
             options.append(f"image.vllm_version={version}{extra} (its CUDA {build} build needs driver >= "
                            f"{table['cuda'][build]['min_driver']})")
     return options, note

@@ -75,7 +75,7 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         dtype=eng.dtype or "auto",
         quantization=eng.quantization,
         kv_cache_dtype=eng.kv_cache_dtype or "auto",
-        max_model_len=eng.max_model_len,
+        max_model_len=None if eng.auto_max_model_len else eng.max_model_len,
         max_num_seqs=eng.max_num_seqs,
         max_num_batched_tokens=eng.max_num_batched_tokens,
         enforce_eager=bool(eng.enforce_eager),
@@ -87,11 +87,28 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         draft=draft_inputs_for(preset, base_dir),
     )
     if hw.gpu is None:
-        return PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
-    from kit.core.datafiles import gpu_catalog
+        inputs = PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
+    else:
+        from kit.core.datafiles import gpu_catalog
 
-    return PlanInputs(device="cuda", gpu_name=hw.gpu, gpu_memory_gib=gpu_catalog()[hw.gpu]["memory_gib"],
-                      gpu_memory_utilization=eng.gpu_memory_utilization, **common)
+        inputs = PlanInputs(device="cuda", gpu_name=hw.gpu, gpu_memory_gib=gpu_catalog()[hw.gpu]["memory_gib"],
+                            gpu_memory_utilization=eng.gpu_memory_utilization, **common)
+    return auto_fit_max_model_len(inputs) if eng.auto_max_model_len else inputs
+
+
+def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
+    """``inputs`` planned as vLLM plans ``--max-model-len auto`` (-1): the model's derived length, or, when one
+    request of it does not fit the KV cache, the longest that does (vllm/v1/core/kv_cache_utils.py
+    ``_auto_fit_max_model_len`` at v0.16.0 to v0.32.0, vllm/v1/core/kv_cache_planning.py at v0.33.0: a binary search
+    over lengths whose blocks fit, capped at the derived length). Where not even one block fits, the derived length
+    is kept and the plan says it does not fit (vLLM: "Cannot auto-fit max_model_len")."""
+    from kit.memory.plan import derived_max_model_len, largest_max_model_len
+
+    full = inputs.model_copy(update={"max_model_len": derived_max_model_len(inputs.model)})
+    longest = largest_max_model_len(full)
+    if longest <= 0 or longest >= full.max_model_len:
+        return full
+    return full.model_copy(update={"max_model_len": longest})
 
 
 def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tuple[Plan | None, list[Problem]]:
@@ -100,17 +117,21 @@ def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tup
 
     from kit.core.errors import shown
 
+    # Without the model's config the kit cannot tell what auto comes to: vLLM decides it when it starts.
+    auto = ("; engine.max_model_len auto is then vLLM's to resolve at start (the model's length, or the longest "
+            "that fits)") if preset.engine.auto_max_model_len else ""
     try:
         inputs = plan_inputs_for(preset, base_dir)
     except KitError as exc:
-        return None, [Problem(f"{where}: model.id", f"no memory plan: {exc.message}", exc.hint)]
+        return None, [Problem(f"{where}: model.id", f"no memory plan: {exc.message}{auto}", exc.hint)]
     except ValidationError as exc:  # a value the planner cannot take (e.g. an unknown kv_cache_dtype)
         first = exc.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else ""
         field = f"engine.{name}" if name in type(preset.engine).model_fields else name or "engine"
         return None, [Problem(f"{where}: {field}", f"no memory plan: {first['msg']} (got {shown(first.get('input'))})")]
     if inputs is None:
-        return None, [Problem(f"{where}: model.id", "no memory plan: the local model directory does not exist yet")]
+        return None, [Problem(f"{where}: model.id",
+                              f"no memory plan: the local model directory does not exist yet{auto}")]
     try:
         return as_preset_fixes(plan(inputs)), []
     except KitError as exc:

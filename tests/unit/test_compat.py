@@ -183,8 +183,8 @@ def test_cli_lists_all_problems_one_line_each_exit_1():
     assert result.exit_code == 1
     assert "Traceback" not in result.stderr
     err = result.stderr.splitlines()
-    assert any("engine.dtype: bfloat16 needs" in line for line in err)
-    assert any("hardware.arch:" in line for line in err)
+    assert any("override engine.dtype: bfloat16 needs" in line for line in err)
+    assert any("override hardware.arch:" in line for line in err)
 
 
 @pytest.mark.parametrize(("l4t", "path"), [("r36.3", "jp6/cu124"), ("r36.4", "jp6/cu126"), ("r36.5", "jp6/cu126"),

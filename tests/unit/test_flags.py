@@ -236,7 +236,13 @@ def test_argv_json_config_is_compact_sorted_json():
 
 
 def test_argv_value_starting_with_dash_is_attached():
-    assert engine_to_argv({"max_model_len": -1}, V032) == ["--max-model-len=-1"]
+    assert engine_to_argv({"seed": -1}, V032) == ["--seed=-1"]
+
+
+def test_argv_max_model_len_auto_is_the_word_vllm_takes():
+    # -1 is vLLM's auto-fit; the rendered flag says auto, which human_readable_int_or_auto reads as -1.
+    assert engine_to_argv({"max_model_len": -1}, V032) == ["--max-model-len", "auto"]
+    assert engine_to_argv({"max_model_len": 16000}, V032) == ["--max-model-len", "16000"]
 
 
 def test_argv_floats_keep_their_text():

@@ -286,7 +286,8 @@ def test_yaml_typed_words_are_read_as_the_fields_type():
                             ("hardware.count=" + "9" * 30, "hardware.count")):
         with pytest.raises(PresetError) as info:
             load_preset("cpu", [override])
-        assert [line.split(": ")[1] for line in info.value.lines()] == [field], info.value.lines()
+        # the value came from the command line: the line names the override (which names the field)
+        assert [line.split(": ")[0] for line in info.value.lines()] == [f"override {field}"], info.value.lines()
 
 
 def test_a_number_where_text_belongs_says_to_quote_it(tmp_path):
@@ -306,12 +307,12 @@ def test_a_hash_in_an_override_value_is_text_not_a_comment():
         parse_override("engine.x=[a, #c\n b]")  # a well-formed list that lost text to a comment
     with pytest.raises(PresetError) as info:  # a broken list is never silently something else
         load_preset("cpu", ["image.extra_pip=[a==1, b==2"])
-    assert info.value.lines() == ["presets/cpu.yaml: image.extra_pip: Input should be a valid list (got '[a==1, b==2')"]
+    assert info.value.lines() == ["override image.extra_pip: Input should be a valid list (got '[a==1, b==2')"]
 
 
 def test_errors_are_one_line_whatever_the_value_holds():
     outcome = validate_case(["model.served_model_name=a\u2028b", "runtime.port=1\n2\u0085x"])
-    assert_lines_name(outcome, "cpu.yaml: runtime.port", "cpu.yaml: model.served_model_name")
+    assert_lines_name(outcome, "override runtime.port:", "override model.served_model_name:")
     assert "\\n" in outcome.output and "\\x85" in outcome.output
     assert one_line("a\nb\u2029c\x1b") == "a\\nb\\u2029c\\x1b"
 
@@ -323,7 +324,7 @@ def test_a_value_the_planner_cannot_take_is_a_named_problem_not_a_crash():
     assert_clean(outcome)
     assert outcome.exit_code == 0
     assert outcome.output.splitlines()[0] == (
-        "warning: presets/a100x8.yaml: engine.kv_cache_dtype: no memory plan: Input should be 'auto', 'fp8', "
+        "warning: override engine.kv_cache_dtype: no memory plan: Input should be 'auto', 'fp8', "
         "'fp8_e4m3', 'fp8_e5m2', 'bfloat16' or 'float16' (got 'nvfp4')")
 
 

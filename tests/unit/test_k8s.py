@@ -247,4 +247,4 @@ def test_runtime_class_must_be_a_dns_name():
 
     with pytest.raises(PresetError) as caught:
         prepare("rtx4090-awq", ["runtime.k8s_runtime_class=Not_A_Name"], target="k8s")
-    assert any(p.where.endswith("runtime.k8s_runtime_class") for p in caught.value.problems)
+    assert any(p.where == "override runtime.k8s_runtime_class" for p in caught.value.problems)

@@ -87,7 +87,7 @@ def test_token_values_are_refused_anywhere_and_never_echoed(kind, field):
     token = TOKENS[kind]
     result = validate(f"{field}={token}")
     assert result.exit_code == 1
-    assert f"presets/cpu.yaml: {field}: holds a" in result.output
+    assert f"override {field}: holds a" in result.output
     assert ".env" in result.output
     assert token not in result.output and token[4:] not in result.output
 
