@@ -79,8 +79,9 @@ def server_args(out: Path, docker_client) -> list[str]:
 def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart(cpu_image, cpu_wheelhouse,
                                                                                  docker_client, tmp_path):
     """The exact preset served by `docker compose up` as `kit render` prints it (the stack makes its own tiny
-    model), then tweaked, re-rendered and started again with `kit up --out DIR` alone: the port given at the first
-    render and the tweak both hold, and the commands `kit up` prints work as printed."""
+    model), then tweaked, re-rendered, rebuilt (`kit build --out DIR`: every layer from the cache) and started again
+    with `kit up --out DIR` alone: the port given at the first render and the tweak both hold, and the commands
+    `kit up` prints work as printed."""
     port = free_port()
     out = tmp_path / f"journey-{os.getpid()}"
     rendered = kit("render", "preset=cpu", f"runtime.port={port}", "--base-image", BASE_IMAGE, "--out", str(out))
@@ -98,9 +99,15 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
                               {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 4})
         assert completion["usage"]["completion_tokens"] > 0
 
-        # The tweak: only the folder and the new override; the recorded port stays.
-        tweaked = kit("render", "--out", str(out), "engine.max_num_seqs=4")
+        # The tweak: only the folder and the new overrides (a flag and the served name); the recorded port stays.
+        tweaked = kit("render", "--out", str(out), "engine.max_num_seqs=4", "model.served_model_name=journey")
         assert f"changed  {out / 'compose.yaml'}" in tweaked.stdout
+        # Rebuilt from the folder alone: flags and the model's name are not image inputs, so every layer that can
+        # come from the cache does (FROM and the global ARG never print "Using cache"), and the image is the same.
+        rebuilt = json.loads(kit("build", "--out", str(out), "--wheelhouse", str(cpu_wheelhouse), "--json").stdout)
+        data = rebuilt["data"]
+        assert data["cached_steps"] >= data["total_steps"] - 3, data
+        assert data["image_id"] == cpu_image.result.image_id
         started = kit("up", "--out", str(out), "--wheelhouse", str(cpu_wheelhouse), timeout=COMPOSE_TIMEOUT_S)
         assert f"on http://127.0.0.1:{port}" in started.stdout, started.stdout
         args = server_args(out, docker_client)
@@ -110,9 +117,10 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         for line in curls:
             answer = shell(line, timeout=120)
             assert answer.returncode == 0, answer.stderr
-            assert "tiny-llama" in answer.stdout or '"choices"' in answer.stdout, answer.stdout
+            assert '"journey"' in answer.stdout or '"choices"' in answer.stdout, answer.stdout
         status = kit("status", "--out", str(out))
         assert "runtime.port=" in status.stdout and "engine.max_num_seqs=4" in status.stdout
+        assert any(line.split()[:2] == ["model", "journey"] for line in status.stdout.splitlines()), status.stdout
         assert any(line.split()[:2] == ["health", "ok"] for line in status.stdout.splitlines()), status.stdout
         stop = printed(started.stdout, "stop it with: ")
         stopped = shell(stop, timeout=300)
