@@ -49,16 +49,18 @@ Recovery, at the start of every write (and of a dry run that finds a journal)
     journalled folder that is empty is removed, each move whose staged file still exists is renamed into
     place (its hash checked first), the others were done already; then the staging folder goes, then
     the journal. A version-1 journal (moves only, from a kit before stale-file removal) is recovered the
-    same way; a journal of any other version is refused with a hint, untouched. A staging folder without a journal means it was not committed: the folder is deleted
-    and the old set, never touched, stands. Recovery is idempotent, so a crash during recovery is
+    same way; a journal of any other version is refused with a hint, untouched. A staging folder
+    without a journal means it was not committed: the folder is deleted and the old set, never
+    touched, stands. Recovery is idempotent, so a crash during recovery is
     recovered the same way. A dry run takes the lock too (where a lock file exists), so it never plans
     against a directory half-way through another write.
 
 So after a ``kill -9`` at any instant the directory holds the old set, or the new set, or (only while
 a journal exists) a mix that the journal names exactly and that every kit command rendering there
 (render, build, lock, fetch, up, smoke all write through here) completes to the new set before it
-reads anything. Outside that window the manifest matches the files exactly. Files the user keeps in
-the directory are never moved or read beyond a stat. Files are staged inside the directory, not in
+reads anything. Outside that window the manifest matches the files exactly (its ``files``; ``kept``
+ones are the user's). Files the user keeps in the directory are never moved or read beyond a stat
+(only files the manifest lists are read, to compare with their hash). Files are staged inside the directory, not in
 /tmp, so every rename stays on one filesystem. The one window no rename order can close: a program
 other than the kit that reads the directory between a crash after the commit point and the next kit
 run sees the mix (the journal beside it says so).
