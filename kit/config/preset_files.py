@@ -84,8 +84,11 @@ def preset_folders() -> list[tuple[str, Path]]:
     """(origin, folder) in lookup order. In the kit's own checkout ./presets is the shipped folder: listed once, as
     shipped."""
     folders: list[tuple[str, Path]] = []
-    user = user_presets_dir()
-    for origin, folder in ((PROJECT, project_presets_dir()), (USER, user)):
+    try:
+        project: Path | None = project_presets_dir()
+    except OSError:  # the working folder was deleted under us: it holds no presets
+        project = None
+    for origin, folder in ((PROJECT, project), (USER, user_presets_dir())):
         if folder is not None and not _same_folder(folder, PRESETS_DIR) \
                 and not any(_same_folder(folder, seen) for _, seen in folders):
             folders.append((origin, folder))

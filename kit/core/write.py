@@ -656,7 +656,8 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
             _refuse_conflicts(plan.results, out_dir)
             _check_target(out_dir, PurePosixPath(MANIFEST))  # a folder there would block the commit for good
             text = manifest_text(plan.files, plan.kept)
-            changes = [(r.path, files[r.path]) for r in plan.results if r.status not in ("identical", "removed", "kept")]
+            changes = [(r.path, files[r.path]) for r in plan.results
+                       if r.status not in ("identical", "removed", "kept")]
             if changes or plan.removals or _read_regular(out_dir / MANIFEST) != text.encode():
                 changes.append((MANIFEST, text))
                 _commit(out_dir, changes, plan, steps)

@@ -597,7 +597,8 @@ def _gpu_ids(d: Deployment) -> list[str]:
     return [str(i) for i in (hw.device_ids or range(hw.count))]
 
 
-def plan_deployment(name: str, preset: Preset, base_image: str | None = None, preset_ref: str | None = None) -> Deployment:
+def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
+                    preset_ref: str | None = None) -> Deployment:
     img, hw = preset.image, preset.hardware
     table_base, python_version, cuda, min_driver = base_image_for(preset)
     chosen = base_image or img.base

@@ -93,7 +93,8 @@ def test_init_refuses_to_overwrite(project):
     (project / "presets" / "mine.yaml").write_text("# my own\n")
     result = kit("init", "mine")
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == f"{project / 'presets' / 'mine.yaml'}: already exists; kit init never overwrites a preset"
+    first = result.stderr.splitlines()[0]
+    assert first == f"{project / 'presets' / 'mine.yaml'}: already exists; kit init never overwrites a preset"
     assert (project / "presets" / "mine.yaml").read_text() == "# my own\n"
 
 
@@ -191,7 +192,8 @@ def test_completion_offers_the_users_presets(project, tmp_path):
 
     (user_presets(tmp_path) / "lab.yaml").write_text((PRESETS_DIR / "cpu.yaml").read_text())
     assert kit("init", "mine").exit_code == 0
-    offered = [item.value for item in ShellComplete(cli, {}, "kit", "_KIT_COMPLETE").get_completions(["render"], "preset=")]
+    completer = ShellComplete(cli, {}, "kit", "_KIT_COMPLETE")
+    offered = [item.value for item in completer.get_completions(["render"], "preset=")]
     assert offered == [f"preset={name}" for name in sorted({*preset_names(), "lab", "mine"})]
 
 

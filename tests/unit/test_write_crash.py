@@ -156,7 +156,8 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     states = list(seen.values())
     moved = sum(old.get(rel) != data for rel, data in new.items() if data != DIRECTORY)
     removed = sum(rel not in new for rel, data in old.items() if data != DIRECTORY)
-    print(f"a write of {moved} files (manifest included) and {removed} removals killed at each of its {len(seen)} steps: "
+    print(f"a write of {moved} files (manifest included) and {removed} removals killed at each of its "
+          f"{len(seen)} steps: "
           + ", ".join(f"{states.count(k)} {k}" for k in ("old", "committed", "new")))  # pytest -s
     if sets.edited:
         assert EDITED not in json.loads(new[MANIFEST])["files"] and json.loads(new[MANIFEST])["kept"] == [EDITED]
