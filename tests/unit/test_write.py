@@ -313,14 +313,14 @@ def test_kit_render_removes_a_dropped_add_on_and_says_so(tmp_path):
     assert len(monitoring) == 4
     (out / "monitoring" / "prometheus.yml").write_text("# my scrape config\n")
 
-    dry = render_cli("preset=cpu", "--out", str(out), "--dry-run")
+    dry = render_cli("--without", "monitoring", "--out", str(out), "--dry-run")
     assert dry.exit_code == 0
     assert f"would remove  {out / 'monitoring/grafana/dashboards/vllm.json'}" in dry.stdout
     assert f"would keep (edited)  {out / 'monitoring/prometheus.yml'}" in dry.stdout
     assert "you edited; they stay, and the kit no longer tracks them" in dry.stderr
     assert len(monitoring) == sum(1 for p in (out / "monitoring").rglob("*") if p.is_file())  # nothing removed
 
-    done = render_cli("preset=cpu", "--out", str(out), "--json")
+    done = render_cli("--without", "monitoring", "--out", str(out), "--json")
     assert done.exit_code == 0, done.output
     files = json.loads(done.stdout)["data"]["files"]
     assert {rel: files[rel] for rel in monitoring} == {
@@ -328,14 +328,15 @@ def test_kit_render_removes_a_dropped_add_on_and_says_so(tmp_path):
     assert sorted(p.relative_to(out).as_posix() for p in (out / "monitoring").rglob("*")) == [
         "monitoring/prometheus.yml"]
 
-    again = render_cli("preset=cpu", "--out", str(out))
+    again = render_cli("--out", str(out))  # the folder's record: the cpu preset, without monitoring now
+    assert again.exit_code == 0, again.output
     assert "monitoring" not in again.stdout  # reported once: the kept file is the user's now
 
 
 def test_kit_render_prints_removed_files(tmp_path):
     out = tmp_path / "d"
     render_cli("preset=cpu", "--with-preset", "cpu-embed", "--out", str(out))
-    result = render_cli("preset=cpu", "--out", str(out))
+    result = render_cli("--without", "cpu-embed", "--out", str(out))
     assert f"removed  {out / 'compose.cpu-embed.yaml'}" in result.stdout
     assert not (out / "compose.cpu-embed.yaml").exists()
 
