@@ -521,7 +521,8 @@ def display_path(path: Path) -> str:
 def preset_ref_for(name: str, path: Path) -> str:
     """What ``preset=`` takes to find this same preset again from here: its name when the name finds this file
     (a shipped, user or project preset, not shadowed), else the file's path (cwd-relative inside the working folder,
-    absolute outside it). Hints the kit prints (`kit push`, the Dockerfile's header) name the preset this way."""
+    absolute outside it). Hints the kit prints on the terminal (`kit push`) name the preset this way; rendered files
+    do not (a path there would depend on where the render ran: kit/deploy/deployment.py preset_shipped)."""
     entry = find_named(name)
     if entry is not None and _same_file(entry.path, path):
         return name

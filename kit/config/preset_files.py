@@ -139,5 +139,13 @@ def all_presets() -> list[PresetFile]:
     return [found[name] for name in sorted(found)]
 
 
+def is_shipped(path: Path) -> bool:
+    """Whether ``path`` is one of the kit's shipped presets (wherever the kit is installed)."""
+    try:
+        return path.resolve().parent == PRESETS_DIR.resolve()
+    except OSError:
+        return False
+
+
 def shipped_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))

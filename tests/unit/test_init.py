@@ -37,13 +37,12 @@ def user_presets(tmp_path):
     return folder
 
 
-def build_hint_preset(dockerfile: Path) -> str:
-    """The preset argument of the Dockerfile header's `kit build ...` line, as a shell would split it."""
-    line = next(line for line in dockerfile.read_text().splitlines() if line.startswith("# Build: `kit build "))
+def build_hint(dockerfile: Path) -> list[str]:
+    """The Dockerfile header's `kit build ...` command, as a shell would split it."""
+    line = next(line for line in dockerfile.read_text().splitlines() if line.startswith("# Build: `kit build"))
     words = shlex.split(line.split("`")[1])
     assert words[:2] == ["kit", "build"]
-    (arg,) = [w for w in words if w.startswith("preset=")]
-    return arg
+    return words
 
 
 # --- kit init -------------------------------------------------------------------------------------------
@@ -71,7 +70,7 @@ def test_init_then_validate_and_render_by_name(project):
     assert rendered.exit_code == 0, rendered.output
     assert (project / "run" / "compose.yaml").is_file()
     assert "vllm-kit/mine:" in (project / "run" / "compose.yaml").read_text()  # the new name, not cpu's
-    assert build_hint_preset(project / "run" / "Dockerfile") == "preset=mine"
+    assert build_hint(project / "run" / "Dockerfile") == ["kit", "build"]  # in the folder: its record names mine
 
 
 def test_init_from_another_preset_and_from_a_file(project, tmp_path):
@@ -200,34 +199,55 @@ def test_completion_offers_the_users_presets(project, tmp_path):
 # --- hints name a preset that resolves ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["inside", "outside", "shadowing"])
-def test_the_dockerfile_hint_names_a_preset_file_by_its_path(project, tmp_path, where):
-    """A preset given by path whose name `preset=` would not find (or would find another file): the path."""
-    if where == "inside":
-        path = project / "mine" / "lab.yaml"
-    elif where == "outside":
-        path = tmp_path / "far away" / "lab.yaml"
-    else:  # named like a shipped preset, but another file
-        path = project / "mine" / "cpu.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
-    rendered = kit("render", f"preset={path}", "--out", "run")
+@pytest.mark.parametrize("where", ["project", "inside", "outside", "shadowing"])
+def test_the_dockerfile_hint_for_a_users_preset_works_in_the_folder(project, tmp_path, monkeypatch, where):
+    """A preset of the user's (found by name, or given by a path `preset=` may not find from elsewhere): the hint
+    is `kit build` in the folder, whose record names the file; a shipped preset's hint names it."""
+    if where == "project":
+        assert kit("init", "lab").exit_code == 0
+        path, ref = project / "presets" / "lab.yaml", "preset=lab"
+    else:
+        path = {"inside": project / "mine" / "lab.yaml", "outside": tmp_path / "far away" / "lab.yaml",
+                "shadowing": project / "mine" / "cpu.yaml"}[where]  # named like a shipped preset, another file
+        path.parent.mkdir(parents=True)
+        path.write_text((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
+        ref = f"preset={path}"
+    rendered = kit("render", ref, "--out", "run")
     assert rendered.exit_code == 0, rendered.output
-    arg = build_hint_preset(project / "run" / "Dockerfile")
-    assert arg == "preset=" + (str(path) if where == "outside" else str(path.relative_to(project)))
-    # Run as printed: it finds the same file.
-    checked = kit("validate", arg)
-    assert checked.exit_code == 0, checked.output
-    assert Path(checked.stdout.strip().removesuffix(": ok")).resolve() == path.resolve()
+    dockerfile = (project / "run" / "Dockerfile").read_text()
+    assert build_hint(project / "run" / "Dockerfile") == ["kit", "build"]
+    # What `kit build` does first in the folder, from there: resolve the record's preset and render it. The same
+    # file, so nothing changes; and from any other working folder the Dockerfile renders the same (no path in it).
+    for cwd in (project / "run", tmp_path):
+        monkeypatch.chdir(cwd)
+        again = kit("render", "--out", str(project / "run"), "--json")
+        assert again.exit_code == 0, again.output
+        assert set(json.loads(again.stdout)["data"]["files"].values()) == {"identical"}
+    assert (project / "run" / "Dockerfile").read_text() == dockerfile
 
 
-def test_a_preset_found_by_name_is_hinted_by_name(project, tmp_path):
-    assert kit("init", "mine").exit_code == 0
-    assert kit("render", "preset=presets/mine.yaml", "--out", "run").exit_code == 0  # given by path, found by name
-    assert build_hint_preset(project / "run" / "Dockerfile") == "preset=mine"
-    (user_presets(tmp_path) / "lab.yaml").write_text((PRESETS_DIR / "cpu.yaml").read_text())
-    assert kit("render", "preset=lab", "--out", "run2").exit_code == 0
-    assert build_hint_preset(project / "run2" / "Dockerfile") == "preset=lab"
+def test_a_shipped_presets_hint_names_it(project):
+    assert kit("render", "preset=rtx4090-awq", "--out", "run").exit_code == 0
+    assert build_hint(project / "run" / "Dockerfile") == ["kit", "build", "preset=rtx4090-awq"]
+
+
+def test_a_hint_on_the_terminal_names_a_preset_by_name_or_path(project, tmp_path):
+    """kit push's hint (printed, run from the same folder): the name when it finds the same file, else the path."""
+    from kit.config.preset import preset_ref_for
+
+    assert preset_ref_for("cpu", PRESETS_DIR / "cpu.yaml") == "cpu"
+    assert kit("init", "lab").exit_code == 0
+    assert preset_ref_for("lab", project / "presets" / "lab.yaml") == "lab"
+    inside, outside = project / "mine" / "cpu.yaml", tmp_path / "far" / "lab.yaml"
+    for path in (inside, outside):
+        path.parent.mkdir()
+        path.write_text((PRESETS_DIR / "cpu.yaml").read_text())
+    assert preset_ref_for("cpu", inside) == "mine/cpu.yaml"  # the name finds the shipped cpu, not this file
+    assert preset_ref_for("lab", outside) == str(outside)  # the name finds ./presets/lab.yaml
+    (project / "here.yml").write_text((PRESETS_DIR / "cpu.yaml").read_text())
+    assert preset_ref_for("here", project / "here.yml") == "here.yml"
+    for path in (inside, outside, project / "here.yml"):
+        assert find_preset(preset_ref_for(path.stem, path)).resolve() == path.resolve()
 
 
 def test_kit_push_recommends_a_render_that_resolves(project, tmp_path, monkeypatch):
