@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import emit_json, standard_options, status
+from kit.cli.common import emit_json, kit_command, standard_options, status
 from kit.cli.completion import complete_preset_name
 
 
@@ -45,5 +45,6 @@ def init(name: str, source: str, as_json: bool) -> None:
                    f"{made.schema_path}")
     for warning in made.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
-    status(f"next: edit {made.path}, then `kit validate preset={made.name}` and "
-           f"`kit render preset={made.name} --out DIR` (from this folder)")
+    kit = kit_command()
+    status(f"next: edit {made.path}, then `{kit} validate preset={made.name}` and "
+           f"`{kit} render preset={made.name} --out DIR` (from this folder)")
