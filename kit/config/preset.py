@@ -11,7 +11,6 @@ import difflib
 import ipaddress
 import os
 import re
-import stat
 import types
 from dataclasses import replace
 from pathlib import Path

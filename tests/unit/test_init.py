@@ -108,9 +108,9 @@ def test_init_refuses_a_name_that_is_not_a_preset_name(project, name):
 
 def test_init_refuses_a_source_that_does_not_load(project, tmp_path):
     broken = tmp_path / "broken.yaml"
-    broken.write_text("engine:\n  max_model_len: -1\n")
+    broken.write_text((PRESETS_DIR / "cpu.yaml").read_text() + "\nnot_a_section: 1\n")
     result = kit("init", "mine", "--from", str(broken))
-    assert result.exit_code == 1 and "max_model_len" in result.stderr
+    assert result.exit_code == 1 and "not_a_section: unknown field" in result.stderr, result.output
     assert not (project / "presets" / "mine.yaml").exists()
     assert kit("init", "mine", "--from", "no-such-preset").exit_code == 1
 
