@@ -20,8 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
-from kit.config.vllmint import AUTO
 from kit.config.preset_files import all_presets, find_named, looks_like_path, preset_folders, shipped_names
+from kit.config.vllmint import AUTO
 from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
@@ -536,6 +536,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+# Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.
 PRESET_MAX_DEPTH = 32
 
 

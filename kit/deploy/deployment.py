@@ -1,7 +1,7 @@
 """Preset -> deployment plan: every value the templates lay out, decided here in Python.
 
-Public entry point: ``plan_deployment(name, preset, base_image=None, preset_shipped=True)``. Rules that pick a base image,
-size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
+Public entry point: ``plan_deployment(name, preset, base_image=None, preset_shipped=True)``. Rules that pick a
+base image, size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
 """
 
 from __future__ import annotations
