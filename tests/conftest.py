@@ -1,10 +1,22 @@
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    # `preset=NAME` also finds presets in the user's config folder ($XDG_CONFIG_HOME/vllm-kit/presets): the suite,
+    # and every kit it starts, must not see a developer's own. An empty folder of the suite's instead.
+    config._kit_config_home = tempfile.mkdtemp(prefix="kit-test-config-")
+    os.environ["XDG_CONFIG_HOME"] = config._kit_config_home
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_kit_config_home", ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

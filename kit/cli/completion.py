@@ -1,6 +1,7 @@
 """`kit completion bash|zsh|fish` prints click's completion script; the callbacks that complete a preset's arguments.
 
-Completion runs the kit on every TAB, so it reads only light files: preset names from the presets folder, and
+Completion runs the kit on every TAB, so it reads only light files: preset names from the preset folders
+(kit/config/preset_files.py: ./presets, the user's, the shipped ones), and
 ``KEY=`` paths and enum values from presets/schema.json, which kit.config.schema generates from the pydantic preset model
 (and a unit test keeps current), rather than importing pydantic itself.
 """
@@ -21,9 +22,10 @@ COMPLETE_VAR = "_KIT_COMPLETE"  # click's default for prog_name "kit"
 
 
 def preset_names() -> list[str]:
-    from kit.core.datafiles import PRESETS_DIR
+    """Every name `preset=` finds from here: ./presets, the user's config folder, the shipped ones."""
+    from kit.config.preset_files import all_presets
 
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    return [entry.name for entry in all_presets()]
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from kit.core.errors import KitError, one_line
 COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("kit.cli.render:render", "Write a deployment for a preset."),
     "validate": ("kit.cli.validate:validate", "Check a preset."),
+    "init": ("kit.cli.init:init", "Write a preset of your own into ./presets/NAME.yaml."),
     "doctor": ("kit.cli.doctor:doctor", "Check this host."),
     "presets": ("kit.cli.presets:presets", "List the presets, one line each."),
     "gpus": ("kit.cli.presets:gpus", "List the GPU catalog."),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from kit.cli.common import PRESET_ARGS_METAVAR, SubGroup, emit_json, split_args, standard_options
+from kit.cli.common import PRESET_ARGS_METAVAR, SubGroup, emit_json, split_args, standard_options, status
 from kit.cli.completion import complete_preset_args
 
 
@@ -12,25 +14,48 @@ from kit.cli.completion import complete_preset_args
 @standard_options
 @click.pass_context
 def presets(ctx: click.Context, as_json: bool) -> None:
-    """List the presets, one line each."""
+    """List the presets, one line each.
+
+    Every preset `preset=NAME` finds, with where it is (``origin``): ``project`` (./presets), ``user``
+    ($XDG_CONFIG_HOME/vllm-kit/presets, else ~/.config/vllm-kit/presets) or ``shipped``, looked up in that order.
+    A user's preset that shadows another of the same name says so; one that does not load says why.
+    """
     if ctx.invoked_subcommand is not None:
         return
-    from kit.config.preset import load_preset, preset_names
+    from kit.config.preset import display_path, load_preset
+    from kit.config.preset_files import all_presets
+    from kit.core.errors import KitError
 
     rows = []
-    for name in preset_names():
-        _, _, preset = load_preset(name)
-        hw = preset.hardware
-        hardware = f"{hw.count}x {hw.gpu}" if hw.gpu else "cpu"
-        rows.append({"name": name, "hardware": hardware, "model": preset.model.id,
-                     "vllm": preset.image.vllm_version, "description": preset.description})
+    for entry in all_presets():
+        row = {"name": entry.name, "origin": entry.origin, "file": str(entry.path),
+               "shadows": list(entry.shadows), "hardware": None, "model": None, "vllm": None, "description": None,
+               "error": None}
+        try:
+            _, _, preset = load_preset(str(entry.path))
+        except KitError as error:  # a user's preset being written: listed, with its first problem
+            row["error"] = error.lines()[0]
+        else:
+            hw = preset.hardware
+            row.update(hardware=f"{hw.count}x {hw.gpu}" if hw.gpu else "cpu", model=preset.model.id,
+                       vllm=preset.image.vllm_version, description=preset.description)
+        rows.append(row)
     if as_json:
         emit_json(rows)
         return
     from kit.cli.output import table
 
-    table(("preset", "hardware", "vLLM", "model"), [(r["name"], r["hardware"], r["vllm"], r["model"]) for r in rows],
+    def origin(row: dict) -> str:
+        return row["origin"] + (f" (shadows {', '.join(row['shadows'])})" if row["shadows"] else "")
+
+    table(("preset", "origin", "hardware", "vLLM", "model"),
+          [(r["name"], origin(r), r["hardware"] or "-", r["vllm"] or "-", r["model"] or f"invalid: {r['error']}")
+           for r in rows],
           styles={"preset": "bold"})
+    for r in rows:
+        if r["shadows"]:
+            status(f"note: preset={r['name']} is {display_path(Path(r['file']))} ({r['origin']}), not the "
+                   f"{' or '.join(r['shadows'])} preset of that name")
 
 
 @presets.command()

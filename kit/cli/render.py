@@ -10,7 +10,11 @@ from kit.cli.common import PathOption, deployment_options, emit_json, preset_arg
     standard_options, status
 from kit.cli.completion import complete_preset_name
 
-STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None}
+STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None, "removed": "cyan",
+                  "kept": "magenta"}
+# How a status reads on the terminal, done and in a dry run; the JSON keeps the bare status word.
+STATUS_LABELS = {"kept": "kept (edited)"}
+DRY_RUN_LABELS = {"removed": "would remove", "kept": "would keep (edited)"}
 
 
 def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -94,7 +98,10 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
         if not text:
             status(f"{out_dir}: a render would change nothing")
         return
-    results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status)
+    # What an earlier render wrote and this one does not goes (kit/core/write.py: stale files). Only render removes:
+    # it alone changes what the deployment holds (--with, --without, --with-preset, --target, --replace); the other
+    # commands render the folder's record as it stands.
+    results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status, remove_stale=True)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:
@@ -109,9 +116,16 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
             "files": {r.path: r.status for r in results},
         }, warnings=[str(w) for w in prepared.report.warnings])
         return
-    for r in results:
-        label = click.style(f"{r.status:>9}", fg=STATUS_COLOURS.get(r.status)) if not dry_run else f"{'would ' + r.status:>15}"
-        click.echo(f"{label}  {out_dir / r.path}")
+    labels = [DRY_RUN_LABELS.get(r.status, f"would {r.status}") if dry_run else STATUS_LABELS.get(r.status, r.status)
+              for r in results]
+    width = max([15 if dry_run else 9, *map(len, labels)])
+    for r, label in zip(results, labels):
+        click.echo(f"{click.style(label.rjust(width), fg=None if dry_run else STATUS_COLOURS.get(r.status))}  "
+                   f"{out_dir / r.path}")
+    kept = [r.path for r in results if r.status == "kept"]
+    if kept:
+        status(f"note: {'this render' if not dry_run else 'the render'} no longer writes {len(kept)} file(s) you "
+               "edited; they stay, and the kit no longer tracks them (delete them when you are done with them)")
     if dry_run:
         return
     status(next_step(prepared, out_dir))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import copy
 import difflib
 import ipaddress
+import os
 import re
-import stat
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
+from kit.config.preset_files import all_presets, find_named, looks_like_path, preset_folders, shipped_names
 from kit.config.vllmint import AUTO
 from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
 from kit.core.errors import PresetError, Problem, shown
@@ -477,33 +478,62 @@ def check_pinned_ref(ref: str) -> None:
 
 
 def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    """The presets shipped with the kit (the suite's every-preset tests use these); ``all_presets`` adds the user's."""
+    return shipped_names()
 
 
 def find_preset(ref: str) -> Path:
-    """A preset name from presets/, or a path to a preset file of the user's own."""
-    looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
-    if looks_like_path:
+    """A preset name (./presets, then the user's config folder, then the shipped ones: kit/config/preset_files.py),
+    or a path to a preset file of the user's own."""
+    if looks_like_path(ref):
         path, found = user_path(ref, error=PresetError)
         if found is None:
             raise PresetError(f"{ref}: no such preset file")
         return path  # a directory, FIFO or device is refused when read, with what it is
-    path, found = user_path(str(PRESETS_DIR / f"{ref}.yaml"), error=PresetError)
-    if found is not None and stat.S_ISREG(found.st_mode):
-        return path
-    names = preset_names()
+    entry = find_named(ref)
+    if entry is not None:
+        return entry.path
+    names = [p.name for p in all_presets()]
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(names)}"
-    raise PresetError(f"unknown preset {ref!r}", hint=hint)
+    folders = ", ".join(_shown_folder(folder) for _, folder in preset_folders())
+    raise PresetError(f"unknown preset {ref!r} (looked in {folders})", hint=hint)
+
+
+def _shown_folder(folder: Path) -> str:
+    return "the shipped presets" if folder == PRESETS_DIR else f"{_relative_to_cwd(folder)}/"
+
+
+def _relative_to_cwd(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
 
 
 def display_path(path: Path) -> str:
     if path.resolve().parent == PRESETS_DIR.resolve():  # a shipped preset, wherever the kit is installed
         return f"presets/{path.name}"
+    return _relative_to_cwd(path)
+
+
+def preset_ref_for(name: str, path: Path) -> str:
+    """What ``preset=`` takes to find this same preset again from here: its name when the name finds this file
+    (a shipped, user or project preset, not shadowed), else the file's path (cwd-relative inside the working folder,
+    absolute outside it). Hints the kit prints on the terminal (`kit push`) name the preset this way; rendered files
+    do not (a path there would depend on where the render ran: kit/deploy/deployment.py preset_shipped)."""
+    entry = find_named(name)
+    if entry is not None and _same_file(entry.path, path):
+        return name
+    shown = _relative_to_cwd(path)
+    return shown if looks_like_path(shown) else f"./{shown}"
+
+
+def _same_file(a: Path, b: Path) -> bool:
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 # Python's parser recurses per nesting level; presets nest four deep. Deeper input is refused, not crashed on.

@@ -1,9 +1,11 @@
 """Write a rendered set of files into a directory: all of them or none, never a mix.
 
 What is on disk
-    ``DIR/.vllm-kit.json``        the manifest: sha256 of every file as the kit last wrote it. A file whose
-                                  content differs from its hash was edited by the user and is refused
-                                  unless ``force``.
+    ``DIR/.vllm-kit.json``        the manifest: sha256 of every file as the kit last wrote it (``files``).
+                                  A file whose content differs from its hash was edited by the user and is
+                                  refused unless ``force``. ``kept`` (only when there are any) lists files
+                                  the kit once wrote, no longer renders, and left in place because the
+                                  user had edited them: the user's now, no longer the kit's.
     ``DIR/.vllm-kit.write-lock``  an empty lock file; ``fcntl.flock`` on it serialises writers.
     ``DIR/.vllm-kit.staging/``    new contents while a write is staged (absent at rest).
     ``DIR/.vllm-kit.journal``     the commit record of a write in progress (absent at rest).
@@ -12,29 +14,53 @@ How one write goes (every step under the lock)
     1. Recover: finish or undo whatever an interrupted earlier write left (below).
     2. Plan: compare each file with the disk and the manifest (create / identical / changed / forced);
        refuse user edits, and anything at a target path that is not a regular file (a symlink, a FIFO,
-       a device, a directory) or lies under a symlinked folder. Nothing has been written yet.
+       a device, a directory) or lies under a symlinked folder. With ``remove_stale`` (``kit render``),
+       every file the manifest lists that the new set no longer has is stale (below). Nothing has been
+       written yet.
     3. Stage: write every new file and the new manifest into the staging folder, fsync each file and the
        folder. The user's files are untouched: a crash here leaves the old set plus a staging folder
        that the next run deletes.
-    4. Commit point: write the journal (the staged name, target path and sha256 of each move, manifest
-       last) into the staging folder, fsync, and rename it to ``.vllm-kit.journal``; fsync the
+    4. Commit point: write the journal (version 2: the staged name, target path and sha256 of each move,
+       manifest last; the path and sha256 of each stale file to remove; the folders to remove when they
+       are empty) into the staging folder, fsync, and rename it to ``.vllm-kit.journal``; fsync the
        directory. From here on the write always completes.
-    5. Apply: rename each staged file over its target (rename is atomic per file, on one filesystem),
-       manifest last; fsync the folders; delete the (now empty) staging folder, then the journal.
+    5. Apply: unlink each stale file (only while its content still has the journalled sha256), then
+       rmdir each journalled folder that is empty, deepest first; rename each staged file over its
+       target (rename is atomic per file, on one filesystem), manifest last; fsync the folders; delete
+       the (now empty) staging folder, then the journal.
+
+Stale files (``remove_stale``; only ``kit render`` asks for it)
+    A file the manifest lists that the new set does not contain: ``removed`` when it still has the
+    manifest's sha256 (unedited: the kit's to delete), ``kept`` otherwise (edited, replaced by a link or
+    anything but a regular file, or under a symlinked folder: the user's, never touched, not even with
+    ``force``, which overwrites edits but never deletes them). A kept file leaves ``files`` for ``kept``,
+    so it is reported once, by the render that stopped writing it, and later renders leave it alone; a
+    render that writes the path again takes it back (identical, or a conflict unless ``force``). A stale
+    file already gone just leaves the manifest. Folders: every folder above a removed file, up to (not
+    including) ``DIR``, that no file of the new set or kept file lives in, is removed when it is empty
+    after the removals; a folder holding anything else (the user's files) stays. The kit does not record
+    which folders it made; an empty folder whose files were all the kit's was made for them. Other
+    commands that render (build, lock, fetch, up, smoke) do not remove stale files: they take no
+    ``--with``, ``--with-preset`` or ``--target``, so their set can be a part of what ``kit render`` wrote.
 
 Recovery, at the start of every write (and of a dry run that finds a journal)
-    A journal means the write was committed: each move whose staged file still exists is renamed into
+    A journal means the write was committed: each removal whose file still has its journalled hash is
+    done (a file gone was removed already; one with other content was written since, and stays), each
+    journalled folder that is empty is removed, each move whose staged file still exists is renamed into
     place (its hash checked first), the others were done already; then the staging folder goes, then
-    the journal. A staging folder without a journal means it was not committed: the folder is deleted
-    and the old set, never touched, stands. Recovery is idempotent, so a crash during recovery is
+    the journal. A version-1 journal (moves only, from a kit before stale-file removal) is recovered the
+    same way; a journal of any other version is refused with a hint, untouched. A staging folder
+    without a journal means it was not committed: the folder is deleted and the old set, never
+    touched, stands. Recovery is idempotent, so a crash during recovery is
     recovered the same way. A dry run takes the lock too (where a lock file exists), so it never plans
     against a directory half-way through another write.
 
 So after a ``kill -9`` at any instant the directory holds the old set, or the new set, or (only while
 a journal exists) a mix that the journal names exactly and that every kit command rendering there
 (render, build, lock, fetch, up, smoke all write through here) completes to the new set before it
-reads anything. Outside that window the manifest matches the files exactly. Files the user keeps in
-the directory are never moved or read beyond a stat. Files are staged inside the directory, not in
+reads anything. Outside that window the manifest matches the files exactly (its ``files``; ``kept``
+ones are the user's). Files the user keeps in the directory are never moved or read beyond a stat
+(only files the manifest lists are read, to compare with their hash). Files are staged inside the directory, not in
 /tmp, so every rename stays on one filesystem. The one window no rename order can close: a program
 other than the kit that reads the directory between a crash after the commit point and the next kit
 run sees the mix (the journal beside it says so).
@@ -79,7 +105,8 @@ CRASH_ENV = "VLLM_KIT_DEBUG_WRITE_CRASH_AT"
 DELAY_ENV = "VLLM_KIT_DEBUG_WRITE_STEP_DELAY"
 LOCK_WAIT_ENV = "VLLM_KIT_LOCK_WAIT"
 DEFAULT_LOCK_WAIT_S = 30.0
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2  # 2: removals and folders beside moves (stale files); 1: moves only, still recovered
+JOURNAL_VERSIONS_READ = (1, 2)
 FILE_MODE = 0o644
 
 Notify = Callable[[str], None]
@@ -88,7 +115,24 @@ Notify = Callable[[str], None]
 @dataclass(frozen=True)
 class FileResult:
     path: str
-    status: str  # create | identical | changed | conflict | forced
+    # create | identical | changed | conflict | forced; stale files (remove_stale): removed | kept
+    status: str
+
+
+@dataclass(frozen=True)
+class _Journal:
+    moves: list[dict[str, str]]  # {"staged", "target", "sha256"}, the manifest last
+    removals: list[dict[str, str]]  # {"target", "sha256"}: unlinked only while the file still has that hash
+    folders: list[str]  # removed when empty, in this order (deepest first)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    results: list[FileResult]  # every rendered file, and with remove_stale every stale one, sorted by path
+    removals: list[tuple[str, str]]  # (path, sha256) of the unedited stale files
+    folders: list[str]  # folders to remove if empty once the removals are done, deepest first
+    files: dict[str, str]  # the new manifest's files
+    kept: list[str]  # the new manifest's kept
 
 
 def sha256_text(text: str) -> str:
@@ -99,19 +143,34 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_manifest(out_dir: Path) -> dict[str, str]:
+def _manifest_data(out_dir: Path) -> dict:
     data = _read_regular(out_dir / MANIFEST)
     if data is None:
         return {}
     try:
-        files = json.loads(data.decode("utf-8")).get("files", {})
-    except (ValueError, AttributeError):
+        manifest = json.loads(data.decode("utf-8"))
+    except ValueError:
         return {}  # an unreadable manifest vouches for nothing: every file counts as the user's
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def read_manifest(out_dir: Path) -> dict[str, str]:
+    """The files the kit wrote and still owns: path -> sha256 as written."""
+    files = _manifest_data(out_dir).get("files", {})
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
 
 
-def manifest_text(hashes: dict[str, str]) -> str:
-    return json.dumps({"files": dict(sorted(hashes.items()))}, indent=2) + "\n"
+def read_kept(out_dir: Path) -> list[str]:
+    """Files the kit wrote, no longer renders, and left because the user had edited them (no longer the kit's)."""
+    kept = _manifest_data(out_dir).get("kept", [])
+    return sorted({str(k) for k in kept}) if isinstance(kept, list) else []
+
+
+def manifest_text(hashes: dict[str, str], kept: list[str] | tuple[str, ...] = ()) -> str:
+    data: dict = {"files": dict(sorted(hashes.items()))}
+    if kept:  # absent when empty, so a manifest from before stale-file removal reads back byte for byte
+        data["kept"] = sorted(set(kept))
+    return json.dumps(data, indent=2) + "\n"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -323,7 +382,7 @@ class _Lock:
 # --- recovery -----------------------------------------------------------------------------------------
 
 
-def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
+def _load_journal(out_dir: Path) -> _Journal | None:
     path = out_dir / JOURNAL
     data = _read_regular(path)
     if data is None:
@@ -331,11 +390,27 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
             raise WriteError(f"{path}: is {file_kind(os.lstat(path).st_mode)}; the kit keeps its journal here",
                              hint="move it away")
         return None
+    hint = f"if no kit command is running, delete {JOURNAL} and {STAGING}/ and render again"
     try:
         journal = json.loads(data.decode("utf-8"))
-        moves = journal["moves"]
-        if journal.get("version") != JOURNAL_VERSION or not isinstance(moves, list) or not moves:
-            raise ValueError("unknown version, or no moves")
+        version = journal.get("version") if isinstance(journal, dict) else None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
+    if isinstance(version, int) and not isinstance(version, bool) and version > JOURNAL_VERSION:
+        raise WriteError(f"{path}: journal version {version}, written by a newer vllm-kit (this one reads "
+                         f"versions {', '.join(map(str, JOURNAL_VERSIONS_READ))})",
+                         hint=f"finish the write with the newer kit (any command that renders into {out_dir}); "
+                              + hint)
+    try:
+        if version not in JOURNAL_VERSIONS_READ:
+            raise ValueError("unknown version")
+        keys = {"version", "moves"} if version == 1 else {"version", "moves", "removals", "folders"}
+        if set(journal) != keys:
+            raise ValueError(f"keys {sorted(journal)}, expected {sorted(keys)}")
+        moves, removals, folders = journal["moves"], journal.get("removals", []), journal.get("folders", [])
+        if not isinstance(moves, list) or not moves or not isinstance(removals, list) \
+                or not isinstance(folders, list):
+            raise ValueError("no moves, or not lists")
         for move in moves:
             if not isinstance(move, dict) or set(move) != {"staged", "target", "sha256"} \
                     or not all(isinstance(v, str) for v in move.values()):
@@ -344,9 +419,17 @@ def _load_journal(out_dir: Path) -> list[dict[str, str]] | None:
                 raise ValueError(f"target {move['target']!r} is outside the directory")
             if not move["staged"].isdecimal():  # staged files are numbered
                 raise ValueError("bad staged name")
-        return moves
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
-        hint = f"if no kit command is running, delete {JOURNAL} and {STAGING}/ and render again"
+        for removal in removals:
+            if not isinstance(removal, dict) or set(removal) != {"target", "sha256"} \
+                    or not all(isinstance(v, str) for v in removal.values()):
+                raise ValueError("bad removal")
+            if not _plain_relative(removal["target"]):
+                raise ValueError(f"removal {removal['target']!r} is outside the directory")
+        for folder in folders:
+            if not isinstance(folder, str) or not _plain_relative(folder):
+                raise ValueError(f"folder {folder!r} is outside the directory")
+        return _Journal(moves, removals, folders)
+    except (ValueError, KeyError, TypeError) as error:
         raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
 
 
@@ -355,22 +438,45 @@ def recover(out_dir: Path, steps: Callable[[], None] = lambda: None) -> str | No
 
     Returns what was done, for the user, or None when there was nothing to do.
     """
-    moves = _load_journal(out_dir)
+    journal = _load_journal(out_dir)
     staging = out_dir / STAGING
-    if moves is None:
+    if journal is None:
         if not os.path.lexists(staging):
             return None
         _remove(staging)
         _fsync_dir(out_dir)
         return "removed the staged files of an interrupted write that was not committed (the old files stand)"
-    _apply(out_dir, moves, steps)
-    return f"completed an interrupted write of {len(moves) - 1} file(s) (its journal was committed)"
+    _apply(out_dir, journal, steps)
+    removed = f" and a removal of {len(journal.removals)} stale file(s)" if journal.removals else ""
+    return f"completed an interrupted write of {len(journal.moves) - 1} file(s){removed} (its journal was committed)"
 
 
-def _apply(out_dir: Path, moves: list[dict[str, str]], steps: Callable[[], None]) -> None:
+def _apply(out_dir: Path, journal: _Journal, steps: Callable[[], None]) -> None:
     staging = out_dir / STAGING
     parents = set()
-    for move in moves:
+    # Removals first, then the folders they empty, then the moves: no move ever lands in a folder removed
+    # here (the plan never lists a folder a rendered file lives in), and the manifest stays the last move.
+    for removal in journal.removals:
+        if _stale_state(out_dir, removal["target"], removal["sha256"]) == "removed":
+            target = out_dir / removal["target"]
+            os.unlink(target)
+            parents.add(target.parent)
+            steps()
+    for folder in journal.folders:
+        path = out_dir / folder
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                os.rmdir(path)
+        except FileNotFoundError:
+            continue  # removed before the interruption
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                continue  # something else lives there (the user's): it stays
+            raise
+        parents.discard(path)
+        parents.add(path.parent)
+        steps()
+    for move in journal.moves:
         source = staging / move["staged"]
         target = out_dir / move["target"]
         data = _read_regular(source)
@@ -385,7 +491,8 @@ def _apply(out_dir: Path, moves: list[dict[str, str]], steps: Callable[[], None]
         parents.add(target.parent)
         steps()
     for parent in sorted(parents):
-        _fsync_dir(parent)
+        if os.path.isdir(parent):  # a parent of a removed file may be a removed folder
+            _fsync_dir(parent)
     steps()
     # The staging folder goes before the journal: a staging folder without a journal always means
     # "not committed", so recovery never mistakes a finished write for an unfinished one.
@@ -414,11 +521,37 @@ def _remove(path: Path) -> None:
         os.unlink(path)
 
 
+def _stale_state(out_dir: Path, rel: str, sha256: str) -> str:
+    """What a stale file's fate is: ``removed`` (a regular file with the kit's hash, under real folders),
+    ``gone`` (nothing there), or ``kept`` (anything else: the user's). Never follows a link."""
+    here = out_dir
+    parts = PurePosixPath(rel).parts
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except FileNotFoundError:
+            return "gone"
+        except NotADirectoryError:
+            return "kept"
+        if i < len(parts) - 1 and not stat.S_ISDIR(mode):
+            return "kept"  # a link or a file where the kit had a folder: not the kit's to go through
+    if not stat.S_ISREG(mode):
+        return "kept"
+    data = _read_regular(here)
+    return "removed" if data is not None and sha256_bytes(data) == sha256 else "kept"
+
+
 # --- planning and writing -----------------------------------------------------------------------------
 
 
-def plan_writes(files: dict[str, str], out_dir: Path, force: bool = False) -> list[FileResult]:
-    """Decide each file's fate without writing anything."""
+def plan_writes(files: dict[str, str], out_dir: Path, force: bool = False,
+                remove_stale: bool = False) -> list[FileResult]:
+    """Decide each file's fate without writing anything (stale files too, with ``remove_stale``)."""
+    return _plan(files, out_dir, force, remove_stale).results
+
+
+def _plan(files: dict[str, str], out_dir: Path, force: bool, remove_stale: bool) -> _Plan:
     manifest = read_manifest(out_dir)
     results = []
     for rel, text in sorted(files.items()):
@@ -432,7 +565,36 @@ def plan_writes(files: dict[str, str], out_dir: Path, force: bool = False) -> li
             results.append(FileResult(rel, "changed"))  # still as the kit wrote it: safe to update
         else:
             results.append(FileResult(rel, "forced" if force else "conflict"))
-    return results
+    new_files = {rel: sha256_text(text) for rel, text in files.items()}
+    kept = [rel for rel in read_kept(out_dir) if rel not in files and _plain_relative(rel)]
+    removals: list[tuple[str, str]] = []
+    if remove_stale:
+        for rel, digest in sorted(manifest.items()):
+            if rel in files or not _plain_relative(rel):
+                continue  # a path no render could have written (a hand-edited manifest): never touched
+            state = _stale_state(out_dir, rel, digest)
+            if state == "removed":
+                removals.append((rel, digest))
+            elif state == "kept":
+                kept.append(rel)
+            if state != "gone":
+                results.append(FileResult(rel, state))
+        results.sort(key=lambda r: r.path)
+    else:
+        new_files = {**manifest, **new_files}
+    # A kept file the user has deleted since is forgotten: the record is of files that are there.
+    kept = sorted({rel for rel in kept if os.path.lexists(out_dir / rel)})
+    return _Plan(results, removals, _folders_to_remove(removals, files, kept), new_files, kept)
+
+
+def _folders_to_remove(removals: list[tuple[str, str]], files: dict[str, str], kept: list[str]) -> list[str]:
+    """The folders above removed files that no rendered or kept file needs, deepest first."""
+    def above(rel: str) -> set[str]:
+        return {p.as_posix() for p in PurePosixPath(rel).parents if p.parts}
+
+    needed = set().union(*map(above, files), *map(above, kept))
+    candidates = set().union(*(above(rel) for rel, _ in removals)) - needed
+    return sorted(candidates, key=lambda folder: (-folder.count("/"), folder))
 
 
 def _refuse_conflicts(results: list[FileResult], out_dir: Path) -> None:
@@ -461,10 +623,13 @@ def _check_out_dir(out_dir: Path) -> bool:
 
 
 def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dry_run: bool = False,
-                notify: Notify | None = None) -> list[FileResult]:
+                notify: Notify | None = None, remove_stale: bool = False) -> list[FileResult]:
     """Write the set all or nothing (see the module docstring); refuse user edits unless ``force``.
 
-    ``notify`` hears about a recovered earlier write. OS errors become one ``WriteError`` naming the path.
+    ``remove_stale``: files an earlier write made that this set no longer has are removed when unedited
+    (``removed``) and left when edited (``kept``), in the same all-or-nothing write; without it they stay
+    the kit's, untouched. ``notify`` hears about a recovered earlier write. OS errors become one
+    ``WriteError`` naming the path.
     """
     try:
         exists = _check_out_dir(out_dir)
@@ -478,7 +643,7 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
             with _Lock(out_dir) if locked else contextlib.nullcontext():
                 if journal:  # a committed write is completed first, or the plan would be against a mix
                     _say(notify, recover(out_dir))
-                results = plan_writes(files, out_dir, force)
+                results = plan_writes(files, out_dir, force, remove_stale)
             _refuse_conflicts(results, out_dir)
             return results
         if not exists:
@@ -487,21 +652,21 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
         with _Lock(out_dir):
             steps()
             _say(notify, recover(out_dir, steps))
-            results = plan_writes(files, out_dir, force)
-            _refuse_conflicts(results, out_dir)
+            plan = _plan(files, out_dir, force, remove_stale)
+            _refuse_conflicts(plan.results, out_dir)
             _check_target(out_dir, PurePosixPath(MANIFEST))  # a folder there would block the commit for good
-            old = read_manifest(out_dir)
-            new = {**old, **{rel: sha256_text(text) for rel, text in files.items()}}
-            changes = [(r.path, files[r.path]) for r in results if r.status != "identical"]
-            if changes or new != old or _read_regular(out_dir / MANIFEST) != manifest_text(new).encode():
-                changes.append((MANIFEST, manifest_text(new)))
-                _commit(out_dir, changes, steps)
-        return results
+            text = manifest_text(plan.files, plan.kept)
+            changes = [(r.path, files[r.path]) for r in plan.results
+                       if r.status not in ("identical", "removed", "kept")]
+            if changes or plan.removals or _read_regular(out_dir / MANIFEST) != text.encode():
+                changes.append((MANIFEST, text))
+                _commit(out_dir, changes, plan, steps)
+        return plan.results
     except OSError as error:
         raise _os_error(error, out_dir, committed=os.path.lexists(out_dir / JOURNAL)) from None
 
 
-def _commit(out_dir: Path, changes: list[tuple[str, str]], steps: Callable[[], None]) -> None:
+def _commit(out_dir: Path, changes: list[tuple[str, str]], plan: _Plan, steps: Callable[[], None]) -> None:
     staging = out_dir / STAGING
     try:
         os.mkdir(staging)
@@ -512,8 +677,11 @@ def _commit(out_dir: Path, changes: list[tuple[str, str]], steps: Callable[[], N
             _write_synced(staging / str(i), data)
             moves.append({"staged": str(i), "target": rel, "sha256": sha256_bytes(data)})
             steps()
-        journal = json.dumps({"version": JOURNAL_VERSION, "moves": moves}, indent=2) + "\n"
-        _write_synced(staging / "journal", journal.encode("utf-8"))
+        journal = _Journal(moves, [{"target": rel, "sha256": digest} for rel, digest in plan.removals],
+                           plan.folders if plan.removals else [])
+        record = {"version": JOURNAL_VERSION, "moves": journal.moves, "removals": journal.removals,
+                  "folders": journal.folders}
+        _write_synced(staging / "journal", (json.dumps(record, indent=2) + "\n").encode("utf-8"))
         _fsync_dir(staging)
         steps()
         os.rename(staging / "journal", out_dir / JOURNAL)  # the commit point
@@ -525,7 +693,7 @@ def _commit(out_dir: Path, changes: list[tuple[str, str]], steps: Callable[[], N
         raise
     _fsync_dir(out_dir)
     steps()
-    _apply(out_dir, moves, steps)
+    _apply(out_dir, journal, steps)
 
 
 def _say(notify: Notify | None, message: str | None) -> None:

@@ -1,7 +1,7 @@
 """Preset -> deployment plan: every value the templates lay out, decided here in Python.
 
-Public entry point: ``plan_deployment(name, preset, base_image=None)``. Rules that pick a base image,
-size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
+Public entry point: ``plan_deployment(name, preset, base_image=None, preset_shipped=True)``. Rules that pick a
+base image, size /dev/shm or time a healthcheck live here, with their reasons, so templates only lay out text.
 """
 
 from __future__ import annotations
@@ -190,6 +190,10 @@ class Deployment:
     notes: list[str] = field(default_factory=list)
     cluster: ClusterPlan | None = None  # several nodes: head and worker roles
     hardening: Hardening | None = None
+    # A preset shipped with the kit: `preset=NAME` finds it from any folder, so the Dockerfile's build hint names it.
+    # A preset file of the user's is named by the folder's record instead (vllm-kit.yaml, a path from the folder):
+    # a path in the Dockerfile would depend on the directory the render ran in, and change the image's tag with it.
+    preset_shipped: bool = True
 
     @property
     def gpus_total(self) -> int:
@@ -594,7 +598,8 @@ def _gpu_ids(d: Deployment) -> list[str]:
     return [str(i) for i in (hw.device_ids or range(hw.count))]
 
 
-def plan_deployment(name: str, preset: Preset, base_image: str | None = None) -> Deployment:
+def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
+                    preset_shipped: bool = True) -> Deployment:
     img, hw = preset.image, preset.hardware
     table_base, python_version, cuda, min_driver = base_image_for(preset)
     chosen = base_image or img.base
@@ -693,4 +698,5 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None) ->
         notes=notes,
         cluster=cluster,
         hardening=hardening_for(preset, python, run_user.home, start_period),
+        preset_shipped=preset_shipped,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kit.config.preset import Preset, blame_overrides, display_path, load_preset
+from kit.config.preset_files import is_shipped
 from kit.core.errors import PresetError, Problem
 from kit.core.safevalue import UnsafeValue
 from kit.deploy.checks import CheckReport, check_preset
@@ -63,7 +64,7 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
         if name == primary.preset_name or any(c.name == name for c in companions):
             raise PresetError(f"--with-preset {ref}: {name} is already in this stack")
         preset = side_by_side_preset(primary.preset, preset, name)
-        d = plan_deployment(name, preset, base_image=base_image)
+        d = plan_deployment(name, preset, base_image=base_image, preset_shipped=is_shipped(path))
         problems = side_by_side_problems(primary, d, where)
         if problems:
             raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
@@ -81,7 +82,7 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
     name, path, preset, report = load_and_check(ref, overrides, allow_no_fit=allow_no_fit, target=target)
     profiles = check_profiles(list(with_profiles or []))
     try:
-        deployment = plan_deployment(name, preset, base_image=base_image)
+        deployment = plan_deployment(name, preset, base_image=base_image, preset_shipped=is_shipped(path))
         companions = companions_for(deployment, list(with_presets or []), base_image=base_image,
                                     allow_no_fit=allow_no_fit)
         if companions and preset.runtime.replicas > 1:

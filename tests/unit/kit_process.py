@@ -103,22 +103,29 @@ def run_kit(args: list[str], env: dict[str, str] | None = None, timeout: float =
     return wait_kit(*start_kit(args, env, uid), timeout=timeout)
 
 
+DIRECTORY = b"<directory>"
+
+
 def snapshot(directory: Path) -> dict[str, bytes]:
-    """Every file under the directory (relative path -> bytes), the writer's empty lock file left out."""
+    """Every file under the directory (relative path -> bytes), the writer's empty lock file left out, and every
+    folder (``path/`` -> DIRECTORY), so a folder left behind or removed shows too."""
     files = {}
     for path in sorted(directory.rglob("*")):
         rel = path.relative_to(directory).as_posix()
         if path.is_file() and not path.is_symlink() and rel != LOCK_FILE:
             files[rel] = path.read_bytes()
-        elif not path.is_dir() or path.is_symlink():
+        elif path.is_dir() and not path.is_symlink():
+            files[rel + "/"] = DIRECTORY
+        elif rel != LOCK_FILE:
             files[rel] = b"<not a regular file>"
     return files
 
 
-def manifest_matches_disk(directory: Path) -> bool:
-    """Every file the manifest names is on disk with exactly the recorded sha256."""
+def manifest_matches_disk(directory: Path, edited: tuple[str, ...] = ()) -> bool:
+    """Every file the manifest names is on disk with exactly the recorded sha256 (but the ``edited`` ones,
+    which the user changed on purpose)."""
     files = json.loads((directory / MANIFEST).read_text())["files"]
     return all(
         (directory / rel).is_file() and hashlib.sha256((directory / rel).read_bytes()).hexdigest() == digest
-        for rel, digest in files.items()
+        for rel, digest in files.items() if rel not in edited
     )

@@ -55,9 +55,9 @@ def test_tables_are_coloured_on_a_terminal_only():
 def test_tables_off_a_terminal_keep_whole_rows():
     result = CliRunner().invoke(cli, ["presets"])
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["preset", "hardware", "vLLM", "model"]
+    assert lines[0].split() == ["preset", "origin", "hardware", "vLLM", "model"]
     row = next(line for line in lines if line.startswith("rtx4090-awq"))
-    assert row.split() == ["rtx4090-awq", "1x", "rtx4090", "0.33.0", "Qwen/Qwen3-8B-AWQ"]
+    assert row.split() == ["rtx4090-awq", "shipped", "1x", "rtx4090", "0.33.0", "Qwen/Qwen3-8B-AWQ"]
 
 
 def test_plan_table_keeps_its_rows():

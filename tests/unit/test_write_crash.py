@@ -1,27 +1,54 @@
 """All or nothing across files: `kit render` killed with SIGKILL at every step of its write, and two
 renders racing into one directory.
 
-The old set is the `cpu` preset's compose files; the new set is the `rtx4090-awq` preset as Kubernetes
-manifests: it changes files, creates a new folder (k8s/) with files in it, and leaves others alone.
+Two writes over an earlier render, each killed at every step. Kubernetes over compose: the `rtx4090-awq` preset
+as Kubernetes manifests over the `cpu` preset's compose files changes files, creates a new folder (k8s/) with
+files in it, leaves others alone, and removes the compose files it no longer writes, except one the user edited
+(kept). Compose over Kubernetes: the other way round, it removes the k8s/ files and the folder they leave empty.
 The user's own files in the directory must come through every crash untouched.
 """
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import pytest
 
 from kit.core.write import CRASH_ENV, DELAY_ENV, JOURNAL, LOCK_FILE, LOCK_WAIT_ENV, MANIFEST, STAGING
-from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, start_kit, wait_kit, warm_up
+from tests.unit.kit_process import (
+    DIRECTORY,
+    manifest_matches_disk,
+    run_kit,
+    snapshot,
+    start_kit,
+    wait_kit,
+    warm_up,
+)
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
-OLD = ["render", "preset=cpu", "--replace"]
-NEW = ["render", "preset=rtx4090-awq", "--target", "k8s", "--replace"]
+COMPOSE = ["render", "preset=cpu", "--replace"]
+K8S = ["render", "preset=rtx4090-awq", "--target", "k8s", "--replace"]
+OLD, NEW = COMPOSE, K8S  # the tests below that need one write, not the two scenarios
 USER_FILES = {".env": "HF_TOKEN=secret\n", "notes/mine.txt": "keep me\n"}
+EDITED = "serve_watchdog.py"  # compose only: the user's edit makes it a kept file when k8s replaces compose
 MAX_STEPS = 200  # a bound on the loop below, far above the write's real step count
+
+
+@dataclass(frozen=True)
+class Scenario:
+    old_args: list[str]
+    new_args: list[str]
+    old: dict[str, bytes]  # snapshot after the old render
+    new: dict[str, bytes]  # snapshot after the new render over it
+    edited: bool  # the old set holds a file the user edited, so re-rendering the old set is refused
+
+    @property
+    def edited_files(self) -> tuple[str, ...]:
+        return (EDITED,) if self.edited else ()
 
 
 def render(args, out, env=None):
@@ -36,33 +63,50 @@ def with_user_files(directory):
         (directory / rel).write_text(text)
 
 
-@pytest.fixture(scope="module")
-def sets(tmp_path_factory):
+@pytest.fixture(scope="module", params=["k8s-over-compose", "compose-over-k8s"])
+def sets(request, tmp_path_factory):
     """The directory as the old render leaves it, and as the new render over it leaves it."""
-    warm_up([OLD, NEW], tmp_path_factory.mktemp("warm"))
+    warm_up([COMPOSE, K8S], tmp_path_factory.mktemp("warm"))
+    edited = request.param == "k8s-over-compose"
+    old_args, new_args = (COMPOSE, K8S) if edited else (K8S, COMPOSE)
     ref = tmp_path_factory.mktemp("ref")
     with_user_files(ref)
-    render(OLD, ref)
+    render(old_args, ref)
+    if edited:
+        with open(ref / EDITED, "a") as fh:
+            fh.write("# my change\n")
     old = snapshot(ref)
-    render(NEW, ref)
+    render(new_args, ref)
     new = snapshot(ref)
-    assert old != new and "k8s/deployment.yaml" in new and "k8s/deployment.yaml" not in old
     changed = {rel for rel in new if old.get(rel) != new[rel]}
-    assert {"Dockerfile", "k8s/service.yaml", MANIFEST} <= changed  # changes, creations, the manifest
-    assert any(old.get(rel) == new[rel] for rel in new if rel.endswith(".yaml"))  # and files it keeps
-    return old, new
+    assert {"Dockerfile", MANIFEST} <= changed  # changes, the manifest
+    rendered_both = [rel for rel in new if rel in old and rel not in USER_FILES and not rel.endswith("/")]
+    assert any(old[rel] == new[rel] for rel in rendered_both)  # and files it leaves as they are
+    assert all(new[rel] == old[rel] for rel in USER_FILES)
+    gone = set(old) - set(new)
+    if edited:  # creations, removals, a kept edit
+        assert "k8s/deployment.yaml" in new and "k8s/deployment.yaml" not in old
+        assert "compose.yaml" in gone and new[EDITED] == old[EDITED]
+    else:  # removals, the folder they empty
+        assert {"k8s/deployment.yaml", "k8s/", "prune_site.py"} <= gone and old["k8s/"] == DIRECTORY
+        assert "notes/" in new
+    return Scenario(old_args, new_args, old, new, edited)
 
 
 def fresh_old(tmp_path, name, old):
     """A directory holding exactly what the old render left (copied from its snapshot)."""
     out = tmp_path / name
+    out.mkdir()
     for rel, data in old.items():
+        if data == DIRECTORY:
+            (out / rel).mkdir(parents=True, exist_ok=True)
+            continue
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(data)
     return out
 
 
-def check_after_crash(out, old, new, step):
+def check_after_crash(out, old, new, step, edited=()):
     """Right after the kill: the old set (plus, at most, a staging folder), or a committed journal."""
     now = snapshot(out)
     if (out / JOURNAL).exists():
@@ -74,7 +118,7 @@ def check_after_crash(out, old, new, step):
     # Not committed (the old set, perhaps beside staged files) or finished (the new set).
     rest = {rel: data for rel, data in now.items() if not rel.startswith(STAGING + "/")}
     assert rest in (old, new), f"step {step}: neither the old nor the new set"
-    assert manifest_matches_disk(out), f"step {step}"
+    assert manifest_matches_disk(out, edited if rest == old else ()), f"step {step}"
     assert rest == old or now == new, f"step {step}: staged files left beside a finished write"
     return "old" if rest == old else "new"
 
@@ -82,7 +126,7 @@ def check_after_crash(out, old, new, step):
 def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     """Kill the write at step 1, 2, 3, ... until it runs to the end; after each kill, the next kit run
     (a render of the new set, a render of the old set, or a dry run) starts by recovering."""
-    old, new = sets
+    old, new, OLD, NEW = sets.old, sets.new, sets.old_args, sets.new_args  # noqa: N806 - the module's names
     seen = {}
     for step in range(1, MAX_STEPS + 1):
         out = fresh_old(tmp_path, f"step{step}", old)
@@ -91,13 +135,15 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
             assert snapshot(out) == new
             break
         assert crashed.code == -9, crashed.stderr
-        state = check_after_crash(out, old, new, step)
+        state = check_after_crash(out, old, new, step, sets.edited_files)
         seen[step] = state
         # The next run rolls back (not committed) or forward (committed), then does its own work.
         # Which run comes next varies with the step, so every recovery path meets every state.
         if step % 2 and state == "committed":
-            after, want = [*OLD, "--dry-run"], new  # a dry run completes the committed write, writes nothing else
-        elif step % 2 and state == "old":
+            # A dry run completes the committed write, writes nothing else (--force: the old set's edited file,
+            # kept by the new write, would be a conflict for the old render).
+            after, want = [*OLD, "--dry-run", *(["--force"] if sets.edited else [])], new
+        elif step % 2 and state == "old" and not sets.edited:
             after, want = OLD, old  # rolled back, the old render has nothing to change
         else:
             after, want = NEW, new
@@ -108,9 +154,13 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     else:
         pytest.fail(f"the write did not finish within {MAX_STEPS} steps")
     states = list(seen.values())
-    moved = sum(old.get(rel) != data for rel, data in new.items())
-    print(f"a write of {moved} files (manifest included) killed at each of its {len(seen)} steps: "  # pytest -s
-          + ", ".join(f"{states.count(k)} {k}" for k in ("old", "committed", "new")))
+    moved = sum(old.get(rel) != data for rel, data in new.items() if data != DIRECTORY)
+    removed = sum(rel not in new for rel, data in old.items() if data != DIRECTORY)
+    print(f"a write of {moved} files (manifest included) and {removed} removals killed at each of its "
+          f"{len(seen)} steps: "
+          + ", ".join(f"{states.count(k)} {k}" for k in ("old", "committed", "new")))  # pytest -s
+    if sets.edited:
+        assert EDITED not in json.loads(new[MANIFEST])["files"] and json.loads(new[MANIFEST])["kept"] == [EDITED]
     # Kills before the commit point, then after it, then after the journal is gone; in that order.
     assert states == sorted(states, key=["old", "committed", "new"].index), seen
     assert states.count("old") >= 3 and states.count("committed") >= 3, seen
@@ -118,7 +168,7 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
 
 def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
     """A committed write interrupted, then its recovery interrupted at every step: still old-or-new, then new."""
-    old, new = sets
+    old, new, NEW = sets.old, sets.new, sets.new_args  # noqa: N806
     out = fresh_old(tmp_path, "first", old)
     for step in range(1, MAX_STEPS):  # the first kill that leaves a committed journal
         assert run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)}).code == -9
@@ -133,7 +183,7 @@ def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
             assert snapshot(again) == new
             break
         assert run.code == -9, run.stderr
-        assert check_after_crash(again, old, new, step) in ("committed", "new")
+        assert check_after_crash(again, old, new, step, sets.edited_files) in ("committed", "new")
         assert run_kit([*NEW, "--out", str(again)]).code == 0
         assert snapshot(again) == new
     else:
@@ -142,13 +192,15 @@ def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
 
 def test_the_console_entry_point_honours_the_crash_hook(tmp_path, sets):
     """The same kill through a fresh interpreter (`python -m kit.cli.main`), not a fork of the tests."""
-    old, new = sets
-    step = 15  # after the commit point (of 23 steps): the hardest state to leave behind
+    old, new, NEW = sets.old, sets.new, sets.new_args  # noqa: N806
+    # After the commit point, the hardest state to leave behind (k8s over compose: steps 16 to 31 of 32;
+    # compose over k8s: 10 to 27 of 28).
+    step = 20
     out = fresh_old(tmp_path, f"proc{step}", old)
     proc = subprocess.run([sys.executable, "-m", "kit.cli.main", *NEW, "--out", str(out)], cwd=REPO,
                           env={**os.environ, CRASH_ENV: str(step)}, capture_output=True, timeout=120)
     assert proc.returncode == -9
-    check_after_crash(out, old, new, step)
+    assert check_after_crash(out, old, new, step, sets.edited_files) == "committed"
     render(NEW, out)
     assert snapshot(out) == new
 
