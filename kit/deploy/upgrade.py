@@ -301,7 +301,7 @@ def _side(resolved: Resolved, version: str) -> Side:
         _, path, preset = load_preset(resolved.ref, resolved.overrides)
         plan, notes = plan_preset(display_path(path), preset)
     except KitError as error:
-        return Side(version, problems=problems, plan_note=f"no memory plan: {error.message}")
+        return Side(version, problems=problems, plan_note=f"no memory plan: {_problems_of(error)[0]}")
     note = None if plan is not None else "; ".join(str(n) for n in notes) or "no memory plan"
     return Side(version, problems=problems, plan=plan, plan_note=note)
 
