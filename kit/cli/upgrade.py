@@ -72,6 +72,9 @@ def _report(upgrade) -> None:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
         click.echo(f"  problem: {problem}")
     for warning in upgrade.new_warnings:
         click.echo(f"  new warning: {warning}")
+    if upgrade.before.problems and upgrade.current != upgrade.target:
+        click.echo(f"  before the upgrade, at {upgrade.current}, the checks already find {len(upgrade.before.problems)} "
+                   f"problem(s): `kit validate` or `kit render --out DIR --diff` at that release lists them")
     click.echo("")
     click.echo("memory plan per rank:")
     table(("quantity", upgrade.current, upgrade.target), plan_rows(upgrade), right=(upgrade.current, upgrade.target))

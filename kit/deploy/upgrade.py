@@ -241,8 +241,8 @@ def flag_changes(engine: Mapping[str, Any], current: str, target: str,
         then, now = engine_to_argv({key: value}, current), engine_to_argv({key: value}, target)
         if then != now:
             changes.append(FlagChange(key, "option", "preset",
-                                      f"rendered as `{_argv_text(then)}` for {current}, `{_argv_text(now)}` "
-                                      f"for {target} (the same setting, spelt as vLLM {target} spells it)",
+                                      f"`{_argv_text(then)}` becomes `{_argv_text(now)}` in the command (the "
+                                      f"same setting, as vLLM {target} spells it)",
                                       before=then, after=now))
     old_options, new_options = _options_of(old), _options_of(new)
     kit_keys = set()
@@ -270,10 +270,9 @@ def _kit_options(preset: Any) -> list[str]:
     """The options of the server command that the kit writes itself (model, served name, host, port, ...)."""
     from kit.deploy.deployment import serve_args_for, server_command_for, served_name_for
 
-    args = serve_args_for(preset, served_name_for(preset), "MODEL", server_command_for(preset))
-    engine_part = engine_to_argv(preset.engine.flags(), preset.image.vllm_version)
-    own = args[: len(args) - len(engine_part)] if engine_part else args
-    return [word for word in own if word.startswith("--")]
+    bare = preset.model_copy(update={"engine": type(preset.engine)()})  # the command without the preset's flags
+    args = serve_args_for(bare, served_name_for(bare), "MODEL", server_command_for(bare))
+    return [word for word in args if word.startswith("--")]
 
 
 # --------------------------------------------------------------------------- each side

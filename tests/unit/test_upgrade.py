@@ -198,3 +198,16 @@ def test_a_release_without_a_snapshot_is_refused_with_how_to_make_one():
 ], ids=["no --to", "--to latest", "--apply without --out", "--force without --apply"])
 def test_usage_errors_exit_2(args):
     assert kit(*args).exit_code == 2
+
+
+def test_the_options_the_kit_writes_itself_are_the_ones_checked():
+    from kit.config.preset import load_preset
+    from kit.deploy.upgrade import _kit_options
+
+    # the CPU build's API server module takes the model as --model (kit/data/vllm.yaml); vllm serve positionally
+    assert _kit_options(load_preset("cpu")[2]) == ["--model", "--served-model-name", "--host", "--port"]
+    assert _kit_options(load_preset("rtx4090-awq")[2]) == ["--served-model-name", "--host", "--port"]
+    # each one is a flag of every snapshot, so no real upgrade between them reports one
+    for version in available_versions():
+        options = {o for spec in load_snapshot(version).flags.values() for o in (*spec.options, *spec.hidden_options)}
+        assert {"--model", "--served-model-name", "--host", "--port"} <= options, version
