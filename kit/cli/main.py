@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ps": ("kit.cli.ops:ps", "List a stack's containers: kit ps --out DIR."),
     "logs": ("kit.cli.ops:logs", "Print a stack's logs: kit logs [-f] [SERVICE] --out DIR."),
     "status": ("kit.cli.ops:status", "Ask a running stack how it is: health, model, KV cache usage, requests running and waiting."),
+    "upgrade": ("kit.cli.upgrade:upgrade", "Move a deployment to another vLLM release."),
     "completion": ("kit.cli.completion:completion", "Print the shell completion script."),
 }
 

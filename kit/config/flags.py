@@ -188,6 +188,12 @@ def _renamed_table() -> dict[str, dict[str, Any]]:
     return dict(data.get("flags") or {})
 
 
+def renamed_flag(key: str) -> dict[str, Any] | None:
+    """What kit/data/flags/renamed.yaml says of a flag vLLM dropped (status, replacement, value, note), or None."""
+    entry = _renamed_table().get(key)
+    return dict(entry) if entry is not None else None
+
+
 # --------------------------------------------------------------------------
 # Checking
 # --------------------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""`kit upgrade --to VERSION`: what moving a deployment to another vLLM release changes, and (--apply) the move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, split_args, standard_options, \
+    status
+
+CHANGE_COLOURS = {"removed": "red", "renamed": "red", "value": "red", "deprecated": "yellow", "option": None,
+                  "default": None}
+
+
+def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--to takes a release as a preset pins one (X.Y.Z): anything else is the option's grammar (exit 2)."""
+    import re
+
+    from kit.config.preset import VERSION_RE
+
+    if value is not None and not re.match(VERSION_RE, value):
+        raise click.BadParameter(f"{value!r} is not a vLLM release X.Y.Z (e.g. 0.33.0)")
+    return value
+
+
+def plan_rows(upgrade) -> list[tuple[str, str, str]]:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
+    """(quantity, at the current release, at the target) for the side-by-side plan."""
+    before, after = upgrade.before.plan, upgrade.after.plan
+
+    def cell(plan, text) -> str:  # noqa: ANN001
+        return "-" if plan is None else text(plan)
+
+    rows = [
+        ("gpu_memory_utilization", lambda p: f"{p.inputs.get('gpu_memory_utilization')}"),
+        ("max_model_len", lambda p: f"{p.inputs['max_model_len']:,}"),
+        ("max_num_seqs", lambda p: f"{p.inputs['max_num_seqs']:,}"),
+        ("max_num_batched_tokens", lambda p: f"{p.inputs['max_num_batched_tokens']:,}"),
+        ("CUDA graphs charged to KV", lambda p: "yes" if p.inputs.get("cuda_graph_charged") else "no"),
+        ("weights GiB", lambda p: f"{p.weights_gib:.2f}"),
+        ("activation GiB", lambda p: f"{p.activation_gib:.2f}"),
+        ("non-torch GiB", lambda p: f"{p.non_torch_gib:.2f}"),
+        ("CUDA graphs GiB", lambda p: f"{p.cuda_graph_gib:.2f}"),
+        ("KV cache GiB", lambda p: f"{p.kv_cache_gib:.2f}"),
+        ("KV cache tokens", lambda p: f"{p.kv_cache_tokens:,}"),
+        ("max concurrency", lambda p: f"{p.max_concurrency:.2f}x"),
+        ("fits", lambda p: "yes" if p.fits else "no"),
+    ]
+    return [(name, cell(before, text), cell(after, text)) for name, text in rows]
+
+
+def _report(upgrade) -> None:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
+    from kit.cli.output import table
+
+    where = f", folder {upgrade.out_dir}" if upgrade.out_dir is not None else ""
+    click.echo(f"{upgrade.preset}: vLLM {upgrade.current} -> {upgrade.target}{where}")
+    click.echo(f"overrides at {upgrade.target}: {' '.join(upgrade.overrides)}")
+    click.echo("")
+    if upgrade.flags:
+        click.echo(f"flags that touch this deployment (kit/data/flags/vllm-{upgrade.current}.json -> "
+                   f"vllm-{upgrade.target}.json):")
+        table(("change", "flag", "set by", "what", "do"),
+              [(f.change, f.flag, f.source, f.message, f.hint or "") for f in upgrade.flags],
+              styles={"change": "bold"})
+    else:
+        click.echo("flags: none of this deployment's flags changed")
+    click.echo("")
+    problems = upgrade.after.problems
+    click.echo(f"checks at {upgrade.target} (as `kit validate`): " + ("ok" if not problems else
+                                                                     f"{len(problems)} problem(s)"))
+    for problem in problems:
+        click.echo(f"  problem: {problem}")
+    for warning in upgrade.new_warnings:
+        click.echo(f"  new warning: {warning}")
+    if upgrade.before.problems and upgrade.current != upgrade.target:
+        click.echo(f"  before the upgrade, at {upgrade.current}, the checks already find {len(upgrade.before.problems)} "
+                   f"problem(s): `kit validate` or `kit render --out DIR --diff` at that release lists them")
+    click.echo("")
+    click.echo("memory plan per rank:")
+    table(("quantity", upgrade.current, upgrade.target), plan_rows(upgrade), right=(upgrade.current, upgrade.target))
+    for side in (upgrade.before, upgrade.after):
+        if side.plan is None and side.plan_note:
+            click.echo(f"  {side.version}: {side.plan_note}")
+        elif side.plan is not None and side.plan.approximate.get("value"):
+            click.echo(f"  {side.version}: approximate: {side.plan.approximate.get('reason')}")
+    if upgrade.after.plan is not None and not upgrade.after.plan.fits:
+        click.echo(f"  {upgrade.target}: vLLM would refuse to start: {upgrade.after.plan.error}")
+    click.echo("")
+    if upgrade.diff is None:
+        click.echo(f"files: no render at {upgrade.target} (the problems above refuse it)")
+    else:
+        against = (f"`kit render --out {upgrade.out_dir} image.vllm_version={upgrade.target} --diff`"
+                   if upgrade.diff_against == "folder" else f"a render at {upgrade.current} against one at "
+                                                             f"{upgrade.target}")
+        if upgrade.diff:
+            click.echo(f"files ({against}):")
+            click.echo(upgrade.diff, nl=False)
+        else:
+            click.echo(f"files ({against}): nothing changes")
+
+
+@click.command()
+@preset_arguments
+@click.option("--to", "to", metavar="VERSION", required=True, callback=_release,
+              help="The vLLM release to move to (X.Y.Z; the kit needs its flag snapshot, kit/data/flags/).")
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=None,
+              help="The deployment folder (its vllm-kit.yaml says what it is); the diff is against its files. "
+                   "Without it, the preset at its release is compared with the same at VERSION.")
+@click.option("--apply", "apply", is_flag=True,
+              help="Render the upgrade into --out, the override recorded in its vllm-kit.yaml (only when clean).")
+@click.option("--force", is_flag=True, help="With --apply: overwrite files you edited since the kit wrote them.")
+@standard_options
+def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: Path | None, apply: bool,
+            force: bool, as_json: bool) -> None:
+    """Move a deployment to another vLLM release: kit upgrade --to VERSION [--out DIR] [preset=NAME ...].
+
+    Lists the flags the move touches (removed, renamed, refused values, deprecations, new spellings, changed
+    defaults the command relies on), the checks of `kit validate` at VERSION, the memory plan before and after,
+    and the diff of the render. Writes nothing unless --apply. Exit 0 when the upgrade is clean, 1 when it has
+    problems.
+    """
+    from kit.deploy.record import Request
+    from kit.deploy.upgrade import plan_upgrade
+
+    if apply and out_dir is None:
+        raise click.UsageError("--apply writes the upgrade into a deployment folder: give --out DIR")
+    if force and not apply:
+        raise click.UsageError("--force goes with --apply (it overwrites your edits when writing)")
+    ref, overrides, _ = split_args(args, preset_option)
+    result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
+    applied = None
+    if apply and result.clean:
+        from kit.core.write import write_files
+
+        assert out_dir is not None and result.files is not None
+        applied = write_files(result.files, out_dir, force=force, notify=status)
+    if as_json:
+        data = result.as_data()
+        data["applied"] = None if applied is None else {r.path: r.status for r in applied}
+        emit_json(data, ok=result.clean,
+                  problems=[problem_json(p.where, p.message, p.hint) for p in result.problems],
+                  warnings=[str(w) for w in result.new_warnings])
+    else:
+        _report(result)
+        for r in applied or []:
+            click.echo(f"{r.status:>9}  {out_dir / r.path}")
+    if result.stale and not as_json:
+        status(f"note: {out_dir} differs from a render at {result.current} too (the preset or the kit changed since "
+               f"it was rendered), and the diff includes that: `kit render --out {out_dir} --diff` shows that part")
+    if not result.clean:
+        if not as_json:
+            click.secho(f"the upgrade to {to} has {len(result.problems)} problem(s):", fg="red", err=True)
+            for problem in result.problems:
+                click.secho(f"  {problem}", fg="red", err=True)
+            if apply:
+                status("nothing written")
+        raise SystemExit(1)
+    if as_json:
+        return
+    if result.current == to:
+        status(f"already at vLLM {to}")
+    elif applied is not None:
+        status(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
+               f"`kit build --out {out_dir}`")
+    elif out_dir is not None:
+        status(f"clean: `kit upgrade --to {to} --out {out_dir} --apply` writes it")
+    else:
+        status(f"clean: `kit render preset={result.preset} image.vllm_version={to}` renders it")
