@@ -42,7 +42,7 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, allow_no_fit=allow_no_fit,
                                   replace=replace, reset_overrides=reset_overrides)
     prepared = prepare_resolved(resolved)
-    render_into(prepared, out_dir, force=force)
+    render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     with progress("build") as on_line:
         result = _build(prepared, out_dir, locked=locked, lock_path=lock_path, wheelhouse=wheelhouse, offline=offline,
                         no_cache=no_cache, tags=tags, progress=on_line)

@@ -41,7 +41,7 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
                                   reset_overrides=reset_overrides)
     prepared = prepare_resolved(resolved)
-    render_into(prepared, out_dir, force=force)
+    render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
     stack = Stack(out_dir, project_for(out_dir))

@@ -56,6 +56,11 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
     """Load-test a running stack: kit loadtest preset=NAME [--concurrency 1,2,4] [--baseline OLD.json]."""
     from kit.run import loadtest as lt
 
+    ctx = click.get_current_context()
+    if no_plot and plot_path is not None:
+        raise click.UsageError("--plot names the plot --no-plot would not write: give one")
+    if dataset is not None and ctx.get_parameter_source("prompt_words") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--prompt-words sizes the synthetic prompts; --dataset brings its own: give one")
     lt.require_extra()
     if not no_plot:
         lt.require_plot_extra()

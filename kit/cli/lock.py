@@ -33,7 +33,7 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
                                   reset_overrides=reset_overrides)
     prepared = prepare_resolved(resolved)
-    render_into(prepared, out_dir, force=force)
+    render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
                        wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)
     path = out_dir / LOCK_FILE

@@ -217,6 +217,9 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         raise click.UsageError("give preset=NAME or --model ID|PATH")
     if device == "cuda" and not gpu and gpu_memory_gib is None:
         raise click.UsageError("give --gpu NAME or --gpu-memory-gib X")
+    if device == "cpu" and gpu:
+        raise click.UsageError("--gpu names a GPU from the catalog; --device cpu plans the CPU backend "
+                               "(its memory is --gpu-memory-gib, the host's RAM): give one")
     if device != "cpu" and cpu_kvcache_space_gib is not None:
         raise click.UsageError("--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; add --device cpu")
     from kit.config.vllmint import AUTO

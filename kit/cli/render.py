@@ -98,9 +98,8 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
         if not text:
             status(f"{out_dir}: a render would change nothing")
         return
-    # What an earlier render wrote and this one does not goes (kit/core/write.py: stale files). Only render removes:
-    # it alone changes what the deployment holds (--with, --without, --with-preset, --target, --replace); the other
-    # commands render the folder's record as it stands.
+    # What an earlier render wrote and this one does not goes when unedited, stays when edited (kit/core/write.py:
+    # stale files); every command that renders the folder does the same (kit/run/workflow.py render_into).
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status, remove_stale=True)
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))

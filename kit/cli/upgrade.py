@@ -133,7 +133,7 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         from kit.core.write import write_files
 
         assert out_dir is not None and result.files is not None
-        applied = write_files(result.files, out_dir, force=force, notify=status)
+        applied = write_files(result.files, out_dir, force=force, notify=status, remove_stale=True)
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}

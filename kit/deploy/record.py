@@ -193,8 +193,13 @@ def read_record(out_dir: Path) -> Record | None:
 
 
 def recorded_ref_path(record: Record, out_dir: Path) -> str:
-    """The recorded preset as load_preset takes it from the current directory."""
-    if _is_path(record.preset) and not os.path.isabs(record.preset):
+    """The recorded preset as load_preset takes it from the current directory. A name is a shipped preset's (the
+    kit records any other by its path), so it is the shipped file even where ./presets holds one of that name."""
+    if not _is_path(record.preset):
+        from kit.core.datafiles import PRESETS_DIR
+
+        return str(PRESETS_DIR / f"{record.preset}.yaml")
+    if not os.path.isabs(record.preset):
         return os.path.normpath(os.path.join(out_dir, record.preset))
     return record.preset
 
@@ -234,9 +239,10 @@ def resolve(request: Request, out_dir: Path | None) -> Resolved:
         before = find_preset(recorded_ref_path(recorded, out_dir)).resolve() if _recorded_exists(recorded, out_dir) \
             else None
         if before != given:
+            what = (f"preset={request.preset} is another" if given.stem != recorded.preset_name
+                    else f"preset={request.preset} finds another file of that name here ({given})")
             raise RecordError(
-                f"{out_dir}: holds a deployment of preset {recorded.preset_name} ({RECORD_FILE}); "
-                f"preset={request.preset} is another",
+                f"{out_dir}: holds a deployment of preset {recorded.preset_name} ({RECORD_FILE}); {what}",
                 hint=f"add --replace to render {request.preset} here instead (nothing recorded carries over), "
                      f"or choose another --out")
     if fresh:

@@ -33,8 +33,16 @@ def image_exists(ref: str) -> bool:
         return False
 
 
-def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False) -> None:
-    write_files(prepared.files, out_dir, force=force)
+def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False, remove_stale: bool = False,
+                progress: Progress | None = None) -> None:
+    """Write the render. ``remove_stale`` (every command that renders a folder from its record): files an earlier
+    render wrote that this one does not are removed when unedited and kept when edited, each said to ``progress``."""
+    results = write_files(prepared.files, out_dir, force=force, remove_stale=remove_stale, notify=progress)
+    if progress:
+        for r in results:
+            if r.status in ("removed", "kept"):
+                what = "removed (no longer rendered)" if r.status == "removed" else "kept (edited; no longer rendered)"
+                progress(f"{what}: {out_dir / r.path}")
 
 
 def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, extra_tags: list[str] | None = None,
@@ -135,7 +143,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
 def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, keep: bool = False,
           timeout: float | None = None, force: bool = False, progress: Progress | None = None) -> SmokeResult:
     started = time.monotonic()
-    render_into(prepared, out_dir, force=force)
+    render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     env_values = write_smoke_env(out_dir)
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
     stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
@@ -155,7 +163,7 @@ def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
 def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, force: bool = False,
        progress: Progress | None = None) -> float:
     """Bring a stack up detached and leave it running (`make run`); the seconds until it answered."""
-    render_into(prepared, out_dir, force=force)
+    render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     project = project_for(out_dir)
     stack = Stack(out_dir, project)
     stack.down(volumes=False)  # a previous `up` of the same directory: replace it

@@ -139,7 +139,9 @@ def test_add_ons_added_and_removed(tmp_path):
     config = shell("docker compose config --services", cwd=out)
     assert config.returncode == 0, config.stderr
     assert {"prometheus", "grafana", "vllm"} <= set(config.stdout.split())
-    kit("render", "--out", str(out), "--without", "monitoring")
+    removed = kit("render", "--out", str(out), "--without", "monitoring")
+    assert f"removed  {out / 'monitoring' / 'prometheus.yml'}" in removed.stdout, removed.stdout
+    assert not (out / "monitoring").exists()  # its files and the folders they were in
     config = shell("docker compose config --services", cwd=out)
     assert config.returncode == 0, config.stderr
     assert set(config.stdout.split()) == {"model-make", "model-fetch", "vllm"}

@@ -185,7 +185,40 @@ def test_resolve_without_a_folder_takes_the_request_as_it_is():
 @pytest.mark.parametrize("args", [
     ["probe", "preset=cpu", "--native", "--image", "vllm-kit/cpu:x"],
     ["loadtest", "preset=cpu", "--url", "http://127.0.0.1:9", "--port", "9", "--no-plot"],
+    ["loadtest", "preset=cpu", "--no-plot", "--plot", "x.png"],
+    ["loadtest", "preset=cpu", "--no-plot", "--dataset", "README.md", "--prompt-words", "5"],
+    ["plan", "--model", "Qwen/Qwen3-8B", "--device", "cpu", "--gpu", "rtx4090", "--gpu-memory-gib", "64"],
 ])
 def test_a_flag_that_would_be_ignored_is_a_usage_error(args):
     result = kit(*args)
     assert result.exit_code == 2 and "give one" in result.stderr, result.output
+
+
+def test_a_recorded_shipped_preset_stays_the_shipped_one_when_a_local_one_shadows_it(tmp_path):
+    """The record names a shipped preset by name; a ./presets/cpu.yaml that appears later (kit init cpu) does not
+    change what `kit render --out DIR` renders, and preset=cpu from there is refused as another file."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out), cwd=tmp_path).exit_code == 0
+    (tmp_path / "presets").mkdir()
+    shadow = (PRESETS_DIR / "cpu.yaml").read_text().replace("max_num_seqs: 8", "max_num_seqs: 3")
+    (tmp_path / "presets" / "cpu.yaml").write_text(shadow)
+    again = kit("render", "--out", str(out), cwd=tmp_path)
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    named = kit("render", "preset=cpu", "--out", str(out), cwd=tmp_path)
+    assert named.exit_code == 1 and "another file of that name" in named.stderr
+
+
+def test_a_command_other_than_render_removes_what_its_render_no_longer_writes(tmp_path):
+    """`kit lock --out DIR model=ID` (any command that renders the folder): the tiny model's script goes, said."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    assert (out / "tinymodel.py").is_file()
+    from kit.cli.common import resolve_deployment
+    from kit.deploy.pipeline import prepare_resolved
+    from kit.run.workflow import render_into
+
+    said: list[str] = []
+    render_into(prepare_resolved(resolve_deployment(("model=Qwen/Qwen3-0.6B",), None, out)), out, remove_stale=True,
+                progress=said.append)
+    assert not (out / "tinymodel.py").exists()
+    assert said == [f"removed (no longer rendered): {out / 'tinymodel.py'}"]
