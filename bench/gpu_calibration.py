@@ -168,7 +168,9 @@ def model_dir_for(case: dict, work: Path) -> Path:
     return probe.write_dummy_model_dir(config, work / "models" / case["model"].replace("/", "--"))
 
 
-def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
+def command_for(name: str, case: dict, model_dir: Path, serve_cli: bool = False) -> probe.ProbeCommand:
+    """``serve_cli``: start `vllm serve DIR` (vLLM's CLI module, what the image runs) instead of the API server
+    module with --model, which 0.33 deprecates."""
     if "preset" in case:
         from kit.config.preset import load_preset
 
@@ -176,12 +178,16 @@ def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
         return probe.prepare(preset_name, preset, model_dir, mode="native")
     port = probe.free_port()
     tokenizer = probe.has_tokenizer(model_dir)
-    args = ["--model", str(model_dir), "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
+    args = ["--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
     args += flags_to_argv(case["flags"])
     if not case.get("graphs"):
         args.append("--enforce-eager")
-    args = probe.dummy_serve_args(args, str(model_dir), tokenizer=tokenizer)
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args]
+    if serve_cli:
+        args = probe.dummy_serve_args([str(model_dir), *args], str(model_dir), tokenizer=tokenizer, positional=True)
+        argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", *args]
+    else:
+        args = probe.dummy_serve_args(["--model", str(model_dir), *args], str(model_dir), tokenizer=tokenizer)
+        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args]
     return probe.ProbeCommand("native", argv, dict(probe.NATIVE_ENV), port, name, model_dir, tokenizer)
 
 
@@ -249,6 +255,10 @@ def main() -> int:
     cli.add_argument("--cases", default="", help="comma-separated names (default: all, in order)")
     cli.add_argument("--facts", action="store_true", help="record nvidia-smi, flag snapshot and kit doctor first")
     cli.add_argument("--no-flagsnap", action="store_true", help="with --facts: skip the flag snapshot (one is kept)")
+    cli.add_argument("--first-extra", type=float, default=0,
+                     help="seconds more for the first case (FlashInfer JIT-compiles its sampler on a fresh machine)")
+    cli.add_argument("--share-caches", action="store_true",
+                     help="one Triton cache for all cases, one VLLM_CACHE_ROOT for the eager ones (faster starts)")
     cli.add_argument("--matrix", default="0.26.0", choices=sorted(MATRICES), help="which case list")
     args = cli.parse_args()
     started = time.monotonic()
@@ -271,9 +281,11 @@ def main() -> int:
         if left < need:
             print(f"[{name}] skipped: {left:.0f} s left, needs ~{need}", flush=True)
             continue
-        timeout = min(case.get("timeout", 300 if case.get("graphs") else 170), left - 25)
+        timeout = min(case.get("timeout", 300 if case.get("graphs") else 170) + args.first_extra * (name == names[0]),
+                      left - 25)
         try:
-            run_case(name, case, work, timeout, results)
+            run_case(name, case, work, timeout, results, serve_cli=args.matrix != "0.26.0",
+                     share_caches=args.share_caches)
         except Exception as exc:  # noqa: BLE001 - one broken case must not cost the rest of the call
             print(f"[{name}] driver error: {type(exc).__name__}: {exc}", flush=True)
             results[name] = {"complete": False, "driver_error": f"{type(exc).__name__}: {exc}"}
@@ -285,17 +297,24 @@ def main() -> int:
     return 0
 
 
-def run_case(name: str, case: dict, work: Path, timeout: float, results: dict) -> None:
+def run_case(name: str, case: dict, work: Path, timeout: float, results: dict, serve_cli: bool = False,
+             share_caches: bool = False) -> None:
     results_path = work / "results.json"
     model_dir = model_dir_for(case, work)
-    command = command_for(name, case, model_dir)
+    command = command_for(name, case, model_dir, serve_cli)
     cache = work / "cache" / case.get("cache", name)
-    if case.get("cache") is None and cache.exists():
+    if share_caches and not case.get("graphs"):
+        cache = work / "cache" / "eager-shared"  # no torch.compile in eager mode: only vLLM's model-info cache
+    elif case.get("cache") is None and cache.exists():
         shutil.rmtree(cache)
     run_tmp = work / "cache" / f"{name}-tmp-{int(time.time())}"
     # As in a container with only the kit's compile-cache volume: inductor and Triton caches start empty.
+    # share_caches: Triton's kernel cache is shared by all cases (it holds compiled kernels, not memory) and eager
+    # cases share one VLLM_CACHE_ROOT, which saves each start the model-registry inspection subprocess; compiled
+    # cases keep their own (cold) VLLM_CACHE_ROOT and inductor cache, so their first-start profile is unchanged.
+    triton = work / "cache" / "triton-shared" if share_caches else run_tmp / "triton"
     env = {**command.env, "VLLM_CACHE_ROOT": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(run_tmp / "inductor"),
-           "TRITON_CACHE_DIR": str(run_tmp / "triton")}
+           "TRITON_CACHE_DIR": str(triton)}
     command = probe.ProbeCommand(command.mode, command.argv, env, command.port, command.served_name,
                                  command.model_dir, command.tokenizer, command.docker)
     print(f"[{name}] {command.shell_line()}", flush=True)
