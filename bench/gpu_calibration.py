@@ -10,7 +10,10 @@ Run on the GPU machine (vLLM importable):
     python3 bench/gpu_calibration.py --out $OUT --budget 560 [--matrix 0.33.0] [--cases a,b]
 The raw logs it produced are committed under kit/data/calibration/; bench/plan_accuracy.py parses them.
 `--matrix` picks the case list: 0.26.0 (the first calibration, vLLM 0.26.0) or 0.33.0 (the presets' pin, run with
-the slim image's package set from scripts/floor/).
+the slim image's package set from scripts/floor/). Seen on the lent H200 with 0.33 (2026-12-01): about 50-100 s from
+process start to "Model loading took", whatever the model, so an eager case takes 55-110 s and a compiled one about
+230 s; on a fresh machine the first engine also JIT-compiles FlashInfer's sampler (about 100 s; --first-extra) and
+an MLA model its rope module. A `preset` case needs presets/ on the machine, and kit doctor too.
 """
 
 from __future__ import annotations

@@ -39,6 +39,9 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 GPU_UTILIZATION_DEFAULT = [((0, 0), 0.90), ((0, 21), 0.92)]  # 0.92 arrived with CUDA-graph profiling (date unverified)
 CUDA_GRAPH_CHARGED_SINCE = (0, 21)  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
 BIG_GPU_BATCH_DEFAULTS_SINCE = (0, 9)  # >= 70 GiB and not A100: 8192 batched tokens / 1024 seqs for the API server
+# >= 160 GiB (B200/B300): 16384 batched tokens for the API server too (vllm/engine/arg_utils.py get_batch_defaults,
+# read in the 0.32.0 and 0.33.0 wheels; the first release with it is not verified, so it applies from 0.32)
+HUGE_GPU_BATCH_DEFAULTS_SINCE = (0, 32)
 CPU_KV_AUTO_SINCE = (0, 13)  # VLLM_CPU_KVCACHE_SPACE unset: 4 GiB before, sized from RAM after (vllm PR #29604)
 CPU_BLOCK_128_SINCE = (0, 10)  # CPU backend default block_size 128 (16 before, without IPEX)
 NEW_ERROR_TEXT_SINCE = (0, 13)  # "model's" wording and the CPU-backend note
@@ -336,6 +339,8 @@ def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
             big = memory_gib >= 70 and "a100" not in name
         elif _at_least(version, (0, 8, 5)):
             big = "h100" in name or "h200" in name
+    if big and memory_gib is not None and memory_gib >= 160 and _at_least(version, HUGE_GPU_BATCH_DEFAULTS_SINCE):
+        return (16384, 1024)
     if inputs.entrypoint == "llm":
         return (16384, 1024) if big else (8192, 256)
     return (8192, 1024) if big else (2048, 256)

@@ -249,6 +249,11 @@ def test_version_default_utilization_and_batch_sizes():
     a100 = plan(inputs(QWEN7B, gpu="a100-80gb", vllm_version="0.19.0")).inputs
     assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)
     assert old["max_model_len"] == 32768 and old["block_size"] == 16
+    # 160 GiB and more (B200): 16384 batched tokens for the API server as well, from 0.32 (vllm/engine/arg_utils.py)
+    b200 = plan(inputs(QWEN7B, gpu="b200", vllm_version="0.33.0")).inputs
+    assert (b200["max_num_batched_tokens"], b200["max_num_seqs"]) == (16384, 1024)
+    b200_old = plan(inputs(QWEN7B, gpu="b200", vllm_version="0.26.0")).inputs
+    assert (b200_old["max_num_batched_tokens"], b200_old["max_num_seqs"]) == (8192, 1024)
 
 
 # --------------------------------------------------------------------------- CPU backend
