@@ -7,8 +7,13 @@ second call on the same, still warm machine carries on where the first stopped; 
 results and the host facts are packed into OUT/calib.tar.xz after each case.
 
 Run on the GPU machine (vLLM importable):
-    python3 bench/gpu_calibration.py --out $OUT --budget 560 [--cases a,b]
+    python3 bench/gpu_calibration.py --out $OUT --budget 560 [--matrix 0.33.0] [--cases a,b]
 The raw logs it produced are committed under kit/data/calibration/; bench/plan_accuracy.py parses them.
+`--matrix` picks the case list: 0.26.0 (the first calibration, vLLM 0.26.0) or 0.33.0 (the presets' pin, run with
+the slim image's package set from scripts/floor/). Seen on the lent H200 with 0.33 (2026-12-01): about 50-100 s from
+process start to "Model loading took", whatever the model, so an eager case takes 55-110 s and a compiled one about
+230 s; on a fresh machine the first engine also JIT-compiles FlashInfer's sampler (about 100 s; --first-extra) and
+an MLA model its rope module. A `preset` case needs presets/ on the machine, and kit doctor too.
 """
 
 from __future__ import annotations
@@ -88,6 +93,55 @@ CASES: dict[str, dict] = {
 }
 
 
+# vLLM 0.33.0 (the presets' pin). Cards emulated at vLLM 0.33's default utilization, 0.92 of the card's CUDA total
+# (kit/data/gpus.yaml: rtx4060ti-16gb 15.59, rtx4090 23.64, rtx-a6000 47.41, h100-80gb 79.19 GiB), with vLLM 0.33's
+# API-server batch defaults for that card passed explicitly (vllm/engine/arg_utils.py get_batch_defaults: 70 GiB
+# and more, not A100: max_num_seqs 1024, max_num_batched_tokens 8192; under 70 GiB: 256 and 2048).
+# The order interleaves kinds; bench/plan_accuracy.py holds out every third case in this order (the 3rd, 6th, ...),
+# a rule fixed before any of these engines ran.
+def _card(gib: float) -> dict:
+    small = dict(max_num_seqs=256, max_num_batched_tokens=2048)
+    big = dict(max_num_seqs=1024, max_num_batched_tokens=8192)
+    return dict(gpu_memory_utilization=card_util(gib, 0.92), **(big if gib >= 70 else small))
+
+
+C16, C24, C48, C80 = 15.59, 23.64, 47.41, 79.19
+CASES_033: dict[str, dict] = {
+    "llama8b-24g": dict(model="meta-llama/Llama-3.1-8B-Instruct",
+                        flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C24))),
+    "q8-48g-graphs": dict(model="Qwen/Qwen3-8B", graphs=True,
+                          flags=dict(dtype="bfloat16", max_model_len=16384, **_card(C48))),
+    "q8awq-16g": dict(model="Qwen/Qwen3-8B-AWQ",
+                      flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=8192, **_card(C16))),
+    "q7gptq-24g": dict(model="Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", gptq_modules=True,
+                       flags=dict(dtype="float16", max_model_len=8192, **_card(C24))),
+    "moe-q30a3b-80g-graphs": dict(model="Qwen/Qwen3-30B-A3B", graphs=True, timeout=330,
+                                  flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C80))),
+    "q8fp8-24g": dict(model="Qwen/Qwen3-8B-FP8", flags=dict(max_model_len=8192, **_card(C24))),
+    "dsv2lite-48g": dict(model="deepseek-ai/DeepSeek-V2-Lite-Chat",
+                         flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C48))),
+    "q8-80g": dict(model="Qwen/Qwen3-8B", flags=dict(dtype="bfloat16", max_model_len=32768, **_card(C80))),
+    "llama8b-kvfp8-48g": dict(model="meta-llama/Llama-3.1-8B-Instruct",
+                              flags=dict(dtype="bfloat16", kv_cache_dtype="fp8", max_model_len=65536, **_card(C48))),
+    "rtx4090-awq-preset": dict(preset="rtx4090-awq", model="Qwen/Qwen3-8B-AWQ", graphs=True,
+                               overrides=[f"engine.gpu_memory_utilization={card_util(C24, 0.92)}",
+                                          "engine.max_num_batched_tokens=2048"]),  # a 4090's default
+    "q8fp8-80g-graphs": dict(model="Qwen/Qwen3-8B-FP8", graphs=True, flags=dict(max_model_len=32768, **_card(C80))),
+    "q15-16g": dict(model="Qwen/Qwen2.5-1.5B-Instruct", flags=dict(dtype="float16", max_model_len=8192, **_card(C16))),
+    "moe-q30a3b-80g": dict(model="Qwen/Qwen3-30B-A3B", flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C80))),
+    "q7-kvfp8-24g": dict(model="Qwen/Qwen2.5-7B-Instruct",
+                         flags=dict(dtype="bfloat16", kv_cache_dtype="fp8", max_model_len=32768, **_card(C24))),
+    "dsv2lite-80g-graphs": dict(model="deepseek-ai/DeepSeek-V2-Lite-Chat", graphs=True, timeout=330,
+                                flags=dict(dtype="bfloat16", max_model_len=16384, **_card(C80))),
+    "q8-16g-oom": dict(model="Qwen/Qwen3-8B", expect_failure=True,
+                       flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C16))),
+    "q14-48g": dict(model="Qwen/Qwen2.5-14B-Instruct", flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C48))),
+    "llama8b-80g-graphs": dict(model="meta-llama/Llama-3.1-8B-Instruct", graphs=True,
+                               flags=dict(dtype="bfloat16", max_model_len=32768, **_card(C80))),
+}
+MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033}
+
+
 def sh(argv: list[str], timeout: float = 120) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -117,7 +171,9 @@ def model_dir_for(case: dict, work: Path) -> Path:
     return probe.write_dummy_model_dir(config, work / "models" / case["model"].replace("/", "--"))
 
 
-def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
+def command_for(name: str, case: dict, model_dir: Path, serve_cli: bool = False) -> probe.ProbeCommand:
+    """``serve_cli``: start `vllm serve DIR` (vLLM's CLI module, what the image runs) instead of the API server
+    module with --model, which 0.33 deprecates."""
     if "preset" in case:
         from kit.config.preset import load_preset
 
@@ -125,12 +181,16 @@ def command_for(name: str, case: dict, model_dir: Path) -> probe.ProbeCommand:
         return probe.prepare(preset_name, preset, model_dir, mode="native")
     port = probe.free_port()
     tokenizer = probe.has_tokenizer(model_dir)
-    args = ["--model", str(model_dir), "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
+    args = ["--served-model-name", name, "--host", "127.0.0.1", "--port", str(port)]
     args += flags_to_argv(case["flags"])
     if not case.get("graphs"):
         args.append("--enforce-eager")
-    args = probe.dummy_serve_args(args, str(model_dir), tokenizer=tokenizer)
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args]
+    if serve_cli:
+        args = probe.dummy_serve_args([str(model_dir), *args], str(model_dir), tokenizer=tokenizer, positional=True)
+        argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", *args]
+    else:
+        args = probe.dummy_serve_args(["--model", str(model_dir), *args], str(model_dir), tokenizer=tokenizer)
+        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args]
     return probe.ProbeCommand("native", argv, dict(probe.NATIVE_ENV), port, name, model_dir, tokenizer)
 
 
@@ -162,7 +222,13 @@ def pack(work: Path, out: Path) -> None:
     shutil.copy(work / "results.json", out / "results.json") if (work / "results.json").exists() else None
 
 
-def host_facts(work: Path) -> None:
+def vllm_version() -> str:
+    from importlib.metadata import version
+
+    return version("vllm")
+
+
+def host_facts(work: Path, flagsnap: bool = True) -> None:
     if (work / "nvidia-smi.txt").exists():
         return
     (work / "nvidia-smi.txt").write_text(sh(["nvidia-smi"]))
@@ -174,8 +240,12 @@ def host_facts(work: Path) -> None:
     (work / "python.txt").write_text(sh([sys.executable, "-c",
         "import torch, vllm, sys; print(sys.version); print('torch', torch.__version__, torch.version.cuda); "
         "print('vllm', vllm.__version__); print('total', torch.cuda.mem_get_info()[1])"], timeout=180))
-    (work / "flagsnap.txt").write_text(sh([sys.executable, "-m", "kit.config.flagsnap", str(work / "vllm-0.26.0.json")],
-                                          timeout=240))
+    (work / "distributions.txt").write_text(sh([sys.executable, "-c",
+        "import importlib.metadata as m; print('\\n'.join(sorted(f'{d.metadata[\"Name\"]}=={d.version}' "
+        "for d in m.distributions())))"], timeout=60))
+    if flagsnap:
+        (work / "flagsnap.txt").write_text(sh([sys.executable, "-m", "kit.config.flagsnap",
+                                              str(work / f"vllm-{vllm_version()}.json")], timeout=240))
     (work / "doctor.txt").write_text(sh([sys.executable, "-m", "kit.cli.main", "doctor", "preset=rtx4090-awq",
                                          "--json"], timeout=120))
 
@@ -187,6 +257,12 @@ def main() -> int:
     cli.add_argument("--budget", type=float, default=560, help="seconds this call may take in all")
     cli.add_argument("--cases", default="", help="comma-separated names (default: all, in order)")
     cli.add_argument("--facts", action="store_true", help="record nvidia-smi, flag snapshot and kit doctor first")
+    cli.add_argument("--no-flagsnap", action="store_true", help="with --facts: skip the flag snapshot (one is kept)")
+    cli.add_argument("--first-extra", type=float, default=0,
+                     help="seconds more for the first case (FlashInfer JIT-compiles its sampler on a fresh machine)")
+    cli.add_argument("--share-caches", action="store_true",
+                     help="one Triton cache for all cases, one VLLM_CACHE_ROOT for the eager ones (faster starts)")
+    cli.add_argument("--matrix", default="0.26.0", choices=sorted(MATRICES), help="which case list")
     args = cli.parse_args()
     started = time.monotonic()
     work = args.work
@@ -194,12 +270,13 @@ def main() -> int:
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")
     results_path = work / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    names = [n for n in (args.cases.split(",") if args.cases else CASES) if n]
+    cases = MATRICES[args.matrix]
+    names = [n for n in (args.cases.split(",") if args.cases else cases) if n]
     if args.facts:
-        host_facts(work)
+        host_facts(work, flagsnap=not args.no_flagsnap)
         pack(work, args.out)
     for name in names:
-        case = CASES[name]
+        case = cases[name]
         if results.get(name, {}).get("complete"):
             continue
         left = args.budget - (time.monotonic() - started)
@@ -207,9 +284,11 @@ def main() -> int:
         if left < need:
             print(f"[{name}] skipped: {left:.0f} s left, needs ~{need}", flush=True)
             continue
-        timeout = min(case.get("timeout", 300 if case.get("graphs") else 170), left - 25)
+        timeout = min(case.get("timeout", 300 if case.get("graphs") else 170) + args.first_extra * (name == names[0]),
+                      left - 25)
         try:
-            run_case(name, case, work, timeout, results)
+            run_case(name, case, work, timeout, results, serve_cli=args.matrix != "0.26.0",
+                     share_caches=args.share_caches)
         except Exception as exc:  # noqa: BLE001 - one broken case must not cost the rest of the call
             print(f"[{name}] driver error: {type(exc).__name__}: {exc}", flush=True)
             results[name] = {"complete": False, "driver_error": f"{type(exc).__name__}: {exc}"}
@@ -217,21 +296,28 @@ def main() -> int:
         pack(work, args.out)
     pack(work, args.out)
     done = sum(1 for r in results.values() if r.get("complete"))
-    print(f"complete: {done}/{len(CASES)}; left: {[n for n in CASES if not results.get(n, {}).get('complete')]}")
+    print(f"complete: {done}/{len(cases)}; left: {[n for n in cases if not results.get(n, {}).get('complete')]}")
     return 0
 
 
-def run_case(name: str, case: dict, work: Path, timeout: float, results: dict) -> None:
+def run_case(name: str, case: dict, work: Path, timeout: float, results: dict, serve_cli: bool = False,
+             share_caches: bool = False) -> None:
     results_path = work / "results.json"
     model_dir = model_dir_for(case, work)
-    command = command_for(name, case, model_dir)
+    command = command_for(name, case, model_dir, serve_cli)
     cache = work / "cache" / case.get("cache", name)
-    if case.get("cache") is None and cache.exists():
+    if share_caches and not case.get("graphs"):
+        cache = work / "cache" / "eager-shared"  # no torch.compile in eager mode: only vLLM's model-info cache
+    elif case.get("cache") is None and cache.exists():
         shutil.rmtree(cache)
     run_tmp = work / "cache" / f"{name}-tmp-{int(time.time())}"
     # As in a container with only the kit's compile-cache volume: inductor and Triton caches start empty.
+    # share_caches: Triton's kernel cache is shared by all cases (it holds compiled kernels, not memory) and eager
+    # cases share one VLLM_CACHE_ROOT, which saves each start the model-registry inspection subprocess; compiled
+    # cases keep their own (cold) VLLM_CACHE_ROOT and inductor cache, so their first-start profile is unchanged.
+    triton = work / "cache" / "triton-shared" if share_caches else run_tmp / "triton"
     env = {**command.env, "VLLM_CACHE_ROOT": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(run_tmp / "inductor"),
-           "TRITON_CACHE_DIR": str(run_tmp / "triton")}
+           "TRITON_CACHE_DIR": str(triton)}
     command = probe.ProbeCommand(command.mode, command.argv, env, command.port, command.served_name,
                                  command.model_dir, command.tokenizer, command.docker)
     print(f"[{name}] {command.shell_line()}", flush=True)

@@ -39,6 +39,9 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 GPU_UTILIZATION_DEFAULT = [((0, 0), 0.90), ((0, 21), 0.92)]  # 0.92 arrived with CUDA-graph profiling (date unverified)
 CUDA_GRAPH_CHARGED_SINCE = (0, 21)  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
 BIG_GPU_BATCH_DEFAULTS_SINCE = (0, 9)  # >= 70 GiB and not A100: 8192 batched tokens / 1024 seqs for the API server
+# >= 160 GiB (B200/B300): 16384 batched tokens for the API server too (vllm/engine/arg_utils.py get_batch_defaults,
+# read in the 0.32.0 and 0.33.0 wheels; the first release with it is not verified, so it applies from 0.32)
+HUGE_GPU_BATCH_DEFAULTS_SINCE = (0, 32)
 CPU_KV_AUTO_SINCE = (0, 13)  # VLLM_CPU_KVCACHE_SPACE unset: 4 GiB before, sized from RAM after (vllm PR #29604)
 CPU_BLOCK_128_SINCE = (0, 10)  # CPU backend default block_size 128 (16 before, without IPEX)
 NEW_ERROR_TEXT_SINCE = (0, 13)  # "model's" wording and the CPU-backend note
@@ -336,6 +339,8 @@ def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
             big = memory_gib >= 70 and "a100" not in name
         elif _at_least(version, (0, 8, 5)):
             big = "h100" in name or "h200" in name
+    if big and memory_gib is not None and memory_gib >= 160 and _at_least(version, HUGE_GPU_BATCH_DEFAULTS_SINCE):
+        return (16384, 1024)
     if inputs.entrypoint == "llm":
         return (16384, 1024) if big else (8192, 256)
     return (8192, 1024) if big else (2048, 256)
@@ -383,10 +388,7 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
     cpu_space = inputs.cpu_kvcache_space_gib
     if inputs.device == "cpu" and cpu_space is None and not _at_least(version, CPU_KV_AUTO_SINCE):
         cpu_space = 4.0  # "VLLM_CPU_KVCACHE_SPACE ... is not set, using 4 by default."
-    charged = (
-        inputs.device == "cuda" and not inputs.enforce_eager and _at_least(version, CUDA_GRAPH_CHARGED_SINCE)
-        and model_runner_for(inputs.model, version) == "V1"
-    )
+    charged = inputs.device == "cuda" and not inputs.enforce_eager and cuda_graphs_charged_by(inputs.model, version)
     from kit.config.pooling import pooling_profile
 
     pooling = pooling_profile({"runner": inputs.runner, "convert": inputs.convert}, inputs.model)
@@ -434,13 +436,40 @@ def _runner_rule(version: Version) -> dict[str, Any] | None:
 
 
 def model_runner_for(model: ModelSpec, version: Version) -> str:
-    """"V2" where vLLM picks its V2 model runner (which charges no CUDA-graph memory to the KV budget), else "V1"."""
+    """"V2" where vLLM picks its V2 model runner, else "V1" (kit/data/vllm.yaml `model_runner_v2`, per release)."""
     rule = _runner_rule(version)
-    if rule is None or model.is_hybrid:
+    if rule is None:
         return "V1"
+    if model.is_hybrid:
+        return "V2" if rule.get("hybrid") else "V1"
     if model.is_moe:
-        return "V2" if model.architecture in rule.get("moe_architectures", []) else "V1"
+        every = rule.get("moe") == "all"
+        return "V2" if every or model.architecture in rule.get("moe_architectures", []) else "V1"
     return "V2" if rule.get("dense") else "V1"
+
+
+def cuda_graphs_charged_by(model: ModelSpec, version: Version) -> bool:
+    """Whether the model runner vLLM picks subtracts its CUDA-graph estimate from the KV budget (from 0.21): V1
+    always; V2 where the release's rule says so (0.26's V2 runner estimated 0, 0.32's and 0.33's capture and charge)."""
+    if not _at_least(version, CUDA_GRAPH_CHARGED_SINCE):
+        return False
+    if model_runner_for(model, version) == "V1":
+        return True
+    return bool((_runner_rule(version) or {}).get("charges_cuda_graphs"))
+
+
+def memory_accounting(version: Version) -> dict[str, Any] | None:
+    """The measured start-up accounting of the newest vllm.yaml release at or below ``version`` that records one
+    (`defaults.memory_accounting`), or None before the first measured release (the physical model below applies)."""
+    from kit.core.datafiles import vllm_table
+
+    best: tuple[Version, dict[str, Any]] | None = None
+    for name, entry in (vllm_table().get("versions") or {}).items():
+        rule = (entry.get("defaults") or {}).get("memory_accounting")
+        ver = parse_version(name)
+        if rule and ver <= version and (best is None or ver > best[0]):
+            best = (ver, rule)
+    return best[1] if best else None
 
 
 # --------------------------------------------------------------------------- parallelism
@@ -736,41 +765,59 @@ def _stage_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last:
     return moe + max(forward, sampler)
 
 
-# vLLM 0.26 on an H200 (kit/data/calibration/h200-vllm-0.26.0/, 14 engines): the profiled peak is the MLP's
-# gate_up output and activation plus four hidden-size buffers per batched token, and a fixed ~0.03 GiB; the V2
-# runner's dummy sampler skips top-k/top-p ("the sampler may skip top_k, top_p" in vllm/v1/worker/gpu/model_runner.py),
-# about 2.2 bytes per logit (Qwen2.5-0.5B, 256 rows). torch.compile's first (cold-cache) profile run holds more:
-# +0.45 GiB (Qwen3-8B bf16) and +0.95 GiB (Qwen3-8B-AWQ) over eager; a warm compile cache gives it back. The plan
-# charges 0.75 GiB for compiled engines, i.e. plans the first start. Non-torch memory on one GPU: 0.22-0.24 GiB.
+# From vLLM 0.26 the activation and non-torch terms are measured per release (kit/data/vllm.yaml
+# `defaults.memory_accounting`, fitted on the release's calibration runs in kit/data/calibration/): the profiled
+# peak is the MLP's gate_up output and activation plus `hidden_buffers` hidden-size buffers per batched token,
+# a fixed part, and the dummy sampler's `sampler_bytes_per_logit` per row of full-vocabulary logits;
+# torch.compile's first (cold-cache) profile run holds `compile_cold_gib` more (a warm cache gives it back; the plan
+# charges the first start). 0.26.0 on an H200 (14 engines): 4 buffers, 0.03 GiB fixed, 2.2 B per logit (the V2
+# runner's dummy sampler skips top-k/top-p, "the sampler may skip top_k, top_p" in vllm/v1/worker/gpu/model_runner.py),
+# +0.75 GiB compiled (Qwen3-8B bf16 +0.45, Qwen3-8B-AWQ +0.95 over eager), non-torch 0.22-0.24 GiB on one GPU.
 ACCOUNTING_026_SINCE = (0, 26)  # first release measured this way; 0.21-0.25 not measured
-SAMPLER_BYTES_PER_LOGIT_026 = 2.2
-ACTIVATION_FIXED_GIB_026 = 0.03
-COMPILE_COLD_GIB_026 = 0.75
-NON_TORCH_GIB_SINGLE_026 = 0.22
 
 
-def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, last: bool) -> float:
+def _measured_activation_bytes(r: _Resolved, model: ModelSpec, layers: range, last: bool,
+                               rule: dict[str, Any]) -> float:
     tokens = r.max_num_batched_tokens
     tp = r.tensor_parallel_size
     act = DTYPE_BYTES[r.dtype]
     h = model.hidden_size
     moe_layers = _moe_layers_in(model, layers)
     has_dense, has_moe = moe_layers < len(layers), moe_layers > 0
-    dense = tokens * (4 * h + 3 * model.intermediate_size / tp) * act if has_dense else 0.0
+    buffers = rule.get("hidden_buffers", 4)
+    dense = tokens * (buffers * h + 3 * model.intermediate_size / tp) * act if has_dense else 0.0
     attn = tokens * (h + model.num_attention_heads / tp * model.head_dim * 3) * act
     forward = max(dense, attn)
     moe = 0.0
     if has_moe:
         n = (model.moe_intermediate_size or model.intermediate_size) / tp
         topk = model.num_experts_per_tok or 1
-        moe = tokens * topk * (3 * n + h) * act
+        moe = tokens * topk * (3 * n + h) * act * rule.get("moe_cache_scale", 1.0)
         forward = max(forward, tokens * 2 * h * act)
     sampler = 0.0
     if last and r.runner != "pooling":  # a pooling runner profiles its pooler, not the sampler (see above)
         rows = min(r.max_num_seqs, r.max_num_batched_tokens)
-        sampler = rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT_026
-    compiled = 0.0 if r.enforce_eager else COMPILE_COLD_GIB_026 * GIB
-    return moe + max(forward, sampler) + ACTIVATION_FIXED_GIB_026 * GIB + compiled
+        sampler = rows * model.vocab_size * rule["sampler_bytes_per_logit"]
+    compiled = 0.0 if r.enforce_eager else rule.get("compile_cold_gib", 0.0) * GIB
+    return moe + max(forward, sampler) + rule.get("activation_fixed_gib", 0.0) * GIB + compiled
+
+
+def _sampler_state_bytes(r: _Resolved, model: ModelSpec, rule: dict[str, Any] | None) -> float:
+    """The V2 runner's persistent per-request sampler state, allocated after the weights are measured and before
+    the profile run, so vLLM counts it in "consumed" memory (weights + non-torch) and the KV budget pays for it:
+    0.33's PenaltiesState (vllm/v1/worker/gpu/sample/penalties.py) holds `output_bin_counts` [max_num_reqs, vocab]
+    int32 and `prompt_bin_mask` [max_num_reqs, vocab/32] int32 on the GPU."""
+    per_entry = (rule or {}).get("sampler_state_bytes_per_vocab_entry", 0.0)
+    if not per_entry or r.runner == "pooling" or r.device != "cuda":
+        return 0.0
+    return r.max_num_seqs * model.vocab_size * per_entry
+
+
+def _stage_activation_bytes_026(r: _Resolved, model: ModelSpec, layers: range, last: bool) -> float:
+    """0.26.0's accounting (kept for callers that name the release)."""
+    rule = memory_accounting(parse_version("0.26.0"))
+    assert rule is not None
+    return _measured_activation_bytes(r, model, layers, last, rule)
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_bytes: int) -> int:
@@ -954,16 +1001,20 @@ def _compute(inputs: PlanInputs) -> tuple[_Resolved, list[_Stage], list[str]]:
             stages.append(_Stage(weights=weights, activation=0, non_torch=0, cuda_graph=0, kv_bytes=kv,
                                  per_token=per_token, num_layers=len(layers), **extras))
             continue
-        if _at_least(parse_version(r.vllm_version), ACCOUNTING_026_SINCE):
-            activation = _stage_activation_bytes_026(r, model, layers, last)
-            single = NON_TORCH_GIB_SINGLE_026
+        rule = memory_accounting(parse_version(r.vllm_version))
+        if rule is not None:
+            activation = _measured_activation_bytes(r, model, layers, last, rule)
+            single = rule["non_torch_gib_single"]
         else:
             activation = _stage_activation_bytes(r, model, layers, last)
             single = NON_TORCH_GIB_SINGLE
         non_torch = (NON_TORCH_GIB_TP if tp > 1 else NON_TORCH_GIB_PP_ONLY if pp > 1 else single) * GIB
+        non_torch += _sampler_state_bytes(r, model, rule)
         graph = 0.0
         if r.cuda_graph_charged:
-            graph = (CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_GRAPH_GIB * _cuda_graph_count(r.max_num_seqs)) * GIB
+            estimate = (rule or {}).get("cuda_graph_estimate") or {}
+            graph = (estimate.get("base_gib", CUDA_GRAPH_BASE_GIB)
+                     + estimate.get("per_graph_gib", CUDA_GRAPH_PER_GRAPH_GIB) * _cuda_graph_count(r.max_num_seqs)) * GIB
         requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
         kv = requested - weights - activation - non_torch - graph
         stages.append(_Stage(weights=weights, activation=activation, non_torch=non_torch, cuda_graph=graph,

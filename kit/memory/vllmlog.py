@@ -30,6 +30,15 @@ USAGE = re.compile(
     r"\(" + _NUM + ", " + _NUM + r" GiB\)\. Actual usage is " + _NUM + r" GiB for weight, " + _NUM
     + r" GiB for peak activation, " + _NUM + r" GiB for non-torch memory, and " + _NUM + r" GiB for CUDAGraph memory"
 )
+# The same summary from 0.33 on (vllm/v1/worker/gpu_worker.py compile_or_warm_up_model at v0.33.0): weights and
+# non-torch memory as one "consumed" figure (mem_get_info's drop since the worker started), and the peak activation
+# with the CUDA-graph estimate included when it was charged (`peak_activation_memory = transient_peak_headroom +
+# cudagraph_memory_estimate_applied` in determine_available_memory).
+USAGE_CONSUMED = re.compile(
+    r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\. Desired GPU memory utilization is "
+    r"\(" + _NUM + ", " + _NUM + r" GiB\)\. Actual usage is " + _NUM + r" GiB for consumed memory \(weights \+ "
+    r"non-torch\), " + _NUM + r" GiB for peak activation, and " + _NUM + r" GiB for CUDAGraph memory"
+)
 GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB total")
 GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _NUM + r" GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
 GRAPH_CAPTURE = re.compile(r"Graph capturing finished in " + _NUM + " secs, took " + _NUM + " GiB")
@@ -164,6 +173,8 @@ def parse(text: str) -> StartupLog:
     """Parse one server log (all processes' lines interleaved, as vLLM writes them to one stream)."""
     out = StartupLog()
     lines = text.splitlines()
+    consumed: float | None = None
+    peak_with_graphs = 0.0
     first_stamp: datetime | None = None
     last_stamp: datetime | None = None
     for line in lines:
@@ -201,6 +212,11 @@ def parse(text: str) -> StartupLog:
             out.cuda_graph_gib = float(m.group(8))
             if out.weights_gib is None:
                 out.weights_gib = float(m.group(5))
+        if m := USAGE_CONSUMED.search(line):
+            (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
+                float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+            consumed, peak_with_graphs = float(m.group(5)), float(m.group(6))
+            out.cuda_graph_gib = float(m.group(7))
         if m := GRAPH_ESTIMATE.search(line):
             out.cuda_graph_estimate_gib = float(m.group(1))
         if (m := GRAPH_POOL.search(line)) and out.cuda_graph_estimate_gib is None:
@@ -218,6 +234,12 @@ def parse(text: str) -> StartupLog:
             out.model_runner = "V1"
         if out.vllm_version is None and (m := VERSION.search(line)):
             out.vllm_version = m.group(1) or m.group(2)
+    if consumed is not None:
+        # In the kit's terms: non-torch = consumed - weights; activation without the charged graph estimate.
+        if out.weights_gib is not None:
+            out.non_torch_gib = round(consumed - out.weights_gib, 2)
+        charged = out.cuda_graph_estimate_gib if out.cuda_graph_charged and out.cuda_graph_estimate_gib else 0.0
+        out.peak_activation_gib = round(peak_with_graphs - charged, 2)
     if not out.ready or out.kv_cache_tokens is None:
         out.fatal = _fatal(lines)
     return out

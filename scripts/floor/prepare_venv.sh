@@ -5,20 +5,28 @@
 # tool's 64 MiB a call (the checkout travels too). The CUDA libraries torch's cuda-toolkit pin brings (cuBLAS, cuDNN, NCCL, ...) are not
 # packed: the machine has the same CUDA 13 wheels under torch 2.11, and device_venv.sh copies them in (and prunes
 # them with the same rules).
-#   bash scripts/floor/prepare_venv.sh LOCK WORKDIR      (LOCK: a wheelhouse's requirements.lock.txt)
-# It writes WORKDIR/site (the environment), WORKDIR/parts/site.tar.xz.NN and .gpv-NN/ folders in the checkout (one
-# part each, ignored by .git/info/exclude), and scripts/floor/prune-rules.json + prune_site.py (untracked; they
-# travel with every call). Each part then travels in its own `run` call: carry [".gpv-NN"].
+#   bash scripts/floor/prepare_venv.sh LOCK WORKDIR [DEST]   (LOCK: a wheelhouse's requirements.lock.txt)
+# It writes WORKDIR/site (the environment), WORKDIR/parts/site.tar.xz.NN and .gpv-NN/ folders in DEST (default: this
+# checkout; one part each, ignored by git's info/exclude), and scripts/floor/prune-rules.json + prune_site.py
+# (untracked; they travel with every call). Each part then travels in its own `run` call: carry [".gpv-NN"].
+# DEST matters in a git worktree: the device tool sends the checkout its session started in, not the worktree.
+# Wheels already in the lock's folder (the wheelhouse `kit wheelhouse` filled) are taken from there, not downloaded.
+# XZ_LEVEL: xz preset for the parts (default 6). Seen with 2: 19 parts (1.15 GB) in about 16 min on two busy cores,
+# where 6 had made 18 parts and ran about four times slower.
+# KIT_PYTHON: a Python that imports the kit's dependencies (default: the checkout's .venv; a worktree has none).
 set -euo pipefail
 lock=$1 work=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
+dest=$(cd "${3:-$root}" && pwd)
+kit_python=${KIT_PYTHON:-$root/.venv/bin/python}
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's kit, also with another checkout's Python
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp)
 for p in manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_25 manylinux_2_24 manylinux_2_18 \
          manylinux_2_17 manylinux2014 manylinux_2_12 manylinux2010 manylinux_2_5 manylinux1; do
   plat+=(--platform "${p}_x86_64")
 done
-features=$("$root/.venv/bin/python" -c 'from kit.core.datafiles import load_yaml; print(" ".join(load_yaml("prune.yaml")["features"]))')
-left_out=$("$root/.venv/bin/python" -c '
+features=$("$kit_python" -c 'from kit.core.datafiles import load_yaml; print(" ".join(load_yaml("prune.yaml")["features"]))')
+left_out=$("$kit_python" -c '
 import sys
 from kit.core.datafiles import load_yaml
 print("|".join(n for f in load_yaml("prune.yaml")["features"].values() for n in f["distributions"]))')
@@ -27,10 +35,10 @@ print("|".join(n for f in load_yaml("prune.yaml")["features"].values() for n in 
 machine_cuda='nvidia-cublas|nvidia-cuda-cupti|nvidia-cuda-nvrtc|nvidia-cuda-runtime|nvidia-cudnn-cu13|nvidia-cufft|nvidia-cufile|nvidia-curand|nvidia-cusolver|nvidia-cusparse|nvidia-cusparselt-cu13|nvidia-nvjitlink|nvidia-nvshmem-cu13|nvidia-nvtx'
 mkdir -p "$work/wheels"
 grep -v '^#' "$lock" | sed 's/ .*//' | grep -vE "^(${left_out}|${machine_cuda})==" > "$work/reqs.txt"
-python3 -m pip download -q --no-deps "${plat[@]}" -d "$work/wheels" -r "$work/reqs.txt"
+python3 -m pip download -q --no-deps "${plat[@]}" --find-links "$(dirname "$lock")" -d "$work/wheels" -r "$work/reqs.txt"
 rm -rf "$work/site"
 python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$work/site" "$work"/wheels/*.whl
-"$root/.venv/bin/python" -c "
+"$kit_python" -c "
 import json, sys
 from kit.core.datafiles import prune_rules
 json.dump(prune_rules('13.0', sys.argv[1].split()), open(sys.argv[2], 'w'))" "$features" "$root/scripts/floor/prune-rules.json"
@@ -38,12 +46,15 @@ cp "$root/kit/image/prune.py" "$root/scripts/floor/prune_site.py"
 python3 "$root/scripts/floor/prune_site.py" "$root/scripts/floor/prune-rules.json" "$work/site" --arch 9.0 \
   --report "$work/pruned-here.json" | tail -1
 rm -rf "$work/parts" && mkdir -p "$work/parts"
-tar -C "$work/site" -cf - . | xz -T0 -6 > "$work/parts/site.tar.xz"
+tar -C "$work/site" -cf - . | xz -T0 "-${XZ_LEVEL:-6}" > "$work/parts/site.tar.xz"
 (cd "$work/parts" && split -b 59M -d site.tar.xz site.tar.xz. && rm site.tar.xz && sha256sum site.tar.xz.* > manifest)
-rm -rf "$root"/.gpv-*
+rm -rf "$dest"/.gpv-*
 for part in "$work"/parts/site.tar.xz.*; do
   n=${part##*.}
-  mkdir -p "$root/.gpv-$n" && cp "$part" "$work/parts/manifest" "$root/.gpv-$n/"
+  mkdir -p "$dest/.gpv-$n" && cp "$part" "$work/parts/manifest" "$dest/.gpv-$n/"
 done
-grep -qx '/.gpv-\*/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpv-*/' >> "$root/.git/info/exclude"
-ls -d "$root"/.gpv-* | wc -l
+# info/exclude lives in git's common dir: in a worktree, .git is a file, not a folder.
+exclude=$(git -C "$dest" rev-parse --path-format=absolute --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpv-\*/' "$exclude" 2>/dev/null || echo '/.gpv-*/' >> "$exclude"
+ls -d "$dest"/.gpv-* | wc -l

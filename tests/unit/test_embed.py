@@ -101,7 +101,7 @@ def test_decoder_embedder_keeps_its_kv_cache_and_drops_sampler_and_lm_head():
     # From vLLM 0.26 (measured accounting, kit/data/calibration/h200-vllm-0.26.0/): the same rule, the pooling
     # runner's peak is the forward pass alone; both carry the fixed and compile terms.
     gen26, pool26 = gpu_plan26(model), gpu_plan26(model, runner="pooling")
-    sampler26 = 256 * 4096 * planner.SAMPLER_BYTES_PER_LOGIT_026 / planner.GIB
+    sampler26 = 256 * 4096 * planner.memory_accounting(planner.parse_version("0.26.0"))["sampler_bytes_per_logit"] / planner.GIB
     forward26 = 2048 * (4 * 128 + 3 * 256) * 2 / planner.GIB
     assert gen26.activation_gib - pool26.activation_gib == pytest.approx(max(sampler26, forward26) - forward26)
     long_rows = gpu_plan26(model, max_num_seqs=2048), gpu_plan26(model, runner="pooling", max_num_seqs=2048)

@@ -221,6 +221,26 @@ def test_v2_model_runner_charges_no_cuda_graph_memory():
     assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), planner.parse_version("0.25.0")) == "V1"
 
 
+def test_v2_model_runner_charges_cuda_graphs_from_0_32():
+    """0.32/0.33: V2 for every model, MoE included, and its graph estimate comes out of the KV budget (vllm.yaml)."""
+    kw = dict(gpu="h200", gpu_memory_utilization=0.9, max_model_len=8192)
+    for version in ("0.32.0", "0.33.0"):
+        for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"):
+            graphs = plan(inputs(model, vllm_version=version, **kw))
+            eager = plan(inputs(model, vllm_version=version, enforce_eager=True, **kw))
+            assert graphs.inputs["cuda_graph_charged"] is True and graphs.cuda_graph_gib > 0.2
+            assert eager.cuda_graph_gib == 0 and eager.inputs["cuda_graph_charged"] is False
+            assert planner.model_runner_for(load_model_spec(model), planner.parse_version(version)) == "V2"
+    # 0.33's measured accounting: the sampler's per-request state is charged per max_num_seqs row
+    few = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.33.0", max_num_seqs=16, **kw))
+    many = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.33.0", max_num_seqs=1024, **kw))
+    state = (1024 - 16) * 151936 * 4.125 / planner.GIB
+    assert many.non_torch_gib - few.non_torch_gib == pytest.approx(state, rel=1e-6)
+    # 0.26 keeps its own (no sampler state term)
+    old = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.26.0", max_num_seqs=1024, **kw))
+    assert old.non_torch_gib == pytest.approx(0.22)
+
+
 def test_version_default_utilization_and_batch_sizes():
     old = plan(inputs(QWEN7B, gpu="h100-80gb", vllm_version="0.19.0")).inputs
     new = plan(inputs(QWEN7B, gpu="h100-80gb", vllm_version="0.33.0")).inputs
@@ -229,6 +249,11 @@ def test_version_default_utilization_and_batch_sizes():
     a100 = plan(inputs(QWEN7B, gpu="a100-80gb", vllm_version="0.19.0")).inputs
     assert (a100["max_num_batched_tokens"], a100["max_num_seqs"]) == (2048, 256)
     assert old["max_model_len"] == 32768 and old["block_size"] == 16
+    # 160 GiB and more (B200): 16384 batched tokens for the API server as well, from 0.32 (vllm/engine/arg_utils.py)
+    b200 = plan(inputs(QWEN7B, gpu="b200", vllm_version="0.33.0")).inputs
+    assert (b200["max_num_batched_tokens"], b200["max_num_seqs"]) == (16384, 1024)
+    b200_old = plan(inputs(QWEN7B, gpu="b200", vllm_version="0.26.0")).inputs
+    assert (b200_old["max_num_batched_tokens"], b200_old["max_num_seqs"]) == (8192, 1024)
 
 
 # --------------------------------------------------------------------------- CPU backend

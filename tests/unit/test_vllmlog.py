@@ -1,5 +1,5 @@
-"""kit.memory.vllmlog on real vLLM 0.26.0 start-up logs (kit/data/calibration/h200-vllm-0.26.0, an H200), and the planner
-against what those logs say. Figures come from parsing the logs here, never from copied numbers."""
+"""kit.memory.vllmlog on real vLLM 0.26.0 and 0.33.0 start-up logs (kit/data/calibration/h200-vllm-*, an H200), and the
+planner against what those logs say. Figures come from parsing the logs here, never from copied numbers."""
 
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ from kit.memory import vllmlog
 pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).resolve().parents[2] / "kit" / "data"
-CASES = yaml.safe_load((DATA / "calibration.yaml").read_text())["gpu_cases"]
+ALL_CASES = yaml.safe_load((DATA / "calibration.yaml").read_text())["gpu_cases"]
+CASES = [c for c in ALL_CASES if str(c["inputs"].get("vllm_version", "0.26.0")) == "0.26.0"]
 STARTED = [c for c in CASES if not c.get("expect_error") and not c.get("start_failed")]
+CASES_033 = [c for c in ALL_CASES if str(c["inputs"].get("vllm_version")) == "0.33.0"]
+STARTED_033 = [c for c in CASES_033 if not c.get("expect_error") and not c.get("start_failed")]
 
 
 def text_of(case: dict) -> str:
@@ -27,14 +30,14 @@ def text_of(case: dict) -> str:
 
 
 def case(case_id: str) -> dict:
-    return next(c for c in CASES if c["id"] == case_id)
+    return next(c for c in ALL_CASES if c["id"] == case_id)
 
 
-@pytest.mark.parametrize("entry", STARTED, ids=[c["id"] for c in STARTED])
+@pytest.mark.parametrize("entry", STARTED + STARTED_033, ids=[c["id"] for c in STARTED + STARTED_033])
 def test_started_engines_log_a_whole_memory_profile(entry: dict) -> None:
     log = vllmlog.parse(text_of(entry))
     assert log.ready and log.fatal is None
-    assert log.vllm_version == "0.26.0" and log.kv_device == "GPU"
+    assert log.vllm_version == str(entry["inputs"].get("vllm_version", "0.26.0")) and log.kv_device == "GPU"
     for field in ("weights_gib", "peak_activation_gib", "non_torch_gib", "kv_cache_gib", "total_gib"):
         assert getattr(log, field) is not None, field
     # vLLM's own identity: available = requested - weights - activation - non-torch - charged graph estimate
@@ -166,3 +169,54 @@ def test_vllm_missing_is_named_whichever_way_python_says_it(line: str) -> None:
 
 def test_the_interpreters_own_complaint_stands_when_nothing_else_does() -> None:
     assert vllmlog.parse("/usr/bin/python3: No module named vllm").fatal == "No module named vllm"
+
+
+# --------------------------------------------------------------------------- vLLM 0.33.0
+def test_033_v2_runner_charges_its_cuda_graph_estimate_for_every_model() -> None:
+    """0.33's V2 runner serves dense and MoE models and subtracts its captured-graph estimate from the KV budget
+    (vllm/config/vllm.py use_v2_model_runner, vllm/v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory)."""
+    graphs = vllmlog.parse(text_of(case("h200-033-qwen3-8b-48g-graphs")))
+    eager = vllmlog.parse(text_of(case("h200-033-qwen3-8b-80g")))
+    assert graphs.model_runner == "V2" and graphs.cuda_graph_charged and graphs.cuda_graph_estimate_gib > 0.3
+    assert eager.model_runner == "V2" and not eager.cuda_graph_charged and eager.cuda_graph_gib == 0
+    version = planner.parse_version("0.33.0")
+    for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V2-Lite-Chat"):
+        assert planner.model_runner_for(load_model_spec(model), version) == "V2"
+        assert planner.cuda_graphs_charged_by(load_model_spec(model), version)
+    entry = case("h200-033-qwen3-8b-48g-graphs")
+    result = planner.plan(_inputs_033(entry, graphs))
+    assert result.inputs["cuda_graph_charged"] is True
+    assert result.cuda_graph_gib == pytest.approx(graphs.cuda_graph_estimate_gib, abs=0.05)
+
+
+def test_033_sampler_state_is_non_torch_memory_that_grows_with_max_num_seqs() -> None:
+    """The V2 runner's penalty state ([max_num_seqs, vocab] int32 and a bit mask) is in vLLM's consumed memory."""
+    small = vllmlog.parse(text_of(case("h200-033-llama3.1-8b-24g")))  # 256 seqs, vocabulary 128256
+    big = vllmlog.parse(text_of(case("h200-033-qwen3-8b-80g")))  # 1024 seqs, vocabulary 151936
+    state_small, state_big = (seqs * vocab * 4.125 / planner.GIB for seqs, vocab in ((256, 128256), (1024, 151936)))
+    assert big.non_torch_gib - small.non_torch_gib == pytest.approx(state_big - state_small, abs=0.05)
+    rule = planner.memory_accounting(planner.parse_version("0.33.0"))
+    for log, state in ((small, state_small), (big, state_big)):
+        assert log.non_torch_gib == pytest.approx(rule["non_torch_gib_single"] + state, abs=0.03)
+
+
+def _inputs_033(entry: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
+    raw = dict(entry["inputs"])
+    model = load_model_spec(raw.pop("model"))
+    return planner.PlanInputs(model=model, gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
+
+
+@pytest.mark.parametrize("which", ["fit", "held_out"])
+def test_033_planner_meets_the_kv_targets_on_fitted_and_held_out_runs(which: str) -> None:
+    """Issue 22's targets on 0.33.0: every case within 3 % of vLLM's KV tokens, median within 1 %; weights 1 %."""
+    entries = [e for e in STARTED_033 if e.get("set", "fit") == which]
+    assert entries
+    token_errors = []
+    for entry in entries:
+        log = vllmlog.parse(text_of(entry))
+        result = planner.plan(_inputs_033(entry, log))
+        assert result.fits, entry["id"]
+        token_errors.append(abs(result.kv_cache_tokens - log.kv_cache_tokens) / log.kv_cache_tokens)
+        assert abs(result.weights_gib - log.weights_gib) / log.weights_gib <= 0.01, entry["id"]
+    assert statistics.median(token_errors) <= 0.01
+    assert max(token_errors) <= 0.03
