@@ -552,6 +552,7 @@ class PresetLoader(yaml.SafeLoader):
     """
 
     yaml_implicit_resolvers: dict = {}
+    values_composed = 0
 
     def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
         if self.check_event(yaml.AliasEvent):
@@ -560,6 +561,19 @@ class PresetLoader(yaml.SafeLoader):
                 None, None, f"YAML alias *{event.anchor} is not allowed in a preset; write the value out",
                 event.start_mark,
             )
+        # Counted while the text is read, so a file of many small values stops at the first one too many
+        # (kit/data/input_limits.yaml preset_max_items, preset_max_values): reading it all costs seconds.
+        limits = input_limits()["files"]
+        self.values_composed += 1
+        if self.values_composed > limits["preset_max_values"]:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {limits['preset_max_values']} values in one preset (a preset has a few dozen)",
+                self.peek_event().start_mark)
+        entries = len(parent.value) if isinstance(parent, (yaml.MappingNode, yaml.SequenceNode)) else 0
+        if entries >= limits["preset_max_items"] and (index is None or isinstance(parent, yaml.SequenceNode)):
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {limits['preset_max_items']} entries in one mapping or list (a preset sets a "
+                "few dozen)", self.peek_event().start_mark)
         return super().compose_node(parent, index)
 
 

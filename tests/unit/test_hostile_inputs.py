@@ -256,7 +256,7 @@ def test_duplicate_keys_are_an_error_naming_the_key_and_both_lines(tmp_path):
 def test_oversized_deep_binary_fifo_and_directory_presets(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("description: '" + "x" * (1 << 20) + "'\n")
-    assert_lines_name(run_kit(["validate", f"preset={big}"]), "big.yaml", "larger than the 1048576 bytes")
+    assert_lines_name(run_kit(["validate", f"preset={big}"]), "big.yaml", "larger than the 262144 bytes")
     assert_lines_name(validate_case([], "a: " + "[" * 5000 + "\n"), "hostile.yaml: nested more than 32 levels")
     outcome = validate_case([], b"hardware: {}\xff\xfe\n")
     assert_lines_name(outcome, "hostile.yaml: not UTF-8 text (invalid byte 0xff at offset 12)")
@@ -460,3 +460,65 @@ def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(m
     assert outcome.output.splitlines()[0] == "internal error: ZeroDivisionError: boom\\nsecond line"
     verbose = CliRunner().invoke(cli, ["-v", "validate", "preset=cpu"])
     assert isinstance(verbose.exception, ZeroDivisionError)
+
+
+# ------------------------------------------------------------------------------------------- linear-time checks
+# Text that made the secret scanner rescan a run once per starting letter (issue 23: 16 s for a 120 KB value).
+QUADRATIC_BAITS = ["a", "a1", "http:/", "a://b:", "sk-", "hf_", "a:", "x@", "gh", "ghp_", "://x:", "u:p"]
+
+
+def _best_seconds(run, text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        run(text)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize("bait", QUADRATIC_BAITS)
+def test_the_secret_scanner_and_redact_take_linear_time(bait):
+    # Ten times the text must cost about ten times as much (a quadratic scan: a hundred times). Generous: 40x, and
+    # the larger text is small enough that a quadratic scanner fails in seconds, not minutes.
+    from kit.core.secretrules import redact, secret_values
+
+    small, large = bait * (4_000 // len(bait)), bait * (40_000 // len(bait))
+    for run in (lambda t: secret_values({"k": t}), redact):
+        floor = 0.0005  # CPU time measures in ticks: below this the small case says nothing
+        ratio = _best_seconds(run, large) / max(_best_seconds(run, small), floor)
+        assert ratio < 40, (bait, ratio)
+
+
+def test_a_preset_of_many_values_stops_at_the_first_one_too_many(tmp_path):
+    # Each entry costs checks, and PyYAML composes about 20,000 values a second: refused while reading, not after.
+    many_flags = CPU_PRESET.replace("engine:\n", "engine:\n" + "".join(f"  f{i}: 1\n" for i in range(20_000)))
+    outcome = validate_case([], many_flags)
+    assert_clean(outcome)
+    assert_lines_name(outcome, "hostile.yaml: line 271, column 3: more than 256 entries in one mapping or list")
+    flow = CPU_PRESET + "  env: {" + ", ".join(f"V{i}: x" for i in range(20_000)) + "}\n"
+    assert_lines_name(validate_case([], flow), "hostile.yaml: line 32", "more than 256 entries")
+    wide = CPU_PRESET + "".join(f"x{i}:\n" + "".join(f"  k{j}: 1\n" for j in range(200)) for i in range(30))
+    assert_lines_name(validate_case([], wide), "more than 4096 values in one preset")
+    # At the cap, a real-looking preset still loads (256 environment variables).
+    at_cap = CPU_PRESET + "  env:\n" + "".join(f"    V{i}: x\n" for i in range(256))
+    assert validate_case([], at_cap).exit_code == 0
+
+
+def test_a_preset_at_the_size_cap_answers_within_a_second_of_cpu(tmp_path):
+    # Each shape of a large preset (one long value, a long comment, long values in many entries), just under the
+    # cap: answered; one byte over: refused before parsing. bench/fuzz.py prints the figures.
+    from kit.core.inputfiles import input_limits
+
+    cap = input_limits()["files"]["preset_max_bytes"]
+    room = cap - len(CPU_PRESET) - 400
+    shapes = [
+        CPU_PRESET.replace("description: x86", "description: " + "a" * room + " x86"),
+        CPU_PRESET.replace("description: x86", "description: " + "http:/" * (room // 6) + " x86"),
+        CPU_PRESET + "#" + "c" * room + "\n",
+        CPU_PRESET + "  env:\n" + "".join(f"    V{i}: " + "y" * (room // 260) + "\n" for i in range(250)),
+    ]
+    for text in shapes:
+        assert len(text.encode()) <= cap
+        assert_clean(validate_case([], text))
+    over = CPU_PRESET + "#" + "c" * cap + "\n"
+    assert_lines_name(validate_case([], over), "hostile.yaml", f"larger than the {cap} bytes")
