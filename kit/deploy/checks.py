@@ -170,6 +170,30 @@ def check_exposure(where: str, preset: Preset) -> list[Problem]:
     )]
 
 
+def has_registry_host(repository: str) -> bool:
+    """Whether an image name starts with a registry host, as Docker reads it (distribution/reference
+    normalize.go splitDockerDomain: the first component is a host when it holds a '.' or ':' or is localhost)."""
+    first, slash, _ = repository.partition("/")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+
+
+def check_k8s_image(where: str, name: str, preset: Preset) -> list[Problem]:
+    """Kubernetes pulls every image on the node: a name with no registry host is Docker Hub's, which the kit's
+    locally built image never is (and whoever owns that name there supplies what the cluster runs)."""
+    repository = preset.image.repository or f"vllm-kit/{name}"
+    if has_registry_host(repository):
+        return []
+    field = "image.repository" if preset.image.repository else "image"
+    return [Problem(
+        f"{where}: {field}",
+        f"the manifests name the image {repository}, which has no registry host: the cluster's nodes would pull it "
+        "from Docker Hub (whoever owns that name there supplies what runs) or fail to pull it; the image built here "
+        "is on this host only",
+        f"push it: kit push preset={name} --registry HOST[:PORT], then render with the image.repository=HOST/... "
+        "and image.pin_digest=... it prints",
+    )]
+
+
 def check_memory(where: str, preset: Preset, report: CheckReport, allow_no_fit: bool) -> None:
     from kit.memory.preset_plan import plan_preset, summary_lines
 
@@ -255,6 +279,8 @@ def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = 
     report.errors += check_parallelism(where, preset)
     if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
         report.warnings += check_exposure(where, preset)
+    else:
+        report.warnings += check_k8s_image(where, name, preset)
     from kit.deploy.router import replica_problems
 
     report.errors += replica_problems(where, preset, target)

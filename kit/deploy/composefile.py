@@ -100,9 +100,15 @@ def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[s
 
 
 def _built_image(ctx: Any) -> dict[str, Any]:
+    """The stack's image: built here, never pulled (``pull_policy: build``), since a registry's image of the same name
+    (Docker Hub's vllm-kit/..., owned by whoever claims it) is not this one. Pinned by digest (image.pin_digest, the
+    image `kit push` recorded): that image, pulled, and nothing to build."""
+    if ctx.d.preset.image.pin_digest:
+        return {"image": _s(ctx.image_ref), "platform": _s(ctx.d.platform)}
     return {
         "image": _s(ctx.image_ref),
         "build": {"context": ".", "dockerfile": "Dockerfile"},
+        "pull_policy": "build",
         "platform": _s(ctx.d.platform),
     }
 

@@ -81,6 +81,10 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
     """``allow_no_fit``: a plan that does not fit is a warning, not an error (`--allow-no-fit`)."""
     name, path, preset, report = load_and_check(ref, overrides, allow_no_fit=allow_no_fit, target=target)
     profiles = check_profiles(list(with_profiles or []))
+    if "webui" in profiles:
+        from kit.deploy.webui import webui_exposure
+
+        report.warnings += blame_overrides(webui_exposure(display_path(path), preset), display_path(path), overrides)
     try:
         deployment = plan_deployment(name, preset, base_image=base_image, preset_shipped=is_shipped(path))
         companions = companions_for(deployment, list(with_presets or []), base_image=base_image,

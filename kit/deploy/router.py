@@ -203,6 +203,7 @@ def replicated_services(ctx: Any, server: dict[str, Any],
     router: dict[str, Any] = {
         "image": s(router_image_ref(d, router_files(d, ctx.uid, ctx.user))),
         "build": {"context": ROUTER_DIR, "dockerfile": "Dockerfile"},
+        "pull_policy": "build",  # built here, never pulled: a registry's image of this name is not this one
         "platform": s(d.platform),
         # Started once every replica is healthy: the router refuses to serve before all its workers answer.
         "depends_on": {name: {"condition": "service_healthy"} for name in names},

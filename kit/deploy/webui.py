@@ -12,7 +12,7 @@ from functools import cache
 from typing import Any
 
 from kit.core.datafiles import load_yaml
-from kit.core.errors import PresetError
+from kit.core.errors import PresetError, Problem
 from kit.core.safevalue import compose_text
 from kit.deploy.profiles import ProfileParts
 
@@ -30,6 +30,25 @@ _s = compose_text
 def image_ref() -> str:
     data = webui_data()
     return f"{data['image']}:{data['tag']}"
+
+
+def webui_exposure(where: str, preset: Any) -> list[Problem]:
+    """Open WebUI is published on runtime.bind_address; beyond loopback its login page is on the network, and its
+    admin holds the server's key and runs Functions (Python code) inside the container."""
+    from kit.deploy.checks import LOOPBACK
+
+    rt = preset.runtime
+    if rt.bind_address in LOOPBACK:
+        return []
+    port = int(webui_data()["default_host_port"])
+    return [Problem(
+        f"{where}: runtime.bind_address",
+        f"--with webui publishes Open WebUI on {rt.bind_address}:{port} (WEBUI_PORT), beyond this host's loopback: "
+        "anyone who reaches it gets the login page of an admin who can read the server's key and run code (Functions) "
+        "in the web UI's container",
+        "keep a long WEBUI_ADMIN_PASSWORD in .env (sign-up is off), or publish on 127.0.0.1 behind a proxy that "
+        "authenticates and terminates TLS",
+    )]
 
 
 def webui_profile(ctx: Any, servers: list[str]) -> ProfileParts:
@@ -53,7 +72,10 @@ def webui_profile(ctx: Any, servers: list[str]) -> ProfileParts:
     for name, source in data["secret_env"].items():
         environment[name] = f"${{{source}:-}}"
     secret = data["required_secret"]
-    environment[secret] = f"${{{secret}:?set {secret} in .env (see .env.example)}}"
+    for name in (secret, *data["admin_env"]):
+        environment[name] = f"${{{name}:?set {name} in .env (see .env.example)}}"
+    admin_name = data["admin_name_env"]
+    environment[admin_name] = f"${{{admin_name}:-{_s(data['admin_name_default'])}}}"
     health = f"http://127.0.0.1:{port}{data['health_path']}"
     service = {
         "image": _s(image_ref()),
@@ -84,7 +106,9 @@ def webui_profile(ctx: Any, servers: list[str]) -> ProfileParts:
                f"http://127.0.0.1:${{WEBUI_PORT:-{int(data['default_host_port'])}}} (WEBUI_PORT in .env); "
                "its users, chats and settings live on the webui-data volume."],
         (*path, "environment"): [
-            "OPENAI_API_KEY is the server's VLLM_API_KEY and WEBUI_SECRET_KEY signs sessions: both from .env."],
+            "OPENAI_API_KEY is the server's VLLM_API_KEY and WEBUI_SECRET_KEY signs sessions: both from .env.",
+            "Sign-up is off: the one account is the admin WEBUI_ADMIN_EMAIL / WEBUI_ADMIN_PASSWORD from .env, made at "
+            "the first start."],
         (*path, "cap_drop"): [
             "Hardened as far as Open WebUI allows: it stays root (the image's user, which owns the data volume), "
             "with no capabilities,",
@@ -96,6 +120,11 @@ def webui_profile(ctx: Any, servers: list[str]) -> ProfileParts:
         "# ---- Open WebUI (--with webui). It calls the server with VLLM_API_KEY above.",
         "# Required: signs its login sessions; the stack refuses to start without it. Make one: openssl rand -hex 32",
         f"{secret}=",
+        "# Required: the admin account, created at the first start (sign-up is off, so it is the only way in; add",
+        "# users from its admin panel). Change the password there later: Open WebUI keeps the account in webui-data.",
+        "WEBUI_ADMIN_EMAIL=",
+        "WEBUI_ADMIN_PASSWORD=",
+        f"# {admin_name}={data['admin_name_default']}",
         f"# Its port on this host (default {int(data['default_host_port'])}).",
         f"# WEBUI_PORT={int(data['default_host_port'])}",
     ]

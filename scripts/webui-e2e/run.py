@@ -133,7 +133,8 @@ def main() -> int:
         # The same preset, overrides and base image as `kit up`: the server's service is unchanged, only webui is added.
         run([*kit, "render", *same, f"runtime.port={args.port}", "--with", "webui"])
         env = run_dir / ".env"
-        env.write_text(f"WEBUI_SECRET_KEY={secrets.token_hex(32)}\nWEBUI_PORT={args.webui_port}\n")
+        env.write_text(f"WEBUI_SECRET_KEY={secrets.token_hex(32)}\nWEBUI_PORT={args.webui_port}\n"
+                       f"WEBUI_ADMIN_EMAIL=e2e@example.test\nWEBUI_ADMIN_PASSWORD={secrets.token_hex(16)}\n")
         env.chmod(0o600)
         compose = yaml.safe_load((run_dir / "compose.yaml").read_text())
         server = next(iter(compose["services"]["webui"]["depends_on"]))

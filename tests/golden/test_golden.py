@@ -41,7 +41,8 @@ CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
 # The monitoring profile's Grafana and the webui profile refuse to start without their secrets (from .env).
 COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "GRAFANA_ADMIN_PASSWORD": "golden-test",
-               "WEBUI_SECRET_KEY": "golden-test-not-a-secret"}
+               "WEBUI_SECRET_KEY": "golden-test-not-a-secret", "WEBUI_ADMIN_EMAIL": "admin@example.test",
+               "WEBUI_ADMIN_PASSWORD": "golden-test-not-a-secret"}
 
 
 REPO = GOLDEN.parents[2]

@@ -35,12 +35,18 @@ def compose_config(docker, folder, env_text):
 
 def test_keys_reach_open_webui_from_env(stack_dir):
     docker, folder = stack_dir
-    result = compose_config(docker, folder, "VLLM_API_KEY=k-from-env\nWEBUI_SECRET_KEY=s-from-env\nWEBUI_PORT=18080\n")
+    result = compose_config(docker, folder, "VLLM_API_KEY=k-from-env\nWEBUI_SECRET_KEY=s-from-env\nWEBUI_PORT=18080\n"
+                            "WEBUI_ADMIN_EMAIL=admin@example.test\nWEBUI_ADMIN_PASSWORD=p-from-env\n")
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)
     webui = resolved["services"][SERVICE]
     assert webui["environment"]["OPENAI_API_KEY"] == "k-from-env"
     assert webui["environment"]["WEBUI_SECRET_KEY"] == "s-from-env"
+    # The admin account from .env, sign-up off (issue 23, item 3).
+    assert webui["environment"]["WEBUI_ADMIN_EMAIL"] == "admin@example.test"
+    assert webui["environment"]["WEBUI_ADMIN_PASSWORD"] == "p-from-env"
+    assert webui["environment"]["WEBUI_ADMIN_NAME"] == "Admin"
+    assert webui["environment"]["ENABLE_SIGNUP"] == "False"
     port = webui["ports"][0]
     assert (port["host_ip"], str(port["published"]), port["target"]) == ("127.0.0.1", "18080", 8080)
     server = next(name for name in webui["depends_on"])
@@ -53,6 +59,17 @@ def test_keys_reach_open_webui_from_env(stack_dir):
 
 def test_stack_refuses_to_start_without_a_session_key(stack_dir):
     docker, folder = stack_dir
-    result = compose_config(docker, folder, "VLLM_API_KEY=k\n")
+    result = compose_config(docker, folder, "VLLM_API_KEY=k\nWEBUI_ADMIN_EMAIL=a@example.test\nWEBUI_ADMIN_PASSWORD=p\n")
     assert result.returncode != 0
     assert "WEBUI_SECRET_KEY" in result.stderr and ".env" in result.stderr
+
+
+@pytest.mark.parametrize("missing", ["WEBUI_ADMIN_EMAIL", "WEBUI_ADMIN_PASSWORD"])
+def test_stack_refuses_to_start_without_the_admin_account(stack_dir, missing):
+    # Sign-up is off: without the admin account from .env nobody could log in, so compose refuses, naming it.
+    docker, folder = stack_dir
+    env = {"WEBUI_SECRET_KEY": "s", "WEBUI_ADMIN_EMAIL": "admin@example.test", "WEBUI_ADMIN_PASSWORD": "p"}
+    del env[missing]
+    result = compose_config(docker, folder, "".join(f"{k}={v}\n" for k, v in env.items()))
+    assert result.returncode != 0
+    assert missing in result.stderr and ".env" in result.stderr

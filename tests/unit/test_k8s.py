@@ -248,3 +248,26 @@ def test_runtime_class_must_be_a_dns_name():
     with pytest.raises(PresetError) as caught:
         prepare("rtx4090-awq", ["runtime.k8s_runtime_class=Not_A_Name"], target="k8s")
     assert any(p.where == "override runtime.k8s_runtime_class" for p in caught.value.problems)
+
+
+def test_an_image_with_no_registry_host_is_a_warning_that_says_to_push_it():
+    # issue 23, item 2: a cluster pulls on each node; vllm-kit/cpu would be Docker Hub's, not the image built here.
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+
+    def registry_warnings(overrides, target="k8s"):
+        return [str(w) for w in prepare("cpu", overrides, target=target).report.warnings if "registry host" in str(w)]
+
+    [warning] = registry_warnings([])
+    assert warning.startswith("presets/cpu.yaml: image: the manifests name the image vllm-kit/cpu, which has no "
+                              "registry host")
+    assert "kit push preset=cpu --registry HOST[:PORT]" in warning and "image.repository=HOST/" in warning
+    [named] = registry_warnings(["image.repository=team/cpu"])
+    assert named.startswith("override image.repository: the manifests name the image team/cpu,")  # the override set it
+    for repository in ("registry.example:5000/team/cpu", "ghcr.io/org/cpu", "localhost/cpu", "127.0.0.1:5000/cpu"):
+        assert registry_warnings([f"image.repository={repository}"]) == [], repository
+    assert registry_warnings([], target="compose") == []  # compose builds it on this host (pull_policy: build)
+    result = CliRunner().invoke(cli, ["render", "preset=cpu", "--target", "k8s", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "warning: presets/cpu.yaml: image: the manifests name the image vllm-kit/cpu" in result.output

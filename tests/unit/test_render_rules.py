@@ -214,3 +214,36 @@ def test_official_image_user_is_not_created_twice(rendered):
     assert "if ! id -u vllm" in overridden and "useradd --uid 2000 --gid 0" in overridden
     older = prepare("a100x8", ["image.vllm_version=0.16.0"]).files["Dockerfile"]  # predates the upstream user
     assert "ARG BASE_IMAGE=\"vllm/vllm-openai:v0.16.0\"" in older and "if ! id -u vllm" in older
+
+
+def _services(files):
+    for path, text in files.items():
+        if path.endswith(".yaml") and path.startswith("compose"):
+            yield from (yaml.safe_load(text) or {}).get("services", {}).items()
+
+
+def test_every_service_the_kit_builds_is_built_never_pulled(rendered):
+    # issue 23, item 2: with `image: vllm-kit/...` and `build:` but no pull_policy, compose tried Docker Hub first,
+    # where whoever owns the name supplies the image. Every preset, the router's image and a companion server too.
+    stacks = {**{name: p.files for name, p in rendered.items()},
+              "cpu replicas": prepare("cpu", ["runtime.replicas=2"]).files,
+              "cpu+cpu-embed": prepare("cpu", [], with_presets=["cpu-embed"]).files}
+    built = 0
+    for stack, files in stacks.items():
+        for name, service in _services(files):
+            if "build" in service:
+                built += 1
+                assert service["pull_policy"] == "build", (stack, name)
+            else:  # the profiles' images are pinned and pulled (Open WebUI by release tag, monitoring by digest)
+                assert not service["image"].startswith("vllm-kit/"), (stack, name)
+    assert built > len(rendered)
+    assert any(name == "router" and "build" in s for name, s in _services(stacks["cpu replicas"]))
+
+
+def test_a_digest_pinned_image_is_pulled_and_has_nothing_to_build():
+    digest = "sha256:" + "a" * 64
+    files = prepare("cpu", ["image.repository=registry.example:5000/team/cpu", f"image.pin_digest={digest}"]).files
+    services = dict(_services(files))
+    for name in ("model-make", "model-fetch", "vllm"):
+        assert services[name]["image"] == f"registry.example:5000/team/cpu@{digest}"
+        assert "build" not in services[name] and "pull_policy" not in services[name], name

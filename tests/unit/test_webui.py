@@ -118,3 +118,31 @@ def test_cli_with_webui(tmp_path):
     assert SERVICE in yaml.safe_load((tmp_path / "compose.yaml").read_text())["services"]
     bad = CliRunner().invoke(cli, ["render", "preset=cpu", "--with", "nope", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "nope" in bad.output
+
+
+def test_sign_up_is_off_and_the_admin_comes_from_env(stack):
+    # issue 23, item 3: with open sign-up the first visitor became admin (the server's key, Functions).
+    files, doc = stack
+    env = doc["services"][SERVICE]["environment"]
+    assert env["ENABLE_SIGNUP"] == "False"
+    for name in ("WEBUI_ADMIN_EMAIL", "WEBUI_ADMIN_PASSWORD"):
+        assert env[name] == f"${{{name}:?set {name} in .env (see .env.example)}}"  # required, from .env only
+        assert re.search(rf"^{name}=$", files[".env.example"], re.M)
+    assert env["WEBUI_ADMIN_NAME"] == "${WEBUI_ADMIN_NAME:-Admin}"
+    assert "WEBUI_ADMIN_PASSWORD" not in prepare("cpu", []).files[".env.example"]
+
+
+def test_a_web_ui_beyond_loopback_is_a_warning_of_its_own():
+    def webui_warnings(overrides, profiles):
+        return [str(w) for w in prepare("cpu", overrides, with_profiles=profiles).report.warnings
+                if "Open WebUI" in str(w)]
+
+    [warning] = webui_warnings(["runtime.bind_address=0.0.0.0"], ["webui"])
+    assert warning.startswith("override runtime.bind_address: --with webui publishes Open WebUI on 0.0.0.0:8080")
+    assert "WEBUI_ADMIN_PASSWORD" in warning
+    assert webui_warnings([], ["webui"]) == []  # loopback
+    assert webui_warnings(["runtime.bind_address=0.0.0.0"], []) == []  # no web UI, only the API's own warning
+    result = CliRunner().invoke(cli, ["render", "preset=cpu", "runtime.bind_address=0.0.0.0", "--with", "webui",
+                                      "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "warning: override runtime.bind_address: --with webui publishes Open WebUI" in result.output
