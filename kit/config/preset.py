@@ -90,6 +90,49 @@ def _whole_bytes(text: str, value: float) -> int:
     return int(value)
 
 
+# One GPU as the NVIDIA runtime and `nvidia-smi -L` name it: an index, a GPU UUID (GPU-8-4-4-4-12 hex) or a MIG
+# device's UUID (MIG-8-4-4-4-12 hex).
+_UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+GPU_ID = re.compile(rf"(?:0|[1-9][0-9]{{0,3}})|(?:GPU|MIG)-{_UUID}", re.ASCII)
+
+# A hub repository id as huggingface_hub 2.4 validates it (utils/_validators.py validate_repo_id): an optional
+# namespace and a name, each [A-Za-z0-9_.-]{1,96} starting and ending with a word character (its \b ... \b), ASCII
+# only, at most one '/', no '--' or '..', not ending in .git.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HUB_ID = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}", re.ASCII)
+
+
+def is_hub_id(text: str) -> bool:
+    return bool(_HUB_ID.fullmatch(text)) and "--" not in text and ".." not in text and not text.endswith(".git")
+
+
+def model_path_problem(path: str) -> str | None:
+    """Why a local model path is refused (kit/data/switches.yaml model_paths), or None: a system folder, `..` out of
+    the deployment folder, the whole home folder."""
+    import posixpath
+
+    rules = load_yaml("switches.yaml")["model_paths"]
+    if path.startswith("~"):
+        user, _, rest = path[1:].partition("/")
+        if user:
+            return "~user paths are not taken: write the folder's path (~/..., /..., ./...)"
+        rest = posixpath.normpath(rest) if rest else "."
+        if rest == "." or rest.startswith(".."):
+            return "is the home folder itself or outside it: point at the model's own folder"
+        return None
+    normal = posixpath.normpath(path)
+    if not path.startswith("/"):
+        if normal == "." or normal == ".." or normal.startswith("../"):
+            return ("leaves the deployment folder (..) or is the folder itself: point at the model's own folder "
+                    "(./models/NAME, or an absolute path)")
+        return None
+    normal = "/" + normal.lstrip("/")  # POSIX keeps a leading // as is
+    if normal in rules["exact"] or any(normal == top or normal.startswith(top + "/") for top in rules["under"]):
+        return (f"is a system folder ({normal}): a local model is mounted into the containers; point at the model's "
+                "own folder (e.g. /srv/models/NAME)")
+    return None
+
+
 class Strict(BaseModel):
     # allow_inf_nan=False: "inf" and "nan" pass every range check pydantic makes (nan compares false), so
     # they are refused as numbers outright.
@@ -123,6 +166,20 @@ class Hardware(Strict):
             raise ValueError(f"unknown GPU {value!r} ({hint})")
         return found[0]
 
+    @field_validator("device_ids")
+    @classmethod
+    def _one_gpu_each(cls, value: list[str] | None) -> list[str] | None:
+        # Each item is one device request id (compose device_ids, CDI nvidia.com/gpu=ID): an index or a UUID as
+        # `nvidia-smi -L` prints them. "0,1,2,3" or "all" in one item would reach the runtime as one odd name.
+        for index, item in enumerate(value or []):
+            if not GPU_ID.fullmatch(item):
+                raise ValueError(f"device_ids[{index}] is not one GPU: give each as its own item, an index (0, 1, ...) "
+                                 "or a UUID as `nvidia-smi -L` prints it (GPU-..., MIG-...); for every GPU, set "
+                                 "hardware.count and leave device_ids out")
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("device_ids names a GPU twice")
+        return value
+
     @model_validator(mode="after")
     def _device_ids_match_count(self) -> Hardware:
         if self.device_ids is not None and len(self.device_ids) != self.count:
@@ -151,6 +208,20 @@ class Model(Strict):
     def _not_an_option(cls, value: str | None) -> str | None:
         # Each becomes the argument after --model/--served-model-name/--revision (or the positional model).
         return None if value is None else check_argument(value)
+
+    @field_validator("id")
+    @classmethod
+    def _hub_id_or_safe_path(cls, value: str) -> str:
+        if value.startswith(("/", "./", "../", "~")):
+            problem = model_path_problem(value)
+            if problem:
+                raise ValueError(problem)
+            return value
+        if not is_hub_id(value):
+            raise ValueError("is neither a hub id (org/name: letters, digits, '-', '_', '.', each part starting and "
+                             "ending with a letter or digit, at most 96 characters, no '--' or '..') nor a local path "
+                             "(./path, /path, ~/path)")
+        return value
 
     @model_validator(mode="after")
     def _generate_needs_path(self) -> Model:

@@ -170,6 +170,56 @@ def check_exposure(where: str, preset: Preset) -> list[Problem]:
     )]
 
 
+COMMIT_RE = r"[0-9a-f]{40}"
+
+
+def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
+    """Switches that open the server or load code (kit/data/switches.yaml), in runtime.env and engine flags alike,
+    and runtime.env naming a variable the kit sets itself (it would silently replace the kit's value)."""
+    import re
+
+    from kit.core.datafiles import load_yaml
+    from kit.deploy import deployment as dep
+
+    rules = load_yaml("switches.yaml")
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+    user_env = preset.runtime.env
+    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in dep.image_env_for(preset)}}
+    for name in user_env:
+        rule = rules["env"].get(name)
+        if rule:
+            (errors if rule["action"] == "refuse" else warnings).append(Problem(
+                f"{where}: runtime.env.{name}", f"{'refused' if rule['action'] == 'refuse' else 'opens the server'}: "
+                f"{name} {rule['reason']} ({rule['source']})",
+                "remove it from runtime.env" if rule["action"] == "refuse" else "set it only where every client is trusted"))
+        elif name in kit_env:
+            errors.append(Problem(
+                f"{where}: runtime.env.{name}",
+                f"the kit sets {name} itself ({kit_env[name]}); a value here would silently replace it",
+                "remove it from runtime.env" + ("" if not kit_env[name].startswith("set from runtime.")
+                                                else f"; {kit_env[name].removeprefix('set from ')} sets it")))
+    flags = preset.engine.flags()
+    for flag, rule in rules["engine"].items():
+        value = flags.get(flag)
+        if value in (None, False, "", []):
+            continue
+        if rule["action"] == "refuse-without-revision":
+            revision = preset.model.revision
+            if preset.model.is_local or (revision and re.fullmatch(COMMIT_RE, revision)):
+                continue
+            pinned = f"model.revision {revision} is a branch or tag, which moves" if revision else "no model.revision"
+            errors.append(Problem(
+                f"{where}: engine.{flag}",
+                f"refused with {pinned}: it {rule['reason']} ({rule['source']})",
+                "pin model.revision to the commit you reviewed (kit lock pins it; the hub shows each commit's 40-hex "
+                "id), or drop trust_remote_code"))
+        else:
+            warnings.append(Problem(f"{where}: engine.{flag}", f"loads code or opens files: it {rule['reason']} "
+                                    f"({rule['source']})", "set it only with code and folders you control"))
+    return errors, warnings
+
+
 def has_registry_host(repository: str) -> bool:
     """Whether an image name starts with a registry host, as Docker reads it (distribution/reference
     normalize.go splitDockerDomain: the first component is a host when it holds a '.' or ':' or is localhost)."""
@@ -276,6 +326,9 @@ def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = 
     flag_errors, flag_warnings = check_flags(where, preset)
     report.errors += flag_errors
     report.warnings += flag_warnings
+    switch_errors, switch_warnings = check_switches(where, preset)
+    report.errors += switch_errors
+    report.warnings += switch_warnings
     report.errors += check_parallelism(where, preset)
     if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
         report.warnings += check_exposure(where, preset)
