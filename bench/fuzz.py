@@ -2,7 +2,9 @@
 
 Runs the generated cases of tests/unit/test_hostile_inputs.py many more times than the unit suite does:
 hostile model configs and number options for `kit plan`, hostile names and paths (presets, models, GPUs,
-versions), hostile override strings and preset files for `kit validate`, each through the real click command. Prints cases tried, tracebacks (must be 0: a
+versions), hostile override strings and preset files for `kit validate`, switches that open the server or load code,
+GPU ids and model ids, and large presets of every shape (at the size cap and at 1 MiB), each through the real click
+command. Prints cases tried, tracebacks (must be 0: a
 traceback or "internal error" is any exception other than the kit's one-line errors), the slowest
 input's CPU and wall time, and the planner's cost at 4 and at 4096 layers (it must not grow). Exit 1 when any case printed a traceback.
 
@@ -60,8 +62,21 @@ def main() -> int:
     def validate_files(text):
         record("validate: preset files", cases.validate_case([], text))
 
-    for run in (plan_configs, plan_numbers, references, validate_overrides, validate_files):
+    @config
+    @given(argv=cases.switch_argv)
+    def validate_switches(argv):
+        record("validate: switches, ids", cases.switch_case(argv))
+
+    for run in (plan_configs, plan_numbers, references, validate_overrides, validate_files, validate_switches):
         run()
+    # Large presets (issue 23): each shape just under the size cap, and at 1 MiB (refused before it is parsed).
+    from kit.core.inputfiles import input_limits
+
+    cap = input_limits()["files"]["preset_max_bytes"]
+    for size in (cap, 1 << 20):
+        for shape, text in cases.large_presets(size).items():
+            record(f"validate: {size >> 10} KiB", cases.validate_case([], text))
+            outcomes[f"validate: {size >> 10} KiB"][-1].argv = [f"{shape}, {len(text.encode())} bytes"]
 
     every = [o for group in outcomes.values() for o in group]
     print(f"{'input kind':<26}{'cases':>7}{'exit 0/1/2':>14}{'tracebacks':>12}{'slowest CPU s':>15}{'slowest wall s':>16}")

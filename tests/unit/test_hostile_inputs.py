@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from kit.cli.main import cli
 from kit.config.modelinfo import load_model_spec
 from kit.config.preset import Preset, load_preset, parse_override
-from kit.core.datafiles import PRESETS_DIR
+from kit.core.datafiles import PRESETS_DIR, load_yaml
 from kit.core.errors import PlanError, PresetError, one_line
 from kit.memory.plan import PlanInputs, _moe_layers_in, plan
 
@@ -84,6 +84,8 @@ HOSTILE_PIECES = [
     "%YAML", "---", "...", "|", ">", "@", "=", ",", "9" * 40, "x" * 300, "\U0001d518", "\u202e", "é", "\ud7ff",
 ]
 hostile_text = st.lists(st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(max_size=8)), max_size=6).map("".join)
+# Text that made the secret scanner rescan a run once per starting letter (issue 23: 16 s for a 120 KB value).
+QUADRATIC_BAITS = ["a", "a1", "http:/", "a://b:", "sk-", "hf_", "a:", "x@", "gh", "ghp_", "://x:", "u:p"]
 
 
 def _field_paths(model: type, prefix: str = "") -> list[str]:
@@ -97,6 +99,10 @@ def _field_paths(model: type, prefix: str = "") -> list[str]:
 PRESET_PATHS = [p for p in _field_paths(Preset) if "." in p] + [
     "engine.swap_space", "engine.max_loras", "engine.hf_token", "engine.api_key", "runtime.env.FOO", "runtime.env.HF_TOKEN",
     "engine.no_such_flag", "hardware.nope", "image.extra_pip", "model.id.deeper",
+    # issue 23: switches that open the server or load code, the kit's own variables, GPU ids, model ids
+    "runtime.env.VLLM_SERVER_DEV_MODE", "runtime.env.LD_PRELOAD", "runtime.env.PYTHONPATH", "runtime.env.HF_HUB_OFFLINE",
+    "runtime.env.VLLM_ALLOW_INSECURE_SERIALIZATION", "engine.trust_remote_code", "engine.middleware",
+    "engine.worker_extension_cls", "hardware.device_ids", "model.revision",
 ]
 override_key = st.one_of(st.sampled_from(PRESET_PATHS), hostile_text.map(lambda t: f"engine.{t}"),
                          st.text(min_size=1, max_size=12))
@@ -155,6 +161,8 @@ reference = st.one_of(hostile_text, st.sampled_from([
     "/dev/zero", "/dev/null", "/proc/self/mem", "/", "..", "../../etc/passwd", "a\x00b", "~nobody/x.yaml", "-", "--",
     "Qwen/Qwen3-8B/../../x", "x/" * 200, "kit:tiny-llama", "kit:", "C:\\x", "Qwen/" + "q" * 5000, "org/" + "a" * 300,
     "./" + "a" * 300, "~nosuchuser/m", "./" + "d/" * 3000,
+    "/etc", "//etc", "/./usr/lib", "/srv/../etc", "./a/../../b", "~/..", "~", "org/na--me", "org/m.git", "a/b/c",
+    "GPU-8b3c5d1e-0f2a-4b6c-9d8e-7f6a5b4c3d2e", "all", "0,1,2,3",
 ]))
 reference_argv = st.one_of(
     reference.map(lambda r: ["validate", f"preset={r}"]),
@@ -165,6 +173,36 @@ reference_argv = st.one_of(
     st.tuples(st.sampled_from(["cpu", "rtx4090-awq"]), reference).map(
         lambda pr: ["validate", f"preset={pr[0]}", f"model.id={pr[1]}"]),
 )
+
+# issue 23: what opens the server or loads code, and the ids the runtime takes as they are.
+SWITCH_RULES = load_yaml("switches.yaml")
+ENV_NAMES = sorted({*SWITCH_RULES["env"], *SWITCH_RULES["kit_env"], "HF_HOME", "MY_SETTING", "ld_preload"})
+gpu_id = st.one_of(st.sampled_from(["0", "1", "7", "all", "none", "0,1", "0-3", "GPU-8b3c5d1e-0f2a-4b6c-9d8e-7f6a5b4c3d2e",
+                                    "MIG-0e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9", "GPU-", " 0", "00", "-1", "1e3"]),
+                   hostile_text)
+model_id = st.one_of(
+    st.sampled_from(["Qwen/Qwen3-8B", "gpt2", "/", "/etc", "/srv/models/m", "./models/m", "../m", "~/m", "~"]),
+    st.tuples(st.sampled_from(["", "/", "./", "../", "~/", "org/"]),
+              st.lists(st.sampled_from(["..", ".", "etc", "usr", "srv", "m", "a-b", "a--b", "", "x.git", "é"]),
+                       max_size=4)).map(lambda pl: pl[0] + "/".join(pl[1])),
+    hostile_text,
+)
+switch_argv = st.one_of(
+    st.tuples(st.sampled_from(ENV_NAMES), hostile_text).map(lambda nv: [f"runtime.env.{nv[0]}={nv[1]}"]),
+    st.tuples(st.sampled_from(sorted(SWITCH_RULES["engine"])), st.sampled_from(["true", "false", "x.Y", "[a.b]", ""]),
+              st.sampled_from([[], ["model.revision=main"], [f"model.revision={'ab' * 20}"]]),
+              st.sampled_from([[], ["model.id=Qwen/Qwen3-0.6B", "model.generate=null"]])).map(
+        lambda f: [f"engine.{f[0]}={f[1]}", *f[2], *f[3]]),
+    st.lists(gpu_id, min_size=1, max_size=3).map(
+        lambda ids: ["preset=rtx3090x2-fp16", f"hardware.count={len(ids)}", "engine.tensor_parallel_size=1",
+                     "hardware.device_ids=[" + ", ".join(repr(i) for i in ids) + "]"]),
+    model_id.map(lambda m: [f"model.id={m}", "model.generate=null"]),
+)
+
+
+def switch_case(argv: list[str]) -> Outcome:
+    preset = [a for a in argv if a.startswith("preset=")] or ["preset=cpu"]
+    return run_kit(["validate", *preset, *[a for a in argv if not a.startswith("preset=")]])
 
 
 def plan_case(config: dict, options: list[str], raw: bytes | None = None) -> Outcome:
@@ -229,6 +267,33 @@ def test_validate_over_hostile_overrides(preset, overrides):
 @given(text=preset_texts())
 def test_validate_over_hostile_preset_files(text):
     assert_clean(validate_case([], text))
+
+
+@FUZZ
+@given(argv=switch_argv)
+def test_validate_over_switches_gpu_ids_and_model_ids(argv):
+    outcome = switch_case(argv)
+    assert_clean(outcome)
+    # Whatever the text, a model path that passes is no system folder and does not leave the folder.
+    model = next((a.split("=", 1)[1] for a in argv if a.startswith("model.id=")), None)
+    if outcome.exit_code == 0 and model and model.startswith(("/", "./", "../", "~")):
+        from kit.config.preset import model_path_problem
+
+        assert model_path_problem(model) is None, model
+
+
+@FUZZ
+@given(piece=st.one_of(st.sampled_from(QUADRATIC_BAITS), hostile_text),
+       more=hostile_text)
+def test_the_secret_scanner_over_long_generated_values(piece, more):
+    # 50 KB built from a generated piece: a quadratic scan of a run this long costs seconds, a linear one milliseconds.
+    from kit.core.secretrules import redact, secret_values
+
+    text = (piece or "a") * (50_000 // max(1, len(piece or "a"))) + more
+    start = time.process_time()
+    secret_values({"k": text})
+    redact(text)
+    assert time.process_time() - start < SECONDS_PER_CASE / 4
 
 
 # ------------------------------------------------------------------------------------------- named cases
@@ -463,8 +528,6 @@ def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(m
 
 
 # ------------------------------------------------------------------------------------------- linear-time checks
-# Text that made the secret scanner rescan a run once per starting letter (issue 23: 16 s for a 120 KB value).
-QUADRATIC_BAITS = ["a", "a1", "http:/", "a://b:", "sk-", "hf_", "a:", "x@", "gh", "ghp_", "://x:", "u:p"]
 
 
 def _best_seconds(run, text: str) -> float:
@@ -504,20 +567,28 @@ def test_a_preset_of_many_values_stops_at_the_first_one_too_many(tmp_path):
     assert validate_case([], at_cap).exit_code == 0
 
 
+def large_presets(size: int) -> dict[str, str]:
+    """cpu.yaml grown to about ``size`` bytes, one shape each: what a slow reader or a quadratic check would choke on."""
+    room = size - len(CPU_PRESET) - 400
+    return {
+        "one long value": CPU_PRESET.replace("description: x86", "description: " + "a" * room + " x86"),
+        "URL-like run": CPU_PRESET.replace("description: x86", "description: " + "http:/" * (room // 6) + " x86"),
+        "long comment": CPU_PRESET + "#" + "c" * room + "\n",
+        "250 long env values": CPU_PRESET + "  env:\n" + "".join(f"    V{i}: " + "y" * (room // 260) + "\n"
+                                                                for i in range(250)),
+        "many small flags": CPU_PRESET.replace("engine:\n", "engine:\n" + "".join(f"  f{i}: 1\n"
+                                                                                  for i in range(room // 12))),
+        "long flow mapping": CPU_PRESET + "  env: {" + ", ".join(f"V{i}: x" for i in range(room // 10)) + "}\n",
+    }
+
+
 def test_a_preset_at_the_size_cap_answers_within_a_second_of_cpu(tmp_path):
     # Each shape of a large preset (one long value, a long comment, long values in many entries), just under the
     # cap: answered; one byte over: refused before parsing. bench/fuzz.py prints the figures.
     from kit.core.inputfiles import input_limits
 
     cap = input_limits()["files"]["preset_max_bytes"]
-    room = cap - len(CPU_PRESET) - 400
-    shapes = [
-        CPU_PRESET.replace("description: x86", "description: " + "a" * room + " x86"),
-        CPU_PRESET.replace("description: x86", "description: " + "http:/" * (room // 6) + " x86"),
-        CPU_PRESET + "#" + "c" * room + "\n",
-        CPU_PRESET + "  env:\n" + "".join(f"    V{i}: " + "y" * (room // 260) + "\n" for i in range(250)),
-    ]
-    for text in shapes:
+    for text in large_presets(cap).values():
         assert len(text.encode()) <= cap
         assert_clean(validate_case([], text))
     over = CPU_PRESET + "#" + "c" * cap + "\n"
