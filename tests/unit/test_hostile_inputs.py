@@ -578,7 +578,7 @@ def large_presets(size: int) -> dict[str, str]:
                                                                 for i in range(250)),
         "many small flags": CPU_PRESET.replace("engine:\n", "engine:\n" + "".join(f"  f{i}: 1\n"
                                                                                   for i in range(room // 12))),
-        "long flow mapping": CPU_PRESET + "  env: {" + ", ".join(f"V{i}: x" for i in range(room // 10)) + "}\n",
+        "long flow mapping": CPU_PRESET + "  env: {" + ", ".join(f"V{i}: x" for i in range(room // 12)) + "}\n",
     }
 
 

@@ -100,10 +100,12 @@ def test_gpu_replicas_get_disjoint_devices():
 
 
 def test_gpu_replicas_follow_device_ids_and_cdi():
-    doc, _ = compose("hardware.count=4", "hardware.device_ids=[GPU-a,GPU-b,GPU-c,GPU-d]", "hardware.gpu_runtime=cdi",
+    # GPU UUIDs as `nvidia-smi -L` prints them (device_ids takes one index or UUID per item).
+    a, b, c, d = (f"GPU-{n}0000000-0000-0000-0000-000000000000" for n in "abcd")
+    doc, _ = compose("hardware.count=4", f"hardware.device_ids=[{a},{b},{c},{d}]", "hardware.gpu_runtime=cdi",
                      "engine.tensor_parallel_size=2", "runtime.replicas=2", preset="a100x8", allow_no_fit=True)
-    assert gpu_ids(doc["services"]["vllm-1"]) == ["nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"]
-    assert gpu_ids(doc["services"]["vllm-2"]) == ["nvidia.com/gpu=GPU-c", "nvidia.com/gpu=GPU-d"]
+    assert gpu_ids(doc["services"]["vllm-1"]) == [f"nvidia.com/gpu={a}", f"nvidia.com/gpu={b}"]
+    assert gpu_ids(doc["services"]["vllm-2"]) == [f"nvidia.com/gpu={c}", f"nvidia.com/gpu={d}"]
     assert doc["services"]["vllm-1"]["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "cdi"
 
 
