@@ -265,7 +265,7 @@ def test_an_image_with_no_registry_host_is_a_warning_that_says_to_push_it():
     assert "kit push preset=cpu --registry HOST[:PORT]" in warning and "image.repository=HOST/" in warning
     [named] = registry_warnings(["image.repository=team/cpu"])
     assert named.startswith("override image.repository: the manifests name the image team/cpu,")  # the override set it
-    for repository in ("registry.example:5000/team/cpu", "ghcr.io/org/cpu", "localhost/cpu", "127.0.0.1:5000/cpu"):
+    for repository in ("registry.example:5000/team/cpu", "registry.example.org/org/cpu", "localhost/cpu", "127.0.0.1:5000/cpu"):
         assert registry_warnings([f"image.repository={repository}"]) == [], repository
     assert registry_warnings([], target="compose") == []  # compose builds it on this host (pull_policy: build)
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--target", "k8s", "--dry-run"])
