@@ -99,16 +99,25 @@ def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[s
     return [_s(m) for m in mounts]
 
 
+# Images the kit builds are never pulled: compose's default policy (missing) pulls a missing image first, and
+# Docker Hub's vllm-kit/... belongs to whoever claims the name. `never` rather than `build`: under `build` every
+# `docker compose up` rebuilds from this folder, without the wheelhouse and build args `kit build` gives, over the
+# image `kit build` made under the same content tag; under `never` compose uses that image and builds only when the
+# tag is missing (Compose v2.40 `up --dry-run`: never/present: used; never/absent: built, no pull; build/present:
+# rebuilt; missing/absent: pulled first). The tag changes with every input of the image, so a missing tag is
+# exactly a changed image.
+BUILT_PULL_POLICY = "never"
+
+
 def _built_image(ctx: Any) -> dict[str, Any]:
-    """The stack's image: built here, never pulled (``pull_policy: build``), since a registry's image of the same name
-    (Docker Hub's vllm-kit/..., owned by whoever claims it) is not this one. Pinned by digest (image.pin_digest, the
-    image `kit push` recorded): that image, pulled, and nothing to build."""
+    """The stack's image: built here, never pulled (BUILT_PULL_POLICY). Pinned by digest (image.pin_digest, the image
+    `kit push` recorded): that image, pulled by its digest, and nothing to build."""
     if ctx.d.preset.image.pin_digest:
         return {"image": _s(ctx.image_ref), "platform": _s(ctx.d.platform)}
     return {
         "image": _s(ctx.image_ref),
         "build": {"context": ".", "dockerfile": "Dockerfile"},
-        "pull_policy": "build",
+        "pull_policy": BUILT_PULL_POLICY,
         "platform": _s(ctx.d.platform),
     }
 

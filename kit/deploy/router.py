@@ -18,6 +18,7 @@ from typing import Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import Problem
+from kit.deploy.composefile import BUILT_PULL_POLICY
 
 ROUTER_SERVICE = "router"
 ROUTER_DIR = "router"  # the router image's build context, beside compose.yaml
@@ -203,7 +204,7 @@ def replicated_services(ctx: Any, server: dict[str, Any],
     router: dict[str, Any] = {
         "image": s(router_image_ref(d, router_files(d, ctx.uid, ctx.user))),
         "build": {"context": ROUTER_DIR, "dockerfile": "Dockerfile"},
-        "pull_policy": "build",  # built here, never pulled: a registry's image of this name is not this one
+        "pull_policy": BUILT_PULL_POLICY,  # built here, never pulled: a registry's image of this name is not this one
         "platform": s(d.platform),
         # Started once every replica is healthy: the router refuses to serve before all its workers answer.
         "depends_on": {name: {"condition": "service_healthy"} for name in names},

@@ -267,7 +267,7 @@ def test_an_image_with_no_registry_host_is_a_warning_that_says_to_push_it():
     assert named.startswith("override image.repository: the manifests name the image team/cpu,")  # the override set it
     for repository in ("registry.example:5000/team/cpu", "registry.example.org/org/cpu", "localhost/cpu", "127.0.0.1:5000/cpu"):
         assert registry_warnings([f"image.repository={repository}"]) == [], repository
-    assert registry_warnings([], target="compose") == []  # compose builds it on this host (pull_policy: build)
+    assert registry_warnings([], target="compose") == []  # compose builds it on this host and never pulls it
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--target", "k8s", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "warning: presets/cpu.yaml: image: the manifests name the image vllm-kit/cpu" in result.output
