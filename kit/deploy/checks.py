@@ -6,6 +6,7 @@ Public entry point: ``check_preset(name, path, preset) -> CheckReport``. Each ch
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,8 +177,6 @@ COMMIT_RE = r"[0-9a-f]{40}"
 def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Switches that open the server or load code (kit/data/switches.yaml), in runtime.env and engine flags alike,
     and runtime.env naming a variable the kit sets itself (it would silently replace the kit's value)."""
-    import re
-
     from kit.core.datafiles import load_yaml
     from kit.deploy import deployment as dep
 
@@ -212,8 +211,8 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
             errors.append(Problem(
                 f"{where}: engine.{flag}",
                 f"refused with {pinned}: it {rule['reason']} ({rule['source']})",
-                "pin model.revision to the commit you reviewed (kit lock pins it; the hub shows each commit's 40-hex "
-                "id), or drop trust_remote_code"))
+                "pin model.revision to the commit you reviewed (its 40-hex id, from the model's commit history on the "
+                "hub), or drop trust_remote_code"))
         else:
             warnings.append(Problem(f"{where}: engine.{flag}", f"loads code or opens files: it {rule['reason']} "
                                     f"({rule['source']})", "set it only with code and folders you control"))
@@ -222,9 +221,10 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
 
 def has_registry_host(repository: str) -> bool:
     """Whether an image name starts with a registry host, as Docker reads it (distribution/reference
-    normalize.go splitDockerDomain: the first component is a host when it holds a '.' or ':' or is localhost)."""
+    normalize.go splitDockerDomain: the first component is a host when it holds a '.' or ':', is localhost, or has
+    an uppercase letter)."""
     first, slash, _ = repository.partition("/")
-    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost" or first.lower() != first)
 
 
 def check_k8s_image(where: str, name: str, preset: Preset) -> list[Problem]:
