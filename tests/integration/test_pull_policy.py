@@ -16,14 +16,15 @@ from tests.conftest import require_tool
 
 def dry_run_up(tmp_path, overrides: list[str], services: list[str]) -> str:
     docker = require_tool("docker")
-    if subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+    if subprocess.run([docker, "compose", "version"], capture_output=True, check=False).returncode != 0:
         pytest.skip("docker compose v2 not installed")
     files = prepare("cpu", overrides).files
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     result = subprocess.run([docker, "compose", "-p", f"kit-dry-{tmp_path.name.lower()}", "--dry-run", "up", "-d",
-                             "--no-deps", *services], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                             "--no-deps", *services], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
 
