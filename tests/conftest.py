@@ -1,7 +1,10 @@
+import importlib
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -28,14 +31,51 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, layer))
 
 
-def require_tool(name: str) -> str:
-    """A tool the suite needs: skipped on a dev box without it, a failure in CI (where setup installs it)."""
+# Every skip for something missing goes through missing() below: on a dev box it skips, in CI (CI=true; .ci/run on
+# a fresh machine after `make setup`) it fails, so a test CI claims to run cannot quietly not run. A skip that
+# depends on the machine rather than on what setup installs (arm64 emulation refused, no root) is
+# `environment_refuses()`, which says so and is listed by `-rs`.
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing(what: str, installed_by: str) -> None:
+    """Skip (dev box) or fail (CI) for a tool or module the suite needs; ``installed_by`` says what provides it."""
+    if in_ci():
+        pytest.fail(f"{what} is not installed; {installed_by} installs it", pytrace=False)
+    pytest.skip(f"{what} not installed ({installed_by} installs it)")
+
+
+def require_tool(name: str, installed_by: str = "scripts/setup-host.sh") -> str:
+    """A program on PATH the suite needs: skipped on a dev box without it, a failure in CI (where setup installs it)."""
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed; scripts/setup-host.sh installs it")
-        pytest.skip(f"{name} not installed (scripts/setup-host.sh installs it)")
+        missing(name, installed_by)
     return path
+
+
+def require_module(name: str, installed_by: str = "the test extra (pip install -e '.[test]')") -> ModuleType:
+    """An importable module the suite needs, the same way: skipped on a dev box, a failure in CI."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(f"Python module {name}", installed_by)
+        raise  # not reached: missing() skips or fails
+
+
+def require_compose() -> str:
+    """The docker CLI with the Compose v2 plugin (`docker compose config` needs no engine); returns docker's path."""
+    docker = require_tool("docker")
+    if subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        missing("docker compose (v2)", "scripts/setup-host.sh")
+    return docker
+
+
+def environment_refuses(reason: str) -> None:
+    """A skip that depends on this machine, not on what setup installs (stated in the reason, listed by -rs)."""
+    pytest.skip(f"this machine refuses: {reason}")
 
 
 @pytest.fixture

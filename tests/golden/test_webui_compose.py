@@ -9,14 +9,12 @@ import yaml
 
 from kit.deploy.pipeline import prepare
 from kit.deploy.webui import SERVICE
-from tests.conftest import require_tool
+from tests.conftest import require_compose
 
 
 @pytest.fixture(scope="module")
 def stack_dir(tmp_path_factory):
-    docker = require_tool("docker")
-    if subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
-        pytest.skip("docker compose v2 not installed")
+    docker = require_compose()
     folder = tmp_path_factory.mktemp("webui-stack")
     for rel, text in prepare("cpu", [], with_profiles=["webui"]).files.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)

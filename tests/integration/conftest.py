@@ -19,6 +19,7 @@ from kit.deploy.pipeline import Prepared, prepare
 from kit.image.build import BuildRequest  # noqa: F401 - re-exported for tests
 from kit.run.stack import Stack, write_smoke_env
 from kit.run.workflow import build, render_into, start
+from tests.conftest import missing
 
 BASE_IMAGE = os.environ.get("KIT_BASE_IMAGE", "vllm-kit/base:bookworm")
 CACHE = Path(os.environ.get("KIT_CACHE_DIR", Path.home() / ".cache" / "vllm-kit"))
@@ -42,9 +43,7 @@ def docker_client():
     try:
         client = connect()
     except DockerUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"no Docker engine in CI: {exc.message}")
-        pytest.skip(f"no Docker engine: {exc.message}")
+        missing(f"a Docker engine ({exc.message})", "scripts/setup-host.sh (which starts one)")
     try:
         client.images.get(BASE_IMAGE)
     except Exception:  # noqa: BLE001

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -31,6 +30,8 @@ from kit.image.lock import LOCK_FILE, build_locked, read_lock, write_lock
 from kit.run.smoke import format_table, run_checks
 from kit.run.stack import write_smoke_env
 
+from tests.conftest import require_tool
+
 from .conftest import BASE_IMAGE, free_port, session_progress
 
 REGISTRY = "127.0.0.1:5000"
@@ -46,11 +47,7 @@ EXPECTED_DIFFERENCES: set[str] = set()
 @contextlib.contextmanager
 def running_registry(root, address: str, htpasswd: str | None = None):
     """Debian's docker-registry on ``address`` (loopback), storage under ``root``; stopped even on failure."""
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("docker-registry is not installed; scripts/setup-host.sh installs it")
-        pytest.skip("docker-registry not installed (scripts/setup-host.sh installs it)")
+    binary = require_tool("docker-registry")
     config = root / "config.yml"
     auth = ""
     if htpasswd is not None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_module
+
 pytestmark = pytest.mark.package
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +57,7 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Installed:
-    pytest.importorskip("build", reason="python -m build comes with the test extra: pip install -e '.[test]'")
+    require_module("build")
     # Build from a copy of the files git would commit, as on a fresh clone: setuptools reuses build/ and
     # *.egg-info/SOURCES.txt left in a checkout, which would hide a file that is no longer packaged.
     source = tmp_path_factory.mktemp("source")

@@ -1,8 +1,6 @@
 """Pooling servers (issue 13, point 4): the runner vLLM picks, the planner's pooling terms, the smoke checks a
 pooling server gets, and an embedding server beside a chat server in one compose stack."""
 
-import shutil
-
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -224,15 +222,7 @@ def test_render_cli_writes_the_side_by_side_files(tmp_path):
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--with-preset", "cpu-embed", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "compose.yaml").is_file() and (tmp_path / "compose.cpu-embed.yaml").is_file()
-    docker = shutil.which("docker")
-    if docker:  # compose itself resolves the include: four services, no clash
-        import subprocess
-
-        out = subprocess.run([docker, "compose", "config", "--services"], cwd=tmp_path, capture_output=True,
-                             text=True)
-        if out.returncode == 0:
-            assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "model-make",
-                                                  "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
+    # `docker compose config` resolving the include: tests/golden/test_tools.py
 
 
 def test_side_by_side_on_one_gpu_must_share_its_memory(tmp_path):

@@ -19,10 +19,11 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from kit.config.preset import load_preset
+from tests.conftest import require_module
 from tests.unit.test_fetch import host_command
 
 pytestmark = pytest.mark.unit
-huggingface_hub = pytest.importorskip("huggingface_hub")
+huggingface_hub = require_module("huggingface_hub")
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 WEIGHT_MAP = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}

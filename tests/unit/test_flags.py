@@ -257,28 +257,6 @@ def test_argv_refuses_invalid_engine():
     assert len(info.value.flag_problems) == 2
 
 
-# --- against a real vLLM, when one is importable ---------------------------------
+# Against a real vLLM (the snapshot is its parser's, our argv parses there): tests/integration/test_vllm_parser.py,
+# inside the CPU image the suite builds. The host has no vLLM, so a unit test here could only ever skip.
 
-
-def test_snapshot_matches_installed_vllm():
-    vllm = pytest.importorskip("vllm")
-    version = str(vllm.__version__)
-    if version not in VERSIONS:
-        pytest.skip(f"no checked-in snapshot for installed vLLM {version}")
-    fresh = flagsnap.dumps_snapshot(flagsnap.generate_snapshot())
-    assert fresh == flagsnap.snapshot_path(version).read_text(encoding="utf-8")
-
-    # And the argv we produce is accepted by that vLLM's own parser.
-    parser, _ = flagsnap.build_serve_parser()
-    engine = {
-        "max_model_len": "32k",
-        "enable_prefix_caching": False,
-        "ignore_patterns": ["a", "b"],
-        "compilation_config": {"mode": 3},
-        "headless": True,
-    }
-    parsed = parser.parse_args(["some-model", *engine_to_argv(engine, version)])
-    assert parsed.max_model_len == 32000
-    assert parsed.enable_prefix_caching is False
-    assert parsed.ignore_patterns == ["a", "b"]
-    assert parsed.headless is True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 import yaml
@@ -64,22 +63,6 @@ def test_cluster_roles_are_hardened_too():
     assert set(found) == {"compose.head.yaml:vllm", "compose.worker.yaml:ray-worker"}
     for svc in found.values():
         assert_hardened(svc, p.deployment.run_user.home, ["SYS_NICE"])
-
-
-def test_hardened_compose_passes_docker_compose_config(tmp_path):
-    files = prepare("cpu").files
-    for rel, text in files.items():
-        (tmp_path / rel).write_text(text)
-    result = subprocess.run(["docker", "compose", "-f", str(tmp_path / "compose.yaml"), "config", "--format", "json"],
-                            capture_output=True, text=True, timeout=60)
-    if result.returncode != 0 and "is not a docker command" in result.stderr:
-        pytest.skip("no docker compose plugin")
-    assert result.returncode == 0, result.stderr
-    import json
-
-    svc = json.loads(result.stdout)["services"]["vllm"]
-    assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"] and svc["pids_limit"] > 0
-    assert "/tmp:size=2g,exec" in svc["tmpfs"]
 
 
 @pytest.mark.parametrize("preset,overrides", [("cpu", []), ("rtx4090-awq", []), ("cpu", CLUSTER)])

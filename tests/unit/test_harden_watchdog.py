@@ -8,6 +8,7 @@ tiny standard-library server as SERVER that writes its pid to a file. A test sto
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -73,9 +74,26 @@ def alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def wait_for_log(proc: subprocess.Popen, text: str, timeout: float = 20) -> str:
+    """The watchdog's stderr up to the line holding ``text`` (read from the pipe's descriptor, unbuffered, so
+    `proc.stderr.read()` later returns the rest); fails at the deadline or when the watchdog exits first."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    fd = proc.stderr.fileno()
+    while text.encode() not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {text!r} from the watchdog in {timeout} s: {seen.decode()}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 4096)
+            assert chunk, f"the watchdog exited before {text!r}: {seen.decode()}"
+            seen += chunk
+    return seen.decode()
+
+
 def wait_healthy_log(proc: subprocess.Popen, pid_file: Path) -> int:
     pid = server_pid(pid_file)
-    time.sleep(1.0)  # several polls answered
+    wait_for_log(proc, "starting -> up")  # the watchdog saw the server answer
     assert proc.poll() is None
     return pid
 
@@ -133,8 +151,9 @@ def test_failures_inside_the_start_grace_do_not_count(tmp_path):
     # The server answers only after 2 s; with a 20 s grace the watchdog waits for it instead of killing it.
     proc, pid_file = start(tmp_path, delay=2.0, grace=20)
     pid = server_pid(pid_file)
-    time.sleep(3.5)
-    assert proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+    # Polls fail for 2 s, inside the grace; then the server answers and the watchdog counts it up, not hung.
+    log = wait_for_log(proc, "starting -> up")
+    assert "hung" not in log and proc.poll() is None, log
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)
     assert not alive(pid)

@@ -75,7 +75,6 @@ def test_text_output_lists_each_table():
 
 
 def test_missing_image_is_one_clear_error():
-    pytest.importorskip("docker")
     result = CliRunner().invoke(cli, ["image-size", "vllm-kit/no-such-image:never", "--json"])
     envelope = json.loads(result.output)
     assert result.exit_code == 1 and envelope["ok"] is False and envelope["command"] == "image-size"

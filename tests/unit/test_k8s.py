@@ -15,8 +15,9 @@ from kit.config.preset import preset_names
 from kit.deploy.deployment import APP_UID, HF_HOME, LAUNCHER_DIR, VLLM_CACHE
 from kit.deploy.k8s import LWS_API, k8s_quantity
 from kit.deploy.pipeline import prepare
+from tests.conftest import require_module
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
+kubernetes_validate = require_module("kubernetes_validate")
 K8S_VERSION = "1.34.0"
 CORE_KINDS = {"Deployment", "Service", "PersistentVolumeClaim", "ConfigMap"}
 

@@ -3,7 +3,6 @@
 import hashlib
 import io
 import json
-import shutil
 import sys
 import tarfile
 
@@ -28,6 +27,7 @@ from kit.image.lock import (
     write_lock,
 )
 from kit.image.registry import BaseDigest, repository_of, split_registry
+from tests.conftest import require_tool
 
 BASE = "vllm-kit/base:bookworm"
 IMAGE_ID = "sha256:" + "ab" * 32
@@ -284,16 +284,47 @@ def test_the_official_strategy_installs_the_lock_with_require_hashes_when_locked
     assert "--require-hashes" not in unlocked_branch and "-r /tmp/kit-wheels/requirements.txt" in unlocked_branch
 
 
-def test_build_locked_asks_every_strategy_for_hashes():
-    import inspect
-
-    source = inspect.getsource(lockmod.build_locked)
-    assert 'extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}' in source
+class _StopAtBuild(Exception):
+    pass
 
 
-@pytest.mark.skipif(not shutil.which("uv"), reason="uv not on PATH")
+@pytest.mark.parametrize("preset", ["cpu", "rtx4090-awq", "a100x8", "orin"])  # cpu, slim, official, jetson
+def test_build_locked_asks_every_strategy_for_hashes(preset, tmp_path, monkeypatch):
+    """The build `kit build --locked` starts passes PIP_REQUIRE_HASHES=1, and each strategy's Dockerfile takes it."""
+    prepared = prepare(preset, base_image=BASE)
+    wheels = tmp_path / "wh"
+    wheels.mkdir()
+    wheel(wheels, "numpy", "2.2.0")
+    out = tmp_path / "run"
+    out.mkdir()
+    for rel, text in prepared.files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    write_lock(locked(prepared, wheels), out / "vllm-kit.lock.json")
+    requests = []
+
+    class Images:
+        def get(self, ref):
+            return ref
+
+    class Client:
+        images = Images()
+
+    def build_image(request, log_dir, progress=None):
+        requests.append(request)
+        raise _StopAtBuild
+
+    monkeypatch.setattr(lockmod, "docker_client", lambda: Client())
+    monkeypatch.setattr(lockmod, "build_image", build_image)
+    with pytest.raises(_StopAtBuild):
+        lockmod.build_locked(prepared, out, lock_path=out / "vllm-kit.lock.json", wheelhouse=wheels, offline=True)
+    assert requests[0].extra_args == {"PIP_REQUIRE_HASHES": "1"} and requests[0].offline
+    assert "ARG PIP_REQUIRE_HASHES" in prepared.files["Dockerfile"], preset
+
+
 def test_uv_refuses_a_wheel_that_does_not_match_the_locked_hash(tmp_path):
     """The official template's locked command, run by a real uv against a tampered wheel, fails."""
+    uv = require_tool("uv", "the test extra (pip install -e '.[test]')")
     import subprocess
     import zipfile
 
@@ -309,7 +340,7 @@ def test_uv_refuses_a_wheel_that_does_not_match_the_locked_hash(tmp_path):
 
     def install(sha):
         (wheels / "requirements.lock.txt").write_text(f"kitprobe==1.0 --hash=sha256:{sha}\n")
-        return subprocess.run(["uv", "pip", "install", "--no-cache", "--no-index", "--require-hashes", "--no-deps",
+        return subprocess.run([uv, "pip", "install", "--no-cache", "--no-index", "--require-hashes", "--no-deps",
                                "--find-links", str(wheels), "-r", str(wheels / "requirements.lock.txt"),
                                "--target", str(tmp_path / f"t{sha[:4]}"), "--python", sys.executable],
                               capture_output=True, text=True, timeout=120)

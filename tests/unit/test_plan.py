@@ -57,7 +57,11 @@ def test_knowledge_calibration_points(model, kw, weights, kv_gib, tokens):
     assert result.kv_cache_tokens == pytest.approx(tokens, rel=0.05)
 
 
-def test_calibration_file_cases_all_plan(repo):
+# Per case, the bench's median targets (bench/plan_accuracy.py): today's worst case is under 1%.
+CALIBRATION_TOLERANCE = {"weights_gib": 0.03, "kv_cache_gib": 0.05, "kv_cache_tokens": 0.05}
+
+
+def test_calibration_file_cases_plan_to_what_vllm_logged(repo):
     cases = yaml.safe_load((repo / "kit" / "data" / "calibration.yaml").read_text())["cases"]
     assert len(cases) >= 3
     for case in cases:
@@ -65,7 +69,11 @@ def test_calibration_file_cases_all_plan(repo):
         raw = dict(case["inputs"])
         kw = {k: v for k, v in raw.items() if k != "model"}
         kw["vllm_version"] = str(kw.get("vllm_version", planner.DEFAULT_VLLM_VERSION))
-        plan(inputs(raw["model"], **kw))  # every recorded case is plannable
+        predicted = plan(inputs(raw["model"], **kw)).to_json()
+        for metric, actual in case["actual"].items():
+            if "compare_stage" in case and metric != "weights_gib":
+                continue  # the log is one pipeline stage's; the plan reports the binding stage's KV
+            assert predicted[metric] == pytest.approx(actual, rel=CALIBRATION_TOLERANCE[metric]), (case["id"], metric)
 
 
 # --------------------------------------------------------------------------- KV arithmetic

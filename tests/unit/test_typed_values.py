@@ -69,13 +69,7 @@ def test_every_integer_converter_in_the_snapshots_is_one_the_reader_knows():
         assert load_snapshot(version).flags["max_model_len"].type_detail == "human_readable_int_or_auto", version
 
 
-def test_the_reader_agrees_with_the_installed_vllm():
-    argparse_utils = pytest.importorskip("vllm.utils.argparse_utils")
-    for text, converter, value in READ:
-        assert getattr(argparse_utils, converter, int)(text) == value, text
-    for text, converter in REFUSED:
-        with pytest.raises((ValueError, TypeError)):
-            getattr(argparse_utils, converter, int)(text)
+# The reader against vLLM's own converters (READ and REFUSED run there): tests/integration/test_vllm_parser.py.
 
 
 # ------------------------------------------------------------------------------------------- overrides by type

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -245,6 +246,15 @@ def test_a_held_lock_makes_the_second_writer_refuse_after_its_bounded_wait(tmp_p
     assert snapshot(out) == before
 
 
+def opened_by(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (its /proc/PID/fd links)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fds / fd) == path for fd in os.listdir(fds))
+    except OSError:  # a descriptor closed while we looked
+        return False
+
+
 def test_a_writer_waits_for_the_lock_and_then_writes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -254,11 +264,15 @@ def test_a_writer_waits_for_the_lock_and_then_writes(tmp_path):
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
         pid, err = start_kit([*OLD, "runtime.port=8112", "--out", str(out)])
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # it must not write while the lock is held
+        # Wait until the writer holds the lock file open (it then polls flock), not a fixed time.
+        lock_path = str(out / LOCK_FILE)
+        deadline = time.monotonic() + 30
+        while not opened_by(pid, lock_path):
             assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the writer finished while the lock was held"
-            assert snapshot(out) == before
-            time.sleep(0.05)
+            assert time.monotonic() < deadline, "the writer never reached the lock"
+            time.sleep(0.02)
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the writer finished while the lock was held"
+        assert snapshot(out) == before  # it must not write while the lock is held
     finally:
         held.close()
     assert wait_kit(pid, err).code == 0

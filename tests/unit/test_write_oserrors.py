@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kit.core.write import JOURNAL, LOCK_FILE, STAGING
+from tests.conftest import environment_refuses, require_tool
 from tests.unit.kit_process import manifest_matches_disk, run_kit, snapshot, warm_up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_a_device_where_a_file_goes_is_refused(tmp_path):
     try:
         os.mknod(out / "Dockerfile", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # the null device
     except PermissionError:
-        pytest.skip("mknod is not allowed here")
+        environment_refuses("mknod (making a device node) is not allowed to this user")
     assert "is a character device" in refused(run_kit([*OLD, "--out", str(out), "--force"]), out / "Dockerfile")
     assert stat.S_ISCHR(os.lstat(out / "Dockerfile").st_mode)
 
@@ -98,10 +99,11 @@ def world_readable_dir():
     shutil.rmtree(path)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the kit as another user")
 @pytest.mark.parametrize("sub", ["", "sub"])
 def test_permission_denied_for_an_ordinary_user(world_readable_dir, sub):
     """Root ignores permission bits, so the kit runs as `nobody` against a folder it may not write."""
+    if os.geteuid() != 0:
+        environment_refuses("running the kit as another user needs root")
     locked = world_readable_dir / "locked"
     locked.mkdir(mode=0o555)
     out = locked / sub if sub else locked
@@ -167,21 +169,20 @@ IN_NAMESPACE = ('mount -t tmpfs -o "$1" tmpfs "$2" || exit 99; [ -z "$(ls -A "$3
 
 
 def run_on_tmpfs(options, mount_point, seed, snap, args, out, *, writable=True):
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare (util-linux) is not installed")
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True)
+    unshare = require_tool("unshare", "util-linux (Debian's base system)")
+    probe = subprocess.run([unshare, "--mount", "--propagation", "private", "true"], capture_output=True)
     if probe.returncode != 0:
-        pytest.skip("this machine does not allow a private mount namespace")
+        environment_refuses("a private mount namespace (unshare --mount) is not allowed here")
     for folder in (mount_point, seed, snap):
         folder.mkdir(exist_ok=True)
     proc = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", IN_NAMESPACE, "sh",
+        [unshare, "--mount", "--propagation", "private", "--", "sh", "-c", IN_NAMESPACE, "sh",
          options, str(mount_point), str(seed), str(snap), "rw" if writable else "ro",
          sys.executable, "-m", "kit.cli.main", *args, "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     if proc.returncode == 99:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        environment_refuses(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     return proc
 
 
