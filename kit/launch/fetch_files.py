@@ -6,6 +6,14 @@ The render ships it beside the Dockerfile and the image holds it at /opt/vllm-ki
 library to import; huggingface_hub (in every vLLM image) is imported when a hub artefact is fetched.
 It downloads what vLLM will read and nothing else, one file at a time with a progress line per file
 on stderr, so the server can start with HF_HUB_OFFLINE=1. The kit imports `select_files` for its tests.
+
+A failure is told by kind in the last line (stdout), one entry per artefact: "not found" (no such repo, revision
+or file), "gated" (the hub wants HF_TOKEN of an account that accepted the model's licence), "unreachable" (5xx,
+429, a timeout, a refused or dropped connection), or "missing" for a local path. Only "unreachable" is worth
+another try. huggingface_hub retries the repo listing and a file's HEAD itself (http_backoff: 5xx, 429, timeouts,
+connection errors; 5 retries over about 23 s), and a dropped download, but not a 5xx answer to the GET that
+downloads the file (only 408 and 429), so each file download is tried KIT_FETCH_ATTEMPTS times in all (default 3),
+KIT_FETCH_RETRY_S seconds apart, doubling (default 5). A 404 or a 401 is final at once.
 """
 
 import fnmatch
@@ -71,6 +79,83 @@ def _mib(size):
     return "%.1f MiB" % ((size or 0) / 2**20)
 
 
+# Exception class names (any in the MRO) that mean the hub could not be reached: httpx's and requests'
+# transport errors, the standard library's. huggingface_hub's own classes are checked by type in _failure_kind.
+_UNREACHABLE_NAMES = {"TransportError", "TimeoutException", "NetworkError", "RemoteProtocolError", "Timeout",
+                      "ConnectionError", "TimeoutError", "OfflineModeIsEnabled"}
+_RETRY_STATUS = (408, 429)
+
+
+def _first_line(exc):
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def _causes(exc):
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def _failure_kind(exc):
+    """("not found" | "gated" | "unreachable" | "refused" | "failed", detail) for an exception of a hub call."""
+    from huggingface_hub import errors
+
+    def classes(*names):
+        return tuple(c for c in (getattr(errors, n, None) for n in names) if isinstance(c, type))
+
+    for cause in _causes(exc):
+        if isinstance(cause, classes("GatedRepoError")):  # a RepositoryNotFoundError too: first
+            return "gated", ""
+        if isinstance(cause, classes("RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError",
+                                     "DisabledRepoError")):
+            return "not found", type(cause).__name__
+        status = getattr(getattr(cause, "response", None), "status_code", None)
+        if isinstance(status, int):
+            if status >= 500 or status in _RETRY_STATUS:
+                return "unreachable", "HTTP %d" % status
+            if status in (401, 403):
+                return "refused", "HTTP %d" % status
+            return "failed", "HTTP %d" % status
+        if any(c.__name__ in _UNREACHABLE_NAMES for c in type(cause).__mro__):
+            return "unreachable", type(cause).__name__
+    if isinstance(exc, classes("LocalEntryNotFoundError")):
+        # hf_hub_download found no metadata and no cached copy: "most likely a connection issue or Hub downtime"
+        return "unreachable", type(exc).__name__
+    return "failed", type(exc).__name__
+
+
+class FetchFailed(Exception):
+    def __init__(self, kind, detail, attempts=1):
+        super().__init__(kind)
+        self.kind, self.detail, self.attempts = kind, detail, attempts
+
+
+def _attempts():
+    try:
+        return max(1, int(os.environ.get("KIT_FETCH_ATTEMPTS", "3")))
+    except ValueError:
+        return 3
+
+
+def _with_retries(call, what):
+    """call(), tried again while it fails as "unreachable" (bounded); any other failure is final at once."""
+    attempts, pause = _attempts(), float(os.environ.get("KIT_FETCH_RETRY_S", "5") or 0)
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Exception as exc:  # classified here; the kinds not worth a retry raise at once
+            kind, detail = _failure_kind(exc)
+            if kind != "unreachable" or attempt == attempts:
+                raise FetchFailed(kind, detail or _first_line(exc), attempt) from exc
+            _say("  %s: hub unreachable (%s); attempt %d of %d in %gs" % (what, detail, attempt + 1, attempts, pause))
+            time.sleep(pause)
+            pause *= 2
+    raise AssertionError("not reached")
+
+
 def _fetch_hub(art, spec):
     import huggingface_hub
     from huggingface_hub.hf_api import RepoFile
@@ -82,7 +167,7 @@ def _fetch_hub(art, spec):
     weight_map = None
     index = spec["rules"]["safetensors_index"]
     if art["mode"] == "weights" and index in sizes:
-        with open(huggingface_hub.hf_hub_download(ref, index, revision=rev)) as handle:
+        with open(_with_retries(lambda: huggingface_hub.hf_hub_download(ref, index, revision=rev), index)) as handle:
             weight_map = json.load(handle).get("weight_map")
     chosen, note = select_files(list(sizes), spec["rules"], art["mode"], spec.get("load_format", "auto"),
                                 spec.get("ignore_patterns"), weight_map)
@@ -90,11 +175,24 @@ def _fetch_hub(art, spec):
     _say("%s %s: %d of %d files, %s (%s)" % (art["role"], ref, len(chosen), len(sizes), _mib(total), note))
     done, start = 0, time.monotonic()
     for number, name in enumerate(chosen, 1):
-        huggingface_hub.hf_hub_download(ref, name, revision=rev)
+        _with_retries(lambda name=name: huggingface_hub.hf_hub_download(ref, name, revision=rev), name)
         done += sizes[name]
         rate = done / max(time.monotonic() - start, 1e-3)
         _say("  [%d/%d] %s %s (%s of %s, %s/s)" % (number, len(chosen), name, _mib(sizes[name]), _mib(done),
                                                    _mib(total), _mib(rate)))
+
+
+def _reason(failure):
+    if failure.kind == "not found":
+        return "not found on the hub"
+    if failure.kind == "gated":
+        return "gated: set HF_TOKEN (.env) to a token of an account that accepted its licence on the hub"
+    if failure.kind == "refused":
+        return "refused (%s): check HF_TOKEN" % failure.detail
+    if failure.kind == "unreachable":
+        tries = "after %d attempts" % failure.attempts if failure.attempts > 1 else "no retry"
+        return "hub unreachable (%s, %s): check HF_ENDPOINT and the network" % (failure.detail, tries)
+    return "failed (%s)" % failure.detail
 
 
 def main(argv):
@@ -108,15 +206,22 @@ def main(argv):
             ok = os.path.isfile(os.path.join(path, marker)) if marker else os.path.exists(path)
             _say("%s %s: %s" % (art["role"], ref, "present" if ok else "missing" + (" (no %s)" % marker if marker else "")))
             if not ok:
-                failed.append("%s (%s)" % (ref, art["field"]))
+                failed.append("%s (%s): missing" % (ref, art["field"]))
             continue
         try:
-            _fetch_hub(art, spec)
-        except Exception as exc:  # one line per artefact: the user sees which flag names the broken one
-            _say("%s %s: %s: %s" % (art["role"], ref, type(exc).__name__, exc))
-            failed.append("%s (%s)" % (ref, art["field"]))
+            try:
+                _fetch_hub(art, spec)
+            except FetchFailed:
+                raise
+            except Exception as exc:  # the listing, or a rule: classified like a download
+                kind, detail = _failure_kind(exc)
+                raise FetchFailed(kind, detail or type(exc).__name__) from exc
+        except FetchFailed as failure:  # one entry per artefact: the user sees which flag names the broken one
+            cause = failure.__cause__
+            _say("%s %s: %s: %s" % (art["role"], ref, type(cause).__name__, _first_line(cause)))
+            failed.append("%s (%s): %s" % (ref, art["field"], _reason(failure)))
     if failed:
-        print("model missing: " + ", ".join(failed))
+        print("model not fetched: " + "; ".join(failed))
         return 1
     print("model ready: " + ", ".join(a["ref"] for a in spec["artefacts"]))
     return 0

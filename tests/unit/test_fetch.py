@@ -177,7 +177,7 @@ def test_rendered_fetch_command_runs_and_checks_local_paths(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "lora a" in result.stderr and "no adapter_config.json" in result.stderr
-    assert result.stdout.strip() == f"model missing: {tmp_path}/missing-lora (engine.lora_modules)"
+    assert result.stdout.strip() == f"model not fetched: {tmp_path}/missing-lora (engine.lora_modules): missing"
     (tmp_path / "missing-lora").mkdir()
     (tmp_path / "missing-lora" / "adapter_config.json").write_text("{}")
     assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0

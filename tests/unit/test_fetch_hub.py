@@ -1,7 +1,11 @@
 """The fetch script against a hub stand-in on 127.0.0.1: real huggingface_hub, real downloads, then offline reads.
 
 The stand-in answers the two calls the script makes (the repo tree, and HEAD/GET of resolve URLs) the way the
-hub's API does, with the headers huggingface_hub reads (X-Repo-Commit, ETag, Content-Length).
+hub's API does, with the headers huggingface_hub reads (X-Repo-Commit, ETag, Content-Length), and fails as the
+hub fails, with the X-Error-Code huggingface_hub's hf_raise_for_status reads (utils/_http.py): 404 RepoNotFound
+for an unknown repo, 404 EntryNotFound for an unknown file, 401 GatedRepo for a gated repo's files without a
+token that has access (the listing of a gated repo is public, as on the hub); and as a file server fails: 503 for
+a file's GET (the listing and HEAD answer), or the connection closed before an answer.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -39,20 +44,58 @@ REPOS = {
         "original/params.json": b"{}",
     },
     "org/adapter": {"adapter_config.json": b"{}", "adapter_model.safetensors": b"E" * 1000, "README.md": b"x"},
+    "org/gated": {"config.json": b"{}", "model.safetensors": b"G" * 100},
+    "org/down": {"config.json": b"{}", "model.safetensors": b"H" * 100},  # every file's GET answers 503
+    "org/flaky": {"config.json": b"{}", "model.safetensors": b"F" * 100},  # 503 for the first FLAKY_FAILURES GETs
+    "org/cut": {"config.json": b"{}", "model.safetensors": b"C" * 100},  # every GET: the connection drops
 }
+GATED = {"org/gated"}
+GATED_TOKEN = "hf_accepted_the_licence"  # the one token the stand-in lets through to gated files
+DOWN, CUT = {"org/down"}, {"org/cut"}
+FLAKY, FLAKY_FAILURES = {"org/flaky"}, 2
+# requests seen, by (method, repo): a test reads how often the script asked
+SEEN: dict[tuple[str, str], int] = {}
 
 
 class Hub(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep pytest output clean
         pass
 
-    def _file(self):
+    def _error(self, status: int, code: str | None, message: str, with_body: bool = True):
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def _resolve(self, with_body: bool):
+        """A resolve URL answered: True when a file was sent, else the error as the hub sends it."""
         parts = unquote(urlparse(self.path).path).strip("/").split("/")
         # /{org}/{name}/resolve/{revision}/{path...}
-        if len(parts) >= 5 and parts[2] == "resolve":
-            repo = REPOS.get(f"{parts[0]}/{parts[1]}", {})
-            return repo.get("/".join(parts[4:]))
-        return None
+        if len(parts) < 5 or parts[2] != "resolve":
+            self._error(404, None, "Not Found", with_body)
+            return
+        name = f"{parts[0]}/{parts[1]}"
+        key = (self.command, name)
+        SEEN[key] = SEEN.get(key, 0) + 1
+        if name not in REPOS:
+            self._error(404, "RepoNotFound", "Repository not found", with_body)
+        elif name in GATED and self.headers.get("Authorization") != f"Bearer {GATED_TOKEN}":
+            self._error(401, "GatedRepo", f"Access to model {name} is restricted. You must have access to it "
+                        "and be authenticated to access it. Please log in.", with_body)
+        elif with_body and (name in DOWN or (name in FLAKY and SEEN[key] <= FLAKY_FAILURES)):
+            self._error(503, None, "Service Unavailable", with_body)
+        elif with_body and name in CUT:
+            self.close_connection = True  # no status line: the client reads "disconnected without a response"
+        elif "/".join(parts[4:]) not in REPOS[name]:
+            self._error(404, "EntryNotFound", "Entry not found", with_body)
+        else:
+            self._send_file(REPOS[name]["/".join(parts[4:])], with_body)
 
     def _send_file(self, body: bytes, with_body: bool):
         self.send_response(200)
@@ -64,16 +107,17 @@ class Hub(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_HEAD(self):
-        body = self._file()
-        if body is None:
-            self.send_error(404)
-        else:
-            self._send_file(body, False)
+        self._resolve(False)
 
     def do_GET(self):
         path = urlparse(self.path).path
         if path.startswith("/api/models/") and "/tree/" in path:
-            repo = REPOS["/".join(path.split("/")[3:5])]
+            name = "/".join(path.split("/")[3:5])
+            SEEN[("tree", name)] = SEEN.get(("tree", name), 0) + 1
+            if name not in REPOS:
+                self._error(404, "RepoNotFound", "Repository not found")
+                return
+            repo = REPOS[name]
             items = [{"type": "file", "oid": hashlib.sha1(body).hexdigest(), "size": len(body), "path": name}
                      for name, body in sorted(repo.items())]
             data = json.dumps(items).encode()
@@ -83,11 +127,7 @@ class Hub(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
-        body = self._file()
-        if body is None:
-            self.send_error(404)
-        else:
-            self._send_file(body, True)
+        self._resolve(True)
 
 
 @pytest.fixture()
@@ -95,6 +135,7 @@ def hub():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    SEEN.clear()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -138,6 +179,64 @@ def test_a_missing_repo_fails_naming_the_flag(hub, tmp_path):
     result = subprocess.run(host_command("rtx4090-awq", preset, "org/llama", tmp_path), capture_output=True,
                             text=True, env=env, timeout=120)
     assert result.returncode == 1
-    assert result.stdout.strip() == "model missing: org/nowhere (engine.speculative_config.model)"
-    assert "draft model org/nowhere:" in result.stderr
+    assert result.stdout.strip() == ("model not fetched: org/nowhere (engine.speculative_config.model): "
+                                     "not found on the hub")
+    assert "draft model org/nowhere: RepositoryNotFoundError" in result.stderr
     assert Path(tmp_path / "hf" / "hub" / "models--org--llama").is_dir()  # the rest was still fetched
+    assert SEEN[("tree", "org/nowhere")] == 1  # a 404 is final: not retried
+
+
+def fetch(hub, tmp_path, model, **env_extra):
+    _, _, preset = load_preset("rtx4090-awq", [f"model.id={model}"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KIT_FETCH_"))}
+    env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1", KIT_FETCH_RETRY_S="0.05",
+               **env_extra)
+    started = time.monotonic()
+    result = subprocess.run(host_command("rtx4090-awq", preset, model, tmp_path), capture_output=True, text=True,
+                            env=env, timeout=120)
+    return result, time.monotonic() - started
+
+
+def test_an_unknown_repo_is_not_found_at_once(hub, tmp_path):
+    result, took = fetch(hub, tmp_path, "org/nowhere")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == "model not fetched: org/nowhere (model.id): not found on the hub"
+    assert took < 15, took  # the stand-in that dropped the connection had huggingface_hub retry for 24 s
+
+
+def test_a_gated_repo_says_it_needs_a_token_and_the_licence(hub, tmp_path):
+    result, _ = fetch(hub, tmp_path, "org/gated")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == ("model not fetched: org/gated (model.id): gated: set HF_TOKEN (.env) to a token "
+                                     "of an account that accepted its licence on the hub")
+    assert "GatedRepoError" in result.stderr
+    assert SEEN[("HEAD", "org/gated")] == 1  # not retried
+    ok, _ = fetch(hub, tmp_path, "org/gated", HF_TOKEN=GATED_TOKEN)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "model ready: org/gated"
+
+
+def test_a_hub_that_answers_503_is_unreachable_after_bounded_attempts(hub, tmp_path):
+    result, _ = fetch(hub, tmp_path, "org/down", KIT_FETCH_ATTEMPTS="3")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == ("model not fetched: org/down (model.id): hub unreachable (HTTP 503, after 3 "
+                                     "attempts): check HF_ENDPOINT and the network")
+    assert result.stderr.count("hub unreachable (HTTP 503); attempt") == 2
+    assert SEEN[("GET", "org/down")] == 3  # the first file, three times, then the artefact gives up
+
+
+def test_a_passing_5xx_is_retried_and_the_fetch_completes(hub, tmp_path):
+    result, _ = fetch(hub, tmp_path, "org/flaky")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "model ready: org/flaky"
+    assert result.stderr.count("hub unreachable (HTTP 503); attempt") == FLAKY_FAILURES
+
+
+def test_a_dropped_connection_is_unreachable(hub, tmp_path):
+    # huggingface_hub retries a dropped download itself (about 5 s): one attempt of the kit's is enough here.
+    result, took = fetch(hub, tmp_path, "org/cut", KIT_FETCH_ATTEMPTS="1")
+    assert result.returncode == 1, result.stderr
+    verdict = result.stdout.strip()
+    assert verdict.startswith("model not fetched: org/cut (model.id): hub unreachable ("), verdict
+    assert verdict.endswith(", no retry): check HF_ENDPOINT and the network"), verdict
+    assert took < 30, took
