@@ -116,5 +116,10 @@ golden: install  ## regenerate golden files after a reviewed change (then read t
 schema: install  ## regenerate presets/schema.json from the preset model
 	$(PYTHON) -m kit.config.schema
 
+# The rules and their reasons are in pyproject.toml ([tool.ruff.lint], [tool.mypy]); ruff and mypy come with the test extra.
+lint: install  ## ruff over kit/, tests/, scripts/, bench/; mypy on kit/
+	$(VENV)/bin/ruff check kit tests scripts bench
+	$(VENV)/bin/mypy
+
 clean:  ## remove rendered run directories (the venv stays: rm -rf .venv to start over)
 	rm -rf run/

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.deploy.pipeline import prepare  # noqa: E402
-from kit.image.wheelhouse import build_wheelhouse  # noqa: E402
-from kit.run.stack import Stack, write_smoke_env  # noqa: E402
-from kit.run.workflow import build, image_exists, render_into, start  # noqa: E402
+from kit.deploy.pipeline import prepare
+from kit.image.wheelhouse import build_wheelhouse
+from kit.run.stack import Stack, write_smoke_env
+from kit.run.workflow import build, image_exists, render_into, start
 
 # Published sizes of the official images, for comparison (vLLM issues #27154, #7609, #13112).
 OFFICIAL_GPU_IMAGE = "vllm/vllm-openai: 12 GB and more (compressed pulls ~8 GB; vLLM #27154, #7609, #13112)"

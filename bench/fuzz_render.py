@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings
 
-from tests.unit import test_injection as cases  # noqa: E402
+from tests.unit import test_injection as cases
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.run import probe  # noqa: E402
+from kit.run import probe
 
 H200_TOTAL_GIB = 139.80  # torch's total for the lent H200 (../shared/GPU.md); only used to scale budgets
 

@@ -21,9 +21,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kit.memory import vllmlog  # noqa: E402
-from kit.config.modelinfo import load_model_spec  # noqa: E402
-from kit.memory import plan as planner  # noqa: E402
+from kit.memory import vllmlog
+from kit.config.modelinfo import load_model_spec
+from kit.memory import plan as planner
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "kit" / "data" / "calibration.yaml"
 LOG_DIR = CALIBRATION.parent / "calibration"

@@ -71,8 +71,8 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
                 *((("router", router_ref),) if router_ref else ())])
 
 
-def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001
-           offline: bool, no_cache: bool, tags: tuple[str, ...], progress):  # noqa: ANN001, ANN202
+def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001, ANN202
+           offline: bool, no_cache: bool, tags: tuple[str, ...], progress):  # noqa: ANN001
     from kit.run.workflow import build as build_stack
 
     if locked:

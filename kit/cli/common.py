@@ -11,13 +11,16 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kit.core.errors import KitError, one_line
 from kit.core.inputfiles import NUMBER_MAX
 from kit.core.overrides import MalformedOverride, overridden_field, split_override
+
+if TYPE_CHECKING:  # loaded when a command runs, not for --help
+    from kit.deploy.record import Resolved
 
 # ctx.meta is shared by a context and its children: the root group reads these when a command fails.
 JSON_MODE = "kit.json"
@@ -28,7 +31,7 @@ PRESET_ARGS_METAVAR = "preset=NAME [KEY=VALUE ...]"
 class FiniteFloatRange(click.FloatRange):
     """click's FloatRange, refusing nan and inf: nan compares false, so it slips through any range check."""
 
-    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def convert(self, value, param, ctx):
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -47,7 +50,7 @@ class PathOption(click.Path):
     def __init__(self, *, folder: bool, exists: bool = False):
         super().__init__(path_type=Path, exists=exists, file_okay=not folder, dir_okay=folder)
 
-    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def convert(self, value, param, ctx):
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as error:
@@ -78,7 +81,7 @@ class VllmInteger(click.ParamType):
     def __init__(self, converter: str) -> None:
         self.converter = converter
 
-    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def convert(self, value, param, ctx):
         from kit.config.vllmint import AUTO, read_vllm_int
 
         if isinstance(value, int) and not isinstance(value, bool):
@@ -202,7 +205,7 @@ def _set_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> No
         root.obj = {**(root.obj or {}), "verbose": True}
 
 
-def standard_options(func):  # noqa: ANN001 - click decorator
+def standard_options(func):
     """`--json` (the envelope; the command gets ``as_json``) and `-v` accepted after the command name too."""
     func = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_verbose,
                         help="Show tracebacks and more detail (same as `kit -v`).")(func)
@@ -227,7 +230,7 @@ def fail(error: KitError) -> None:
         click.echo(one_line(f"hint: {error.hint}"), err=True)
 
 
-def preset_arguments(func):  # noqa: ANN001 - click decorator
+def preset_arguments(func):
     """`preset=NAME KEY=VALUE ...` positional arguments plus --preset, completed from the presets and their schema."""
     from kit.cli.completion import complete_preset_args, complete_preset_name
 
@@ -256,7 +259,7 @@ def kit_command() -> str:
     return f"{shlex.quote(sys.executable)} -m kit.cli.main"
 
 
-def deployment_options(func):  # noqa: ANN001 - click decorator
+def deployment_options(func):
     """How a command's preset meets the record of its --out folder (kit/deploy/record.py)."""
     func = click.option("--reset-overrides", is_flag=True,
                         help="Drop the overrides recorded in the --out folder before applying this command's.")(func)
@@ -270,7 +273,7 @@ def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir
                        port: int | None = None, target: str | None = None, base_image: str | None = None,
                        with_profiles: tuple[str, ...] = (), without: tuple[str, ...] = (),
                        with_presets: tuple[str, ...] = (), allow_no_fit: bool = False, replace: bool = False,
-                       reset_overrides: bool = False):  # noqa: ANN201 - kit.deploy.record.Resolved (loaded lazily)
+                       reset_overrides: bool = False) -> Resolved:
     """The inputs of a command that renders into ``out_dir``: its arguments over the folder's record."""
     from kit.deploy.record import Request, resolve
 

@@ -56,10 +56,10 @@ class KitGroup(click.Group):
     is the JSON envelope on stdout instead, with the same exit code.
     """
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: click.Context) -> list[str]:  # noqa: ARG002 - click's signature
         return sorted(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:  # noqa: ARG002 - click's
         return load_command(cmd_name) if cmd_name in COMMANDS else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -98,7 +98,7 @@ class KitGroup(click.Group):
             raise  # usage errors (exit 2) are click's to report
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise  # deliberate exits
-        except Exception as error:  # noqa: BLE001 - the last line of the one-line policy
+        except Exception as error:  # the last line of the one-line policy (re-raised as one line)
             if verbose():
                 raise
             if ctx.meta.get(JSON_MODE):

@@ -13,7 +13,7 @@ from kit.core.errors import KitError
 OUT_HELP = "The stack's directory (the --out given to `kit up` or `kit render`)."
 
 
-def out_option(func):  # noqa: ANN001 - click decorator
+def out_option(func):
     return click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."),
                         show_default=True, help=OUT_HELP)(func)
 
@@ -55,7 +55,7 @@ def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | Non
     if follow:
         # Streams straight to the terminal until the user stops it (Ctrl-C ends compose as well).
         argvs = [ops.logs_argv(p, services=services, follow=True, tail=tail, timestamps=timestamps) for p in projects]
-        children = [subprocess.Popen(argv, cwd=p.files[0].parent) for argv, p in zip(argvs, projects)]
+        children = [subprocess.Popen(argv, cwd=p.files[0].parent) for argv, p in zip(argvs, projects, strict=True)]
         try:
             codes = [child.wait() for child in children]
         except KeyboardInterrupt:

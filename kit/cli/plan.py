@@ -300,7 +300,7 @@ def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: AN
     from kit.deploy.record import model_overrides
 
     fields = {field: preset_field for _, _, field, preset_field in PLAN_FLAGS}
-    words = []
+    words: list[str] = []
     for field, value in change.items():
         if field == "model":
             words += model_overrides(str(value))

@@ -17,7 +17,7 @@ STATUS_LABELS = {"kept": "kept (edited)"}
 DRY_RUN_LABELS = {"removed": "would remove", "kept": "would keep (edited)"}
 
 
-def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:  # noqa: ARG001
     """--with NAME: the names kit/data/profiles.yaml lists (read only when the option is given: a fast --help)."""
     if not value:
         return value
@@ -30,7 +30,7 @@ def _profiles_from_data(ctx: click.Context, param: click.Parameter, value: tuple
     return value
 
 
-def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:  # noqa: ARG001
     from kit.deploy.profiles import profile_help
 
     return [name for name in sorted(profile_help()) if name.startswith(incomplete)]

@@ -625,7 +625,7 @@ class PresetLoader(yaml.SafeLoader):
     yaml_implicit_resolvers: dict = {}
     values_composed = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(

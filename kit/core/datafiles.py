@@ -110,4 +110,4 @@ def floor_files(name: str = FLOOR_NAME) -> list[dict[str, Any]]:
 
     with lzma.open(FLOOR_DIR / f"{name}.json.xz", "rt", encoding="utf-8") as fh:
         data = json.load(fh)
-    return [dict(zip(data["columns"], row)) for row in data["files"]]
+    return [dict(zip(data["columns"], row, strict=True)) for row in data["files"]]

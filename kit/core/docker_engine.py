@@ -13,7 +13,7 @@ HOW_TO_START = ("start one: `bash scripts/setup-host.sh` (installs Debian's dock
 
 
 @functools.cache
-def docker_client():  # noqa: ANN201 - docker.DockerClient
+def docker_client():
     import docker
     from docker.errors import DockerException
 

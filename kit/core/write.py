@@ -205,7 +205,7 @@ class _Steps:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _env_number(name: str, kind: type):
+def _env_number(name: str, kind: type[int] | type[float]) -> int | float | None:
     raw = os.environ.get(name)
     if not raw:
         return None

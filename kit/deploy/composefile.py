@@ -31,7 +31,7 @@ class _Dumper(yaml.SafeDumper):
     """Strings plain only when they are simple names (keys, `host`); everything else double-quoted, non-ASCII and
     every line break escaped. No aliases: a repeated volume is written twice, as compose users expect."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
         return True
 
 

@@ -378,7 +378,7 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
 class _Dumper(yaml.SafeDumper):
     """No anchors and aliases: the same mount listed twice is written out twice, as kubectl users expect."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
         return True
 
 

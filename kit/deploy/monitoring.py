@@ -34,7 +34,7 @@ GRAFANA_VOLUME = "grafana-data"
 # Grafana [server] http_port 3000).
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
-ADMIN_PASSWORD_ENV = "GRAFANA_ADMIN_PASSWORD"
+ADMIN_PASSWORD_ENV = "GRAFANA_ADMIN_PASSWORD"  # noqa: S105 - the variable's name, not a password
 JOB = "vllm"
 
 

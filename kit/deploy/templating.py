@@ -96,7 +96,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,
+        autoescape=False,  # noqa: S701 - Dockerfiles and YAML, not HTML: values pass per-target quoting filters
         bytecode_cache=_bytecode_cache(),
     )
     env.filters.update(

@@ -140,7 +140,7 @@ class ImageDiff:
 
     @property
     def same_layers(self) -> list[bool]:
-        return [x == y for x, y in zip(self.a["layers"], self.b["layers"])]
+        return [x == y for x, y in zip(self.a["layers"], self.b["layers"], strict=False)]  # the shared prefix
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "files": [self.files_a, self.files_b], "same_id": self.same_id,

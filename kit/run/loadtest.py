@@ -95,7 +95,7 @@ class RequestRecord:
     def inter_chunk_gaps(self) -> list[float]:
         # A chunk can carry more than one token (the server streams what one engine step produced), so
         # these are inter-token latencies as a client sees them, like `vllm bench serve`'s ITL.
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
+        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
 
 
 def summarize_level(concurrency: int, records: Sequence[RequestRecord], *, stopped_by: str,
@@ -108,7 +108,10 @@ def summarize_level(concurrency: int, records: Sequence[RequestRecord], *, stopp
     else:
         duration = 0.0
     output_tokens = sum(r.output_tokens or 0 for r in ok)
-    rate = (lambda n: round(n / duration, 3) if duration > 0 else None)
+
+    def rate(n: float) -> float | None:
+        return round(n / duration, 3) if duration > 0 else None
+
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     output_counts = [r.output_tokens for r in ok if r.output_tokens is not None]
     return {
@@ -358,7 +361,7 @@ async def _sample_metrics(client, target: Target, samples: dict[str, list[float]
             if response.status_code == 200:
                 for key, value in read_gauges(response.text, specs).items():
                     samples[key].append(value)
-        except Exception:  # noqa: BLE001 - a missed sample is not worth failing the level for
+        except Exception:  # noqa: BLE001, S110 - a missed sample is not worth failing the level for
             pass
         try:
             await asyncio.wait_for(stop.wait(), interval)
@@ -540,7 +543,7 @@ def comparison_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
 def format_table(report: dict[str, Any]) -> str:
     rows = [TABLE_HEADER, *table_rows(report)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
-    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines + [TABLE_NOTE])
 
 
@@ -576,7 +579,7 @@ def write_plot(report: dict[str, Any], path: Path, baseline: dict[str, Any] | No
     for prefix, style, run in runs:
         levels = run["levels"]
         x = [lv["concurrency"] for lv in levels]
-        series = lambda key: [_get(lv, key) for lv in levels]  # noqa: E731
+        series = lambda key, levels=levels: [_get(lv, key) for lv in levels]  # noqa: E731
         left.plot(x, series("output_tokens_per_s"), style, marker="o", color="tab:blue", label=f"{prefix}output tokens/s")
         for key, color, label in (("ttft_ms.p50", "tab:orange", "TTFT p50"), ("ttft_ms.p99", "tab:red", "TTFT p99"),
                                   ("itl_ms.p50", "tab:green", "ITL p50"), ("itl_ms.p99", "tab:olive", "ITL p99")):

@@ -232,7 +232,7 @@ def http_get(url: str, api_key: str | None) -> tuple[int | None, str]:
     import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})  # noqa: S310 - http://127.0.0.1:PORT, built here
     try:
         with opener.open(request, timeout=HTTP_TIMEOUT_S) as response:
             return response.status, response.read(4 * 2**20).decode("utf-8", errors="replace")

@@ -233,7 +233,8 @@ class _Watcher:
     """Reports each start-up milestone once, as it appears in the log."""
 
     def __init__(self, progress: Callable[[str], None], started: float):
-        self.progress, self.started, self.seen = progress, started, set()
+        self.progress, self.started = progress, started
+        self.seen: set[str] = set()
 
     def __call__(self, text: str) -> None:
         for key, pattern, label in _MILESTONES:

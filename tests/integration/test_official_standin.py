@@ -129,7 +129,7 @@ def make_standin_ray_wheel(directory: Path) -> Path:
     return wheel
 
 
-def run_json(client, image: str, argv: list[str], **kwargs) -> dict:  # noqa: ANN001
+def run_json(client, image: str, argv: list[str], **kwargs) -> dict:
     """Run to completion (network off, bounded wait) and parse the last output line; the container is removed
     even when it cannot start."""
     container = client.containers.create(image, argv, network_disabled=True, **kwargs)
@@ -171,7 +171,7 @@ def standin(docker_client, tmp_path_factory):
         docker_client.images.remove(standin_id, force=True)
 
 
-def remove_descendants(client, image_id: str) -> None:  # noqa: ANN001
+def remove_descendants(client, image_id: str) -> None:
     """Remove every image built on ``image_id`` (a failed build's intermediate images), children first."""
     children: dict[str, list[str]] = {}
     for image in client.api.images(all=True):

@@ -56,7 +56,7 @@ def test_down_stops_a_head_and_a_worker_started_on_this_host(tmp_path, docker_cl
     write_files({f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")}, tmp_path)
     projects = [f"kit-test-ops-{role}-{os.getpid()}" for role in ("head", "worker")]
     try:
-        for role, project in zip(("head", "worker"), projects):
+        for role, project in zip(("head", "worker"), projects, strict=True):
             # As CLUSTER.md has a user start each side, each under a project name of its own.
             subprocess.run([*compose_argv(), "-p", project, "-f", str(tmp_path / f"compose.{role}.yaml"), "up", "-d"],
                            check=True, capture_output=True, timeout=120)

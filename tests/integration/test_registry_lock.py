@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 import warnings
 
+import docker.errors
 import pytest
 from click.testing import CliRunner
 
@@ -243,7 +244,7 @@ def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client):
 
     # Remove it locally (every tag), then pull it back by digest: the same image ID comes back.
     docker_client.images.remove(b.image_id, force=True)
-    with pytest.raises(Exception):
+    with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(b.image_id)
     pinned = f"{registry}/{REPOSITORY}@{record['digest']}"
     docker_client.api.pull(pinned)

@@ -54,8 +54,8 @@ def start_kit(args: list[str], env: dict[str, str] | None = None,
                 os.setgid(uid)
                 os.setuid(uid)
             # pytest's capture replaced sys.stdout/stderr; the CLI must write to the real fds.
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
             from kit.cli.main import cli
 
             cli.main(args, prog_name="kit", standalone_mode=True)

@@ -89,7 +89,7 @@ def test_every_preset_renders_valid_core_manifests(preset):
     docs = manifests(preset)
     kinds = {doc["kind"] for rel, doc in docs.items() if not rel.endswith("kustomization.yaml")}
     assert {"Deployment", "Service", "PersistentVolumeClaim"} <= kinds
-    for rel, doc in docs.items():
+    for doc in docs.values():
         if doc["kind"] in CORE_KINDS:
             validate_core(doc)
     kustomization = docs["k8s/kustomization.yaml"]

@@ -35,7 +35,7 @@ vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 4.0
 class FakeServer(BaseHTTPRequestHandler):
     """Answers like a vLLM API server with --api-key: /health open, the rest behind the bearer key."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path != "/health" and self.headers.get("Authorization") != f"Bearer {KEY}":
             self.send_response(401)
             self.end_headers()

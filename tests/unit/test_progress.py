@@ -56,17 +56,19 @@ def test_build_passes_on_pip_lines_from_a_real_build_log(tmp_path, monkeypatch):
         def reload(self):
             pass
 
-    class Client:
-        class api:
-            @staticmethod
-            def build(**kwargs):
-                yield from ({"stream": line + "\n"} for line in lines)
-                yield {"aux": {"ID": Image.id}}
+    class Api:
+        @staticmethod
+        def build(**kwargs):
+            yield from ({"stream": line + "\n"} for line in lines)
+            yield {"aux": {"ID": Image.id}}
 
-        class images:
-            @staticmethod
-            def get(ref):
-                return Image()
+    class Images:
+        @staticmethod
+        def get(ref):
+            return Image()
+
+    class Client:
+        api, images = Api, Images
 
     monkeypatch.setattr(build, "docker_client", lambda: Client())
     said: list[str] = []
