@@ -8,7 +8,7 @@ from kit.cli.common import emit_json, kit_command, standard_options, status
 from kit.cli.completion import complete_preset_name
 
 
-def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001 - click's
     from kit.config.preset_files import name_problem
 
     problem = name_problem(value)

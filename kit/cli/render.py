@@ -118,7 +118,7 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     labels = [DRY_RUN_LABELS.get(r.status, f"would {r.status}") if dry_run else STATUS_LABELS.get(r.status, r.status)
               for r in results]
     width = max([15 if dry_run else 9, *map(len, labels)])
-    for r, label in zip(results, labels):
+    for r, label in zip(results, labels, strict=True):
         click.echo(f"{click.style(label.rjust(width), fg=None if dry_run else STATUS_COLOURS.get(r.status))}  "
                    f"{out_dir / r.path}")
     kept = [r.path for r in results if r.status == "kept"]

@@ -13,7 +13,7 @@ CHANGE_COLOURS = {"removed": "red", "renamed": "red", "value": "red", "deprecate
                   "default": None}
 
 
-def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
     """--to takes a release as a preset pins one (X.Y.Z): anything else is the option's grammar (exit 2)."""
     import re
 

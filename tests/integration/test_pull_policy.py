@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
 import yaml
 
 from kit.deploy.pipeline import prepare
-from tests.conftest import require_tool
+from tests.conftest import require_compose
+
+from .conftest import BASE_IMAGE
 
 
 def dry_run_up(tmp_path, overrides: list[str], services: list[str]) -> str:
-    docker = require_tool("docker")
-    if subprocess.run([docker, "compose", "version"], capture_output=True, check=False).returncode != 0:
-        pytest.skip("docker compose v2 not installed")
+    docker = require_compose()
     files = prepare("cpu", overrides).files
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -41,9 +40,7 @@ def test_an_image_already_here_is_used_not_rebuilt(tmp_path, docker_client):
     # and untagged afterwards.
     overrides = ["image.repository=vllm-kit/pull-policy-test"]
     ref = yaml.safe_load(prepare("cpu", overrides).files["compose.yaml"])["services"]["vllm"]["image"]
-    local = next((image for image in docker_client.images.list() if image.tags), None)
-    if local is None:
-        pytest.skip("no tagged image on this engine to stand in for the kit's")
+    local = docker_client.images.get(BASE_IMAGE)  # scripts/setup-host.sh makes it; the docker_client fixture checks
     repository, tag = ref.rsplit(":", 1)
     local.tag(repository, tag)
     try:
