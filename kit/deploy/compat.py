@@ -147,10 +147,39 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
     return rows
 
 
+def quantization_min_cc(method: str, vllm_version: str) -> str | None:
+    """The compute capability below which ``vllm_version`` refuses ``method`` (None: the kit has no rule)."""
+    rule = compat_table()["quantization"].get(method.lower())
+    return versioned(rule["min_cc"], vllm_version) if rule else None
+
+
+def quantization_method_gone(method: str, vllm_version: str) -> str | None:
+    """Why ``vllm_version`` has no quantization method ``method`` (None when it has it, or the kit cannot tell).
+
+    From the release's own registry (compat.yaml ``quantization_methods``) where the kit has read it, and from a
+    rule's ``removed_in`` otherwise."""
+    table = compat_table()
+    name = method.lower()
+    rule = table["quantization"].get(name) or {}
+    if rule.get("removed_in") and pep440(vllm_version) >= pep440(rule["removed_in"]):
+        return f"vLLM removed quantization method {name} in {rule['removed_in']}"
+    known = (table.get("quantization_methods") or {}).get(vllm_version)
+    if known is not None and name not in known:
+        return f"quantization method {name} is not in vLLM {vllm_version}'s registry (QuantizationMethods)"
+    return None
+
+
 def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[int, int], label: str,
                        vllm_version: str, method: str, method_set: bool) -> list[tuple[str, str, str, str]]:
     rules = table["quantization"]
     field = "engine.quantization" if method_set else "model.id"
+    gone = quantization_method_gone(method, vllm_version)
+    if gone:
+        older = sorted((v for v in vllm_table()["versions"] if quantization_method_gone(method, v) is None),
+                       key=pep440, reverse=True)
+        return [("error", field, f"{gone}; vLLM {vllm_version} refuses it",
+                 ("pick a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)"
+                  + (f", or image.vllm_version={older[0]}" if older else "")))]
     rule = rules.get(method.lower())
     if rule is None:
         return []
@@ -184,6 +213,14 @@ def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     img, hw = preset.image, preset.hardware
     rule = table.get(img.strategy, {})
     rows: list[tuple[str, str, str, str]] = []
+    release = vllm_table()["versions"].get(img.vllm_version, {})
+    if img.strategy == "official" and hw.arch == "arm64" and img.cuda and img.cuda != release.get("cuda"):
+        # The release pipeline's multi-arch manifest is the default build's tag; a CUDA variant's is not known.
+        ref = (release.get("official_variants") or {}).get(img.cuda, f"CUDA {img.cuda}")
+        return [("error", "hardware.arch",
+                 f"the {ref} image is not known to publish linux/arm64 (only the default vllm/vllm-openai:"
+                 f"v{img.vllm_version} manifest joins an aarch64 build); it would run under emulation or not at all",
+                 f"drop image.cuda (the CUDA {release.get('cuda')} build has arm64), or use image.strategy=slim")]
     if hw.arch in rule.get("arches", [hw.arch]):
         return rows
     if img.strategy == "official" and hw.arch == "arm64":

@@ -228,7 +228,16 @@ _QUANT_FAMILY = {
 
 # Lowest compute capability (major*10+minor) vLLM accepts per quantisation family. AWQ/GPTQ switch to
 # their Marlin kernels from 8.0 by themselves; FP8 below 8.9 runs weight-only through Marlin.
-QUANT_MIN_CAPABILITY = {"awq": 75, "gptq": 60, "fp8": 80, "compressed-tensors": 75}
+# The methods whose compute-capability floor the planner enforces; the floors themselves, per release, are
+# kit/data/compat.yaml `quantization` (the one table; FP8 is 7.5 from 0.32.0, 8.0 before).
+QUANT_MIN_CAPABILITY = frozenset({"awq", "gptq", "fp8", "compressed-tensors"})
+
+
+def _quant_min_capability(family: str, vllm_version: str) -> int:
+    from kit.deploy.compat import quantization_min_cc
+
+    major, _, minor = str(quantization_min_cc(family, vllm_version)).partition(".")
+    return int(major) * 10 + int(minor or 0)
 
 
 class _Resolved(BaseModel):
@@ -355,8 +364,15 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
         raise PlanError("no GPU memory to plan against", hint="give --gpu NAME or --gpu-memory-gib X")
     quant, bits, _group, _runtime = _resolve_quant(inputs, gpu)
     family = _QUANT_FAMILY.get(quant or "", quant)
+    if inputs.device == "cuda" and quant:
+        from kit.deploy.compat import quantization_method_gone
+
+        gone = quantization_method_gone(quant, str(version))
+        if gone:
+            raise PlanError(f"{gone}: vLLM {inputs.vllm_version} refuses it",
+                            hint="use a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)")
     if inputs.device == "cuda" and gpu is not None and family in QUANT_MIN_CAPABILITY:
-        need = QUANT_MIN_CAPABILITY[family]
+        need = _quant_min_capability(family, str(version))
         have = gpu.cc[0] * 10 + gpu.cc[1]
         if have < need:
             raise PlanError(

@@ -154,11 +154,18 @@ def test_pipeline_parallel_larger_than_layers():
     assert "larger than the number of layers (36)" in problem.message and problem.hint == "at most 36"
 
 
-def test_official_image_on_arm64_is_refused():
+def test_official_cuda_variant_on_arm64_is_refused():
+    # rtx3090x2-fp16 takes the -cu129 variant, which is not in the release's multi-arch manifest.
     errors, _ = compat("rtx3090x2-fp16", "hardware.arch=arm64")
     [problem] = errors
     assert problem.where == f"{WHERE}: hardware.arch" and "linux/arm64" in problem.message
-    assert "image.strategy=slim" in problem.hint
+    assert "v0.33.0-cu129" in problem.message and "image.strategy=slim" in problem.hint
+
+
+def test_official_default_image_runs_on_arm64():
+    # vLLM's release pipeline joins -x86_64 and -aarch64 in the vX.Y.Z manifest (annotate-release.sh).
+    errors, _ = compat("rtx3090x2-fp16", "hardware.arch=arm64", "image.cuda=null")
+    assert not [p for p in errors if p.where.endswith("hardware.arch")]
 
 
 def test_cpu_build_is_x86_only():
@@ -179,12 +186,12 @@ def test_jetson_wheels_newer_than_the_boards_cuda():
 
 def test_cli_lists_all_problems_one_line_each_exit_1():
     result = CliRunner().invoke(cli, ["validate", "preset=rtx3090x2-fp16", *V100,
-                                      "engine.dtype=bfloat16", "hardware.arch=arm64"])
+                                      "engine.dtype=bfloat16", "engine.kv_cache_dtype=fp8"])
     assert result.exit_code == 1
     assert "Traceback" not in result.stderr
     err = result.stderr.splitlines()
     assert any("override engine.dtype: bfloat16 needs" in line for line in err)
-    assert any("override hardware.arch:" in line for line in err)
+    assert any("override engine.kv_cache_dtype:" in line for line in err)
 
 
 @pytest.mark.parametrize(("l4t", "path"), [("r36.3", "jp6/cu124"), ("r36.4", "jp6/cu126"), ("r36.5", "jp6/cu126"),
@@ -250,3 +257,34 @@ def test_cli_refuses_a_jetpack6_index_on_a_jetpack7_board():
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     [line] = [x for x in result.stderr.splitlines() if "image.pip_index_url" in x]
     assert "presets/orin.yaml: image.pip_index_url: hardware.l4t r38.2 is JetPack 7.0" in line
+
+
+def test_fp8_floor_follows_the_release():
+    # Fp8Config.get_min_capability(): 75 in the v0.32.0/v0.33.0 wheels; the kit keeps 80 before 0.32.0.
+    t4 = gpu_catalog()["t4"]
+    common = dict(dtype="float16", checkpoint_dtype="bfloat16", quantization="fp8", quantization_set=True,
+                  kv_cache_dtype=None)
+    new = gpu_rules(t4, vllm_version="0.33.0", **common)
+    assert [(r[0], r[1]) for r in new] == [("warning", "engine.quantization")]
+    assert "W8A16" in new[0][2]
+    old = gpu_rules(t4, vllm_version="0.26.0", **common)
+    assert [(r[0], r[1]) for r in old] == [("error", "engine.quantization")] and "Minimum capability: 80" in old[0][2]
+
+
+@pytest.mark.parametrize("method", ["bitsandbytes", "gguf"])
+def test_methods_gone_from_0_32_are_refused(method):
+    a100 = gpu_catalog()["a100-80gb"]
+    common = dict(dtype=None, checkpoint_dtype="bfloat16", quantization=method, quantization_set=True,
+                  kv_cache_dtype=None)
+    [(severity, field, message, fix)] = gpu_rules(a100, vllm_version="0.33.0", **common)
+    assert severity == "error" and field == "engine.quantization" and method in message
+    assert "image.vllm_version=0.26.0" in fix
+    assert gpu_rules(a100, vllm_version="0.26.0", **common) == []
+
+
+def test_registry_lists_are_the_releases():
+    from kit.deploy.compat import quantization_method_gone
+
+    assert quantization_method_gone("awq_marlin", "0.33.0") is None
+    assert "registry" in quantization_method_gone("hqq", "0.33.0")
+    assert quantization_method_gone("hqq", "0.26.0") is None  # 0.26.0's registry was not read: no list

@@ -129,11 +129,14 @@ def test_tensor_parallel_sizes_the_heads_refuse_are_said():
 
 @pytest.mark.parametrize("model, gpu, kw, expected", [
     ("Qwen/Qwen3-8B", "rtx4090", {}, "fp8 KV cache"),
-    ("Qwen/Qwen3-8B", "t4", {"max_model_len": 4096}, "Qwen/Qwen3-8B-AWQ"),  # FP8 needs 8.0; a T4 is 7.5
+    # vLLM 0.33.0's Fp8Config.get_min_capability() is 75: FP8 weights run on a T4 (7.5) as W8A16.
+    ("Qwen/Qwen3-8B", "t4", {"max_model_len": 4096}, "FP8 weights"),
+    # Before 0.32.0 the kit keeps FP8 at 8.0, so a T4 is offered the AWQ checkpoint.
+    ("Qwen/Qwen3-8B", "t4", {"max_model_len": 4096, "vllm_version": "0.26.0"}, "Qwen/Qwen3-8B-AWQ"),
     # 4096: at 0.33 the V2 runner charges its CUDA graphs to the KV budget, and 8192 needs fp8 KV beside AWQ
     ("Qwen/Qwen3-32B", "rtx4090", {"max_model_len": 4096}, "Qwen/Qwen3-32B-AWQ"),
     ("Qwen/Qwen3-8B-AWQ", "rtx4090", {"max_model_len": 8192}, "as asked"),
-], ids=["kv-fp8", "awq-on-t4", "awq-checkpoint", "as-asked"])
+], ids=["kv-fp8", "fp8-on-t4", "awq-on-t4-0.26", "awq-checkpoint", "as-asked"])
 def test_precision_is_the_first_option_that_fits(model, gpu, kw, expected):
     asked = inputs(model, gpu, **kw)
     answer, options = fitting.precision_fit(asked)
