@@ -13,6 +13,7 @@ from typing import Any
 from kit.config.preset import Preset
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import KitError, Problem
+from kit.core.releaserules import quantization_method_gone, quantization_min_cc, versioned  # noqa: F401
 from kit.core.versions import version as pep440
 
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -25,17 +26,6 @@ def compat_table() -> dict[str, Any]:
 def cc_tuple(text: str) -> tuple[int, int]:
     major, _, minor = str(text).partition(".")
     return int(major), int(minor or 0)
-
-
-def versioned(value: Any, vllm_version: str) -> Any:
-    """A plain value, or the last ``{since, value}`` row whose ``since`` the release has reached."""
-    if not isinstance(value, list):
-        return value
-    chosen = value[0]["value"]
-    for row in value:
-        if pep440(vllm_version) >= pep440(row["since"]):
-            chosen = row["value"]
-    return chosen
 
 
 def cc_floor(cuda: str | None, vllm_version: str) -> str:
@@ -51,6 +41,33 @@ def cc_floor(cuda: str | None, vllm_version: str) -> str:
         if cc_tuple(cuda) >= cc_tuple(row["cuda"]):
             chosen = row["min_cc"]
     return versioned(chosen, vllm_version)
+
+
+def unverified_variant(vllm_version: str, cuda: str | None) -> str | None:
+    """Why the official image of a CUDA variant is not known to exist (vllm.yaml official_variants_unverified)."""
+    release = vllm_table()["versions"].get(vllm_version, {})
+    return (release.get("official_variants_unverified") or {}).get(cuda) if cuda else None
+
+
+def variant_caveat(vllm_version: str, cuda: str) -> str:
+    """The words every piece of advice naming an unverified variant image carries ('' when it is verified)."""
+    why = unverified_variant(vllm_version, cuda)
+    if not why:
+        return ""
+    ref = vllm_table()["versions"][vllm_version]["official_variants"][cuda]
+    return f"; UNVERIFIED: {ref} may not exist ({why}): check `docker manifest inspect {ref}` first"
+
+
+def variant_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    img = preset.image
+    if img.strategy != "official" or not unverified_variant(img.vllm_version, img.cuda):
+        return []
+    ref = vllm_table()["versions"][img.vllm_version]["official_variants"][img.cuda]
+    return [("warning", "image.cuda",
+             f"the image {ref} is not verified to exist ({unverified_variant(img.vllm_version, img.cuda)})",
+             f"check `docker manifest inspect {ref}` on a connected host before building; if it is missing, pin "
+             "image.base_digest to an image you have checked, or drop image.cuda (driver >= "
+             f"{vllm_table()['cuda'][vllm_table()['versions'][img.vllm_version]['cuda']]['min_driver']})")]
 
 
 def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
@@ -74,7 +91,8 @@ def _floor_fix(have: tuple[int, int], vllm_version: str, need: str) -> str:
     same = [b for b in builds_running_on(have) if b[0] == vllm_version]
     if same:
         _, cuda, _ = same[0]
-        return f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
+        return (f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
+                + variant_caveat(vllm_version, cuda))
     older = [b for b in builds_running_on(have) if pep440(b[0]) < pep440(vllm_version)]
     if older:
         version, cuda, default = older[0]
@@ -145,28 +163,6 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
                          "cannot read it; the Triton backend fails with 'fp8e4nv not supported')",
                          f"set engine.attention_backend={rule['backend']}, or remove engine.kv_cache_dtype"))
     return rows
-
-
-def quantization_min_cc(method: str, vllm_version: str) -> str | None:
-    """The compute capability below which ``vllm_version`` refuses ``method`` (None: the kit has no rule)."""
-    rule = compat_table()["quantization"].get(method.lower())
-    return versioned(rule["min_cc"], vllm_version) if rule else None
-
-
-def quantization_method_gone(method: str, vllm_version: str) -> str | None:
-    """Why ``vllm_version`` has no quantization method ``method`` (None when it has it, or the kit cannot tell).
-
-    From the release's own registry (compat.yaml ``quantization_methods``) where the kit has read it, and from a
-    rule's ``removed_in`` otherwise."""
-    table = compat_table()
-    name = method.lower()
-    rule = table["quantization"].get(name) or {}
-    if rule.get("removed_in") and pep440(vllm_version) >= pep440(rule["removed_in"]):
-        return f"vLLM removed quantization method {name} in {rule['removed_in']}"
-    known = (table.get("quantization_methods") or {}).get(vllm_version)
-    if known is not None and name not in known:
-        return f"quantization method {name} is not in vLLM {vllm_version}'s registry (QuantizationMethods)"
-    return None
 
 
 def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[int, int], label: str,
@@ -358,6 +354,7 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
         for field, message, fix in parallelism_problems(spec, eng.tp, eng.pp, group):
             rows.append(("error", field, f"{message} (model {spec.name})", fix))
     rows += platform_rows(preset)
+    rows += variant_rows(preset)
     rows += jetson_rows(preset)
 
     errors, warnings = [], []

@@ -223,6 +223,13 @@ def check_docker(facts: HostFacts, preset: Any | None) -> Check:
     if gpu and preset.hardware.gpu_runtime == "cdi" and version_key(version) < version_key(table["min_cdi"]):
         return Check("docker engine", FAIL, f"{detail}: compose `driver: cdi` needs Docker {table['min_cdi']}+",
                      "upgrade Docker Engine, or use hardware.gpu_runtime=nvidia")
+    if gpu and preset.hardware.gpu_runtime == "cdi" and version_key(version) < version_key(table["cdi_default"]) \
+            and not info.get("CDISpecDirs"):
+        # Docker 25-28.1 has CDI only when the daemon opts in; `docker info` lists CDISpecDirs when it is on.
+        return Check("docker engine", WARN, f"{detail}: CDI is opt-in before Docker {table['cdi_default']} and "
+                     "`docker info` shows no CDI spec directories, so compose `driver: cdi` requests may fail",
+                     'add "features": {"cdi": true} to /etc/docker/daemon.json and restart Docker, upgrade to '
+                     f"Docker {table['cdi_default']}+, or use hardware.gpu_runtime=nvidia")
     if gpu and version_key(version) < version_key(table["min_gpu_requests"]):
         return Check("docker engine", FAIL, f"{detail}: GPU device requests need Docker {table['min_gpu_requests']}+",
                      "upgrade Docker Engine")
@@ -348,12 +355,21 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
     for other, ref in (release.get("official_variants") or {}).items():
         if other != cuda and runs(other):
             switch = "" if img.strategy == "official" else "image.strategy=official "  # overrides, as typed
+            from kit.deploy.compat import variant_caveat
+
             options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
-                           f"{table['cuda'][other]['min_driver']})")
+                           f"{table['cuda'][other]['min_driver']}{variant_caveat(img.vllm_version, other)})")
     note = None
     compat = host_table()["cuda_forward_compat"]
     rule = compat.get(cuda)
-    if rule and have.major in rule["branches"] and img.strategy == "official" \
+    ended = compat.get("ended_branches") or {}
+    live = ", ".join(f"R{b['branch']} ({b['kind']}, to {b['end_of_life']})" for b in compat.get("live_branches", []))
+    if rule and have.major in rule["branches"] and have.major in ended:
+        when = ended[have.major]
+        note = (f"CUDA forward compatibility is not offered on R{have.major}: NVIDIA has ended that driver branch"
+                + (f" ({when})" if when != "ended" else "") + f"; supported branches are {live} "
+                f"(as of {compat['branches_checked']})")
+    elif rule and have.major in rule["branches"] and img.strategy == "official" \
             and version_key(img.vllm_version) >= version_key(compat["since"]):
         kinds = {gpu_catalog()[g.catalog_key].get("kind") if g.catalog_key else None for g in gpus}
         switch = (f"set {compat['env']}={compat['value']} in the stack's .env (vLLM's CUDA {cuda} image then loads CUDA's "
@@ -375,8 +391,11 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
             build = usable[0]
             extra = "" if build == older["cuda"] else (
                 f" image.cuda={build}" + ("" if img.strategy == "official" else " image.strategy=official"))
+            from kit.deploy.compat import variant_caveat
+
+            caveat = "" if build == older["cuda"] else variant_caveat(version, build)
             options.append(f"image.vllm_version={version}{extra} (its CUDA {build} build needs driver >= "
-                           f"{table['cuda'][build]['min_driver']})")
+                           f"{table['cuda'][build]['min_driver']}{caveat})")
     return options, note
 
 

@@ -234,7 +234,7 @@ QUANT_MIN_CAPABILITY = frozenset({"awq", "gptq", "fp8", "compressed-tensors"})
 
 
 def _quant_min_capability(family: str, vllm_version: str) -> int:
-    from kit.deploy.compat import quantization_min_cc
+    from kit.core.releaserules import quantization_min_cc
 
     major, _, minor = str(quantization_min_cc(family, vllm_version)).partition(".")
     return int(major) * 10 + int(minor or 0)
@@ -365,9 +365,9 @@ def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
     quant, bits, _group, _runtime = _resolve_quant(inputs, gpu)
     family = _QUANT_FAMILY.get(quant or "", quant)
     if inputs.device == "cuda" and quant:
-        from kit.deploy.compat import quantization_method_gone
+        from kit.core.releaserules import quantization_method_gone
 
-        gone = quantization_method_gone(quant, str(version))
+        gone = quantization_method_gone(quant, str(version), registry=False)
         if gone:
             raise PlanError(f"{gone}: vLLM {inputs.vllm_version} refuses it",
                             hint="use a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)")

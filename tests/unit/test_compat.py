@@ -132,7 +132,8 @@ def test_fp8_kv_cache_by_compute_capability():
     errors, warnings = compat("rtx3090x2-fp16", "engine.kv_cache_dtype=fp8")
     assert errors == []
     assert any("engine.attention_backend=FLASHINFER" in (w.hint or "") for w in warnings)
-    assert compat("rtx3090x2-fp16", "engine.kv_cache_dtype=fp8", "engine.attention_backend=FLASHINFER") == ([], [])
+    errors, warnings = compat("rtx3090x2-fp16", "engine.kv_cache_dtype=fp8", "engine.attention_backend=FLASHINFER")
+    assert errors == [] and [w.where for w in warnings] == [f"{WHERE}: image.cuda"]  # only the unverified -cu129 tag
     # Turing: no backend of the pinned releases stores it.
     errors, _ = compat("rtx4090-awq", "hardware.gpu=t4", "engine.kv_cache_dtype=fp8")
     assert [p.where for p in errors] == [f"{WHERE}: engine.kv_cache_dtype"]
@@ -288,3 +289,13 @@ def test_registry_lists_are_the_releases():
     assert quantization_method_gone("awq_marlin", "0.33.0") is None
     assert "registry" in quantization_method_gone("hqq", "0.33.0")
     assert quantization_method_gone("hqq", "0.26.0") is None  # 0.26.0's registry was not read: no list
+
+
+def test_unverified_cu129_image_is_said_where_it_is_used():
+    _, warnings = compat("rtx3090x2-fp16")
+    [warning] = [w for w in warnings if w.where.endswith("image.cuda")]
+    assert "vllm/vllm-openai:v0.33.0-cu129 is not verified to exist" in warning.message
+    assert "docker manifest inspect vllm/vllm-openai:v0.33.0-cu129" in warning.hint
+    # The default build is not marked.
+    _, warnings = compat("rtx3090x2-fp16", "image.cuda=null")
+    assert not [w for w in warnings if w.where.endswith("image.cuda")]

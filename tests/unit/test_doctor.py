@@ -136,6 +136,23 @@ def test_docker_versions():
     assert down.status == FAIL and "Is the docker daemon running?" in down.detail
 
 
+def test_cdi_is_opt_in_before_docker_28_2():
+    import json
+
+    cdi = preset("rtx4090-awq", "hardware.gpu_runtime=cdi")
+    base = json.loads(fixture("docker-info-no-nvidia.json").strip().splitlines()[-1])
+
+    def engine(version, **extra):
+        result = facts(info="docker-info-no-nvidia.json")
+        result.docker_info = CommandResult(["docker", "info"], 0, json.dumps({**base, "ServerVersion": version, **extra}))
+        return check_docker(result, cdi)
+
+    opt_in = engine("26.1.4")
+    assert opt_in.status == WARN and '"features": {"cdi": true}' in opt_in.fix
+    assert engine("26.1.4", CDISpecDirs=["/etc/cdi", "/var/run/cdi"]).status == PASS  # the daemon opted in
+    assert engine("28.2.0").status == PASS
+
+
 def test_shm_with_ipc_host_must_hold_the_planned_size():
     small = facts(shm_bytes=64 << 20)
     assert check_shm(small, preset("a100x8")).status == PASS  # private /dev/shm sized by compose
@@ -204,23 +221,40 @@ def test_runtime_hook_on_path_serves_gpu_requests_without_a_registered_runtime()
 
 @pytest.mark.parametrize(("smi", "branch"), [("nvidia-smi-8x-a100-80gb-r570.csv", 570),
                                              ("nvidia-smi-8x-a100-80gb-r535.csv", 535)])
-def test_datacenter_driver_below_cuda13_gets_the_forward_compat_switch(smi, branch):
+def test_forward_compat_is_not_offered_on_ended_branches(smi, branch):
+    # The NVIDIA runtime still accepts R535/R570 for CUDA 13.0 images, but NVIDIA has ended both branches
+    # (host.yaml cuda_forward_compat.ended_branches): the doctor names the live branches instead of the switch.
     checks = by_name(evaluate(facts(smi), preset("a100x8")))
     driver = checks["nvidia driver"]
     assert driver.status == FAIL and "which the CUDA 13.0 image needs" in driver.detail
-    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1 in the stack's .env" in driver.fix
-    assert f"accepts on R{branch}" in driver.fix
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1 in the stack's .env" not in driver.fix
+    assert f"not offered on R{branch}: NVIDIA has ended that driver branch" in driver.fix
+    assert "R580 (LTSB, to 2028-06)" in driver.fix
     # The -cu129 image needs 575.51.03: not offered to an R570 or R535 host.
     assert "image.cuda=12.9" not in driver.fix
 
 
-def test_a100_on_r575_may_take_the_cu129_image_or_forward_compat():
+def test_forward_compat_is_offered_on_a_live_listed_branch(monkeypatch):
+    # Were a listed branch still supported, a datacenter GPU would get the switch (the rule is data, not code).
+    from kit.host import doctor
+
+    table = doctor.host_table()
+    rule = {**table["cuda_forward_compat"], "ended_branches": {}}
+    monkeypatch.setattr(doctor, "host_table", lambda: {**table, "cuda_forward_compat": rule})
+    driver = by_name(evaluate(facts("nvidia-smi-8x-a100-80gb-r570.csv"), preset("a100x8")))["nvidia driver"]
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1 in the stack's .env" in driver.fix and "accepts on R570" in driver.fix
+
+
+def test_a100_on_r575_may_take_the_cu129_image_marked_unverified():
     smi = fixture("nvidia-smi-8x-a100-80gb-r570.csv").replace("570.172.08", "575.57.08")
     result = facts()
     result.nvidia_smi = CommandResult(["nvidia-smi"], 0, smi)
     fix = check_driver(result, preset("a100x8")).fix
-    assert "image.cuda=12.9 (the vllm/vllm-openai:v0.33.0-cu129 image, driver >= 575.51.03)" in fix
-    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1" in fix
+    assert "image.cuda=12.9 (the vllm/vllm-openai:v0.33.0-cu129 image, driver >= 575.51.03" in fix
+    # The tag is not verified (vllm.yaml official_variants_unverified): the advice says so where it is printed.
+    assert "UNVERIFIED: vllm/vllm-openai:v0.33.0-cu129 may not exist" in fix
+    assert "docker manifest inspect vllm/vllm-openai:v0.33.0-cu129" in fix
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1" not in fix and "not offered on R575" in fix
 
 
 def test_geforce_never_gets_forward_compat():
@@ -229,5 +263,4 @@ def test_geforce_never_gets_forward_compat():
                               preset("rtx4090-awq", "image.strategy=official")))
     fix = checks["nvidia driver"].fix
     assert "image.cuda=12.9" in fix
-    assert "works on datacenter GPUs only, not on NVIDIA GeForce RTX 4090" in fix
     assert "in the stack's .env" not in fix
