@@ -50,6 +50,8 @@ PLAN_FLAGS = (
 NOT_WITH_PRESET = {
     "gpu_memory_gib": ("--gpu-memory-gib", "the preset's GPU (hardware.gpu) sets the memory; pick one with --gpu NAME"),
     "device": ("--device", "the preset's hardware.gpu decides (no GPU: the CPU backend)"),
+    "approximate_version": ("--approximate-version", "a preset's image.vllm_version is always one of the kit's "
+                            "releases"),
 }
 
 
@@ -73,6 +75,7 @@ def plan_inputs_from_options(
     block_size: int | None = None,
     cpu_kvcache_space_gib: float | None = None,
     allow_hub: bool = False,
+    approximate_version: bool = False,
 ) -> PlanInputs:
     """Build PlanInputs from CLI-shaped values (a preset can call this with its own fields)."""
     from pydantic import ValidationError
@@ -105,6 +108,7 @@ def plan_inputs_from_options(
             max_num_batched_tokens=max_num_batched_tokens,
             enforce_eager=enforce_eager,
             vllm_version=vllm_version,
+            approximate_version=approximate_version,
             block_size=block_size,
             cpu_kvcache_space_gib=cpu_kvcache_space_gib,
         )
@@ -162,7 +166,10 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 @click.option("--max-num-seqs", type=count_option_type())
 @click.option("--max-num-batched-tokens", type=VllmInteger("human_readable_int"))
 @click.option("--enforce-eager", is_flag=True)
-@click.option("--vllm-version", metavar="X.Y.Z", help="vLLM release to plan for (default: the kit's pinned one).")
+@click.option("--vllm-version", metavar="X.Y.Z", help="vLLM release to plan for (default: the kit's pinned one); "
+              "a release outside the kit's tables is refused.")
+@click.option("--approximate-version", is_flag=True, help="Plan a --vllm-version outside the kit's tables with the "
+              "nearest older known release's rules, marked approximate.")
 @click.option("--block-size", type=count_option_type())
 @click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True),
               help="VLLM_CPU_KVCACHE_SPACE (--device cpu only).")
@@ -172,7 +179,7 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | None, gpu: str | None, gpu_memory_gib: float | None, device: str, tp: int, pp: int,
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
                  max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
-                 enforce_eager: bool, vllm_version: str | None, block_size: int | None,
+                 enforce_eager: bool, vllm_version: str | None, approximate_version: bool, block_size: int | None,
                  cpu_kvcache_space_gib: float | None, fit: bool, as_json: bool) -> None:
     """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not.
 
@@ -230,7 +237,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=None if auto else max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager, vllm_version=vllm_version,
-        block_size=block_size, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+        block_size=block_size, cpu_kvcache_space_gib=cpu_kvcache_space_gib, approximate_version=approximate_version,
     )
     if fit:
         _report_fit(inputs, as_json, flag_spelling, None, None)

@@ -168,6 +168,9 @@ class PlanInputs(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     enforce_eager: bool = False
     vllm_version: str = DEFAULT_VLLM_VERSION
+    # A release outside the kit's tables (planned_versions()) is refused unless this is set; then it is planned with
+    # the rules of the nearest older release the tables know, and the plan says so (approximate).
+    approximate_version: bool = False
     block_size: int | None = Field(default=None, ge=1)  # 16 on GPU, 128 on the CPU backend
     cpu_kvcache_space_gib: float | None = Field(default=None, gt=0)
     entrypoint: Literal["serve", "llm"] = "serve"  # `vllm serve` (API server) or the offline LLM class
@@ -355,9 +358,45 @@ def _batch_defaults(inputs: PlanInputs, version: Version, gpu: GpuInfo | None,
     return (8192, 1024) if big else (2048, 256)
 
 
+def planned_versions() -> list[str]:
+    """The releases the kit's tables describe: the pinned ones (kit/data/vllm.yaml `versions`) and those whose real
+    start-ups the planner was checked on (kit/data/calibration.yaml). Oldest first."""
+    from kit.core.datafiles import load_yaml, vllm_table
+
+    known = {str(v) for v in vllm_table()["versions"]}
+    for point in load_yaml("calibration.yaml").get("cases") or []:
+        if isinstance(point, dict) and (point.get("inputs") or {}).get("vllm_version"):
+            known.add(str(point["inputs"]["vllm_version"]))
+    return sorted(known, key=version_of)
+
+
+def version_gate(text: str, approximate: bool) -> str | None:
+    """Refuse a release outside the kit's tables, or (``approximate``) say which known release's rules stand in.
+
+    Returns the note for the plan's `approximate` reason, or None when the release is in the tables."""
+    version = parse_version(text)
+    known = planned_versions()
+    if any(version_of(k) == version for k in known):
+        return None
+    older = [k for k in known if version_of(k) < version]
+    where = ("older than the oldest" if not older else
+             "newer than the newest" if version > version_of(known[-1]) else "between two")
+    if not approximate:
+        raise PlanError(f"vLLM {text[:40]} is not in the kit's tables ({where} of the releases it knows: "
+                        f"{', '.join(known)}); its defaults and memory rules are unknown, so it is not planned",
+                        hint=f"plan for one of {', '.join(known)}, or add --approximate-version to plan with the "
+                             "rules of the nearest older release, marked approximate")
+    nearest = f"the nearest older known release, {older[-1]}" if older else f"the oldest known, {known[0]}, a later one"
+    return (f"vLLM {text[:40]} is not in the kit's tables ({where} of the releases it knows): planned with rules and "
+            f"defaults borrowed from the rows the kit has for other releases ({nearest}), which it may not follow")
+
+
 def _resolve(inputs: PlanInputs) -> tuple[_Resolved, GpuInfo | None, list[str]]:
     notes: list[str] = []
     version = parse_version(inputs.vllm_version)
+    version_note = version_gate(inputs.vllm_version, inputs.approximate_version)
+    if version_note:
+        notes.append(version_note)
     gpu = _resolve_gpu(inputs)
     memory = inputs.gpu_memory_gib if inputs.gpu_memory_gib is not None else (gpu.memory_gib if gpu else None)
     if inputs.device == "cuda" and memory is None:

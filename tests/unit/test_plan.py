@@ -208,8 +208,10 @@ def test_exact_weights_bytes_from_local_safetensors(tmp_path):
 def test_cuda_graph_memory_charged_only_from_0_21():
     kw = dict(gpu="h100-80gb", gpu_memory_utilization=0.9, max_model_len=8192)
     old = plan(inputs(QWEN7B, vllm_version="0.19.0", **kw))
-    new = plan(inputs(QWEN7B, vllm_version="0.21.0", **kw))
-    eager = plan(inputs(QWEN7B, vllm_version="0.21.0", enforce_eager=True, **kw))
+    # 0.21.0 has no row in the kit's tables: planned only when asked to, and then marked approximate.
+    new = plan(inputs(QWEN7B, vllm_version="0.21.0", approximate_version=True, **kw))
+    eager = plan(inputs(QWEN7B, vllm_version="0.21.0", enforce_eager=True, approximate_version=True, **kw))
+    assert new.approximate["value"] and "nearest older known release, 0.19.0" in new.approximate["reason"]
     assert old.cuda_graph_gib == 0 and eager.cuda_graph_gib == 0
     assert 0.2 < new.cuda_graph_gib < 2
     assert new.kv_cache_gib == pytest.approx(old.kv_cache_gib - new.cuda_graph_gib, abs=0.01)
@@ -268,7 +270,7 @@ def test_version_default_utilization_and_batch_sizes():
 def test_cpu_kv_cache_tokens_for_the_tiny_llama():
     tiny = tiny_spec()
     # float32 checkpoint -> bf16 on CPU: 2 layers * 2 (K, V) * 1 KV head * 64 * 2 bytes = 512 B per token
-    old = plan(PlanInputs(model=tiny, device="cpu", vllm_version="0.12.0"))  # 4 GiB default
+    old = plan(PlanInputs(model=tiny, device="cpu", vllm_version="0.12.0", approximate_version=True))  # 4 GiB default
     assert old.inputs["dtype"] == "bfloat16" and old.inputs["block_size"] == 128
     assert old.kv_cache_tokens == 4 * planner.GIB // 512 == 8_388_608
     one = plan(PlanInputs(model=tiny, device="cpu", cpu_kvcache_space_gib=1, vllm_version="0.19.0"))
@@ -399,3 +401,45 @@ def test_sliding_window_models_are_marked_approximate():
     result = plan(PlanInputs(model=windowed, gpu_memory_gib=16, max_model_len=2048))
     assert result.approximate["value"] and "sliding-window" in result.approximate["reason"]
     assert not plan(PlanInputs(model=tiny_spec(), gpu_memory_gib=16, max_model_len=2048)).approximate["value"]
+
+
+# --------------------------------------------------------------------------- releases outside the tables
+@pytest.mark.parametrize(("version", "where"), [("0.6.4", "older than the oldest"), ("0.20.0", "between two"),
+                                                ("0.40.0", "newer than the newest")])
+def test_a_release_outside_the_tables_is_refused(version, where):
+    with pytest.raises(PlanError) as caught:
+        plan(inputs(QWEN7B, vllm_version=version, gpu="h100-80gb"))
+    message = caught.value.message
+    assert f"vLLM {version} is not in the kit's tables ({where}" in message
+    for known in planner.planned_versions():
+        assert known in message
+    assert "--approximate-version" in caught.value.hint
+
+
+def test_known_releases_are_planned_exactly():
+    assert "0.33.0" in planner.planned_versions() and "0.19.0" in planner.planned_versions()
+    assert not plan(inputs(QWEN7B, vllm_version="0.19", gpu="h100-80gb")).approximate["value"]  # 0.19 is 0.19.0
+
+
+def test_approximate_version_plans_with_the_nearest_older_rules():
+    result = plan(inputs(QWEN7B, vllm_version="0.6.4", gpu="h100-80gb", approximate_version=True))
+    assert result.approximate["value"]
+    assert "vLLM 0.6.4 is not in the kit's tables (older than the oldest" in result.approximate["reason"]
+    between = plan(inputs(QWEN7B, vllm_version="0.30.0", gpu="h100-80gb", approximate_version=True))
+    assert "nearest older known release, 0.26.0" in between.approximate["reason"]
+
+
+def test_cli_refuses_0_6_4_and_plans_it_only_as_approximate():
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+
+    args = ["plan", "--model", QWEN7B, "--gpu", "h100-80gb", "--vllm-version", "0.6.4"]
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 1 and "not in the kit's tables" in refused.stderr and "0.33.0" in refused.stderr
+    approx = CliRunner().invoke(cli, [*args, "--approximate-version", "--json"])
+    assert approx.exit_code in (0, 1), approx.output
+    data = json.loads(approx.stdout)["data"]
+    assert data["approximate"]["value"] and "0.6.4" in data["approximate"]["reason"]
+    with_preset = CliRunner().invoke(cli, ["plan", "preset=rtx4090-awq", "--approximate-version"])
+    assert with_preset.exit_code == 2 and "--approximate-version" in with_preset.stderr
