@@ -130,14 +130,44 @@ def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Pat
     return context_dir
 
 
+def _lock_python(lock_text: str) -> tuple[int, int] | None:
+    """The CPython a `kit wheelhouse` lock was resolved for, from its header (``... CPython 3.11, glibc ...``)."""
+    found = re.search(r"CPython (\d+)\.(\d+)", lock_text.split("\n", 2)[0])
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _runs_on(wheel: Path, python: tuple[int, int] | None) -> bool:
+    """Whether ``wheel`` installs on that CPython (its interpreter tags; abi3 from its minimum up)."""
+    if python is None:
+        return True
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        tags = parse_wheel_filename(wheel.name)[3]
+    except InvalidWheelFilename:
+        return False
+    major, minor = python
+    for tag in tags:
+        if tag.interpreter in (f"py{major}", f"py{major}{minor}", f"cp{major}{minor}"):
+            return True
+        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}"):
+            low = tag.interpreter[len(f"cp{major}"):]
+            if low.isdigit() and int(low) <= minor:
+                return True
+    return False
+
+
 def wheels_for_lock(wheelhouse: Path) -> list[Path]:
-    """The wheels the wheelhouse's lock names (a shared wheelhouse may hold other versions too)."""
+    """The wheels the wheelhouse's lock names, for the Python it was resolved for. A shared wheelhouse may hold other
+    versions too, and other Pythons' builds of the same pin (filled for cp311 and cp312): those are left out."""
     lock = wheelhouse / LOCK_NAME
     hint = "fill it with `kit wheelhouse preset=NAME --wheelhouse DIR` for the same preset"
     if not lock.is_file():
         raise KitError(f"--wheelhouse {wheelhouse}: no {LOCK_NAME} there", hint=hint)
+    text = lock.read_text()
+    python = _lock_python(text)
     wanted = {}
-    for line in lock.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
@@ -146,7 +176,7 @@ def wheels_for_lock(wheelhouse: Path) -> list[Path]:
     for wheel in sorted(wheelhouse.glob("*.whl")):
         name, version = wheel.name.split("-")[:2]
         key = re.sub(r"[-_.]+", "-", name).lower()
-        if wanted.get(key) == version:
+        if wanted.get(key) == version and _runs_on(wheel, python):
             found[key] = wheel
     missing = sorted(set(wanted) - set(found))
     if missing:

@@ -348,3 +348,21 @@ def test_uv_refuses_a_wheel_that_does_not_match_the_locked_hash(tmp_path):
     assert install(good).returncode == 0
     bad = install("0" * 64)
     assert bad.returncode != 0 and "hash" in bad.stderr.lower()
+
+
+def test_a_wheelhouse_filled_for_two_pythons_gives_the_locks_python_its_own_builds(tmp_path):
+    """Seen: cp311 and cp312 builds of one pin side by side; the cp312 one went into a cp311 image and pip found no
+    aiohttp. The build context takes the wheel of the lock's CPython (abi3 and py3 wheels from their minimum up)."""
+    from kit.image.build import wheels_for_lock
+
+    (tmp_path / "requirements.lock.txt").write_text(
+        "# Resolved by `kit wheelhouse` for preset cpu: vLLM 0.32.0, CPython 3.11, glibc 2.36, x86_64.\n"
+        "aiohttp==3.14.5\ncryptography==46.0.0\nidna==3.10\n")
+    names = ["aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.whl", "aiohttp-3.14.5-cp312-cp312-manylinux_2_17_x86_64.whl",
+             "cryptography-46.0.0-cp311-abi3-manylinux_2_28_x86_64.whl", "idna-3.10-py3-none-any.whl"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert [w.name for w in wheels_for_lock(tmp_path)] == [names[0], names[2], names[3]]
+    (tmp_path / names[0]).unlink()
+    with pytest.raises(KitError, match="no wheel for aiohttp"):
+        wheels_for_lock(tmp_path)
