@@ -148,12 +148,13 @@ def _runs_on(wheel: Path, python: tuple[int, int] | None) -> bool:
         return False
     major, minor = python
     for tag in tags:
-        if tag.interpreter in (f"py{major}", f"py{major}{minor}", f"cp{major}{minor}"):
+        kind, digits = tag.interpreter[:2], tag.interpreter[2:]
+        if not digits.startswith(str(major)) or not digits[1:].isdigit() and digits[1:] != "":
+            continue
+        low = int(digits[1:]) if digits[1:] else 0
+        # py3 / py37: pure Python from that version up; cp311: that CPython; cp38-abi3: the stable ABI from 3.8 up
+        if kind == "py" and low <= minor or kind == "cp" and (low == minor or tag.abi == "abi3" and low <= minor):
             return True
-        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}"):
-            low = tag.interpreter[len(f"cp{major}"):]
-            if low.isdigit() and int(low) <= minor:
-                return True
     return False
 
 

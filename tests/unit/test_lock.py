@@ -357,12 +357,13 @@ def test_a_wheelhouse_filled_for_two_pythons_gives_the_locks_python_its_own_buil
 
     (tmp_path / "requirements.lock.txt").write_text(
         "# Resolved by `kit wheelhouse` for preset cpu: vLLM 0.32.0, CPython 3.11, glibc 2.36, x86_64.\n"
-        "aiohttp==3.14.5\ncryptography==46.0.0\nidna==3.10\n")
+        "aiohttp==3.14.5\ncryptography==46.0.0\nidna==3.10\ninteregular==0.3.3\ntoonew==1.0\n")
     names = ["aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.whl", "aiohttp-3.14.5-cp312-cp312-manylinux_2_17_x86_64.whl",
-             "cryptography-46.0.0-cp311-abi3-manylinux_2_28_x86_64.whl", "idna-3.10-py3-none-any.whl"]
+             "cryptography-46.0.0-cp38-abi3-manylinux_2_28_x86_64.whl", "idna-3.10-py3-none-any.whl",
+             "interegular-0.3.3-py37-none-any.whl", "toonew-1.0-cp312-abi3-any.whl", "toonew-1.0-py311-none-any.whl"]
     for name in names:
         (tmp_path / name).write_bytes(b"")
-    assert [w.name for w in wheels_for_lock(tmp_path)] == [names[0], names[2], names[3]]
+    assert [w.name for w in wheels_for_lock(tmp_path)] == [names[0], names[2], names[3], names[4], names[6]]
     (tmp_path / names[0]).unlink()
     with pytest.raises(KitError, match="no wheel for aiohttp"):
         wheels_for_lock(tmp_path)
