@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +114,6 @@ class Resolved:
     allow_no_fit: bool
     record: Record
     recorded: Record | None  # what the folder held before this command
-
-    def with_record_of(self, path: Path) -> Resolved:
-        """The record, with the preset's sha256 of the file actually loaded."""
-        return replace(self, record=replace(self.record, preset_sha256=file_sha256(path)))
 
 
 def file_sha256(path: Path) -> str:
@@ -236,8 +232,8 @@ def resolve(request: Request, out_dir: Path | None) -> Resolved:
     if not fresh and request.preset is not None:
         assert recorded is not None and out_dir is not None
         given = find_preset(request.preset).resolve()
-        before = find_preset(recorded_ref_path(recorded, out_dir)).resolve() if _recorded_exists(recorded, out_dir) \
-            else None
+        found = recorded_preset_file(recorded, out_dir)
+        before = found.resolve() if found is not None else None
         if before != given:
             what = (f"preset={request.preset} is another" if given.stem != recorded.preset_name
                     else f"preset={request.preset} finds another file of that name here ({given})")
@@ -275,14 +271,14 @@ def resolve(request: Request, out_dir: Path | None) -> Resolved:
                     target=target, base_image=base_image, allow_no_fit=allow, record=record, recorded=recorded)
 
 
-def _recorded_exists(record: Record, out_dir: Path) -> bool:
-    try:
-        from kit.config.preset import find_preset
+def recorded_preset_file(record: Record, out_dir: Path) -> Path | None:
+    """The recorded preset's file, or None when it no longer resolves."""
+    from kit.config.preset import find_preset
 
-        find_preset(recorded_ref_path(record, out_dir))
-        return True
+    try:
+        return find_preset(recorded_ref_path(record, out_dir))
     except PresetError:
-        return False
+        return None
 
 
 def _unknown_drops(without: tuple[str, ...], present: tuple[str, ...]) -> None:
@@ -297,10 +293,9 @@ def describe(record: Record, out_dir: Path) -> list[tuple[str, str]]:
     """(key, value) rows for `kit status`: what the folder is, and whether its preset changed since."""
     rows = [("preset", record.preset_name if record.preset == record.preset_name else
              f"{record.preset_name} ({record.preset})")]
-    if _recorded_exists(record, out_dir):
-        from kit.config.preset import find_preset
-
-        now = file_sha256(find_preset(recorded_ref_path(record, out_dir)))
+    found = recorded_preset_file(record, out_dir)
+    if found is not None:
+        now = file_sha256(found)
         rows.append(("preset file", "unchanged since the render" if now == record.preset_sha256
                      else "changed since the render: `kit render --out DIR --diff` shows what a render would change"))
     else:
