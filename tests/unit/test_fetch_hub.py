@@ -372,3 +372,45 @@ def test_verify_finds_a_file_changed_after_the_fetch(hub, tmp_path):
     assert bad.returncode == 1
     assert bad.stdout.splitlines()[-1].startswith(
         "manifest check failed: org/flaky (model.id): model.safetensors: sha256 " + hashlib.sha256(b"Z" * 100).hexdigest())
+
+
+def test_commit_of_reads_the_revisions_sha_as_model_info_does(hub):
+    from kit.config.hubrevision import commit_of
+    from kit.core.errors import KitError
+
+    assert commit_of("org/llama", None, {"HF_ENDPOINT": hub}) == COMMIT
+    assert commit_of("org/llama", "main", {"HF_ENDPOINT": hub}) == COMMIT
+    with pytest.raises(KitError, match=r"model.id: org/nowhere: the hub refused the revision lookup \(RepoNotFound\)"):
+        commit_of("org/nowhere", None, {"HF_ENDPOINT": hub})
+    with pytest.raises(KitError, match=r"at model.revision v9: the hub refused .* \(RevisionNotFound\)"):
+        commit_of("org/llama", "v9", {"HF_ENDPOINT": hub})
+
+
+def test_kit_lock_pins_the_model_revision_in_the_record(hub, tmp_path, monkeypatch):
+    """kit lock asks the hub (HF_ENDPOINT from the folder's .env) and records model.revision=COMMIT, so a later
+    render of the folder (and its fetch) uses that commit; the printed line says so."""
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.deploy.record import read_record
+    from kit.image import lock as lockmod
+    from kit.image.registry import BaseDigest
+    from tests.unit.test_lock import BASE, IMAGE_ID
+    from tests.unit.test_lock import wheelhouse as make_wheelhouse
+
+    monkeypatch.setattr(lockmod, "resolve_base_digest",
+                        lambda ref, *, offline: BaseDigest(ref, IMAGE_ID, "image-id", IMAGE_ID))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    wheels = make_wheelhouse.__wrapped__(tmp_path)
+    out = tmp_path / "deploy"
+    out.mkdir()
+    (out / ".env").write_text(f"HF_ENDPOINT={hub}\n")
+    result = CliRunner().invoke(cli, ["lock", "preset=cpu", "model=org/llama", "--base-image", BASE, "--out", str(out),
+                                      "--wheelhouse", str(wheels)])
+    assert result.exit_code == 0, result.output
+    assert f"model     org/llama main -> {COMMIT} (model.revision, in vllm-kit.yaml)" in result.output
+    assert f"model.revision={COMMIT}" in read_record(out).overrides
+    assert f'"revision":"{COMMIT}"' in (out / "compose.yaml").read_text().replace(" ", "").replace("\\", "")
+    again = CliRunner().invoke(cli, ["lock", "--out", str(out), "--wheelhouse", str(wheels), "--offline"])
+    assert again.exit_code == 0, again.output
+    assert f"model     org/llama @ {COMMIT} (model.revision, pinned already)" in again.output
