@@ -275,11 +275,18 @@ def _point_ref(snapshot, revision, commit):
     os.replace(temporary, ref)
 
 
+def hub_cache():
+    """huggingface_hub's HF_HUB_CACHE as its constants.py derives it, so --verify needs only the standard library."""
+    home = os.path.expandvars(os.path.expanduser(os.getenv(
+        "HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
+                                "huggingface"))))
+    legacy = os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub"))
+    return os.path.expandvars(os.path.expanduser(os.getenv("HF_HUB_CACHE", legacy)))
+
+
 def snapshot_folder(ref, revision):
     """The HF cache's snapshot folder of a repo at a revision (a commit, or a ref the cache recorded), or None."""
-    from huggingface_hub import constants
-
-    repo = os.path.join(constants.HF_HUB_CACHE, "models--" + ref.replace("/", "--"))
+    repo = os.path.join(hub_cache(), "models--" + ref.replace("/", "--"))
     revision = revision or "main"
     if not is_commit(revision):
         try:

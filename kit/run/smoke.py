@@ -37,6 +37,7 @@ CHAT = "POST /v1/chat/completions returns tokens"
 EMBEDDINGS = "POST /v1/embeddings returns a vector per input"
 RERANK = "POST /rerank scores every document"
 KV_PLAN = "KV cache size matches the plan"
+MANIFEST = "fetched model files match their manifest"
 
 
 def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
@@ -143,6 +144,29 @@ def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[
     if leaks or secret_names:
         return Check("secrets stay out of the image", False, f"found in: {', '.join(leaks + secret_names)}")
     return Check("secrets stay out of the image", True, f"{len(sentinels)} secret(s) only in .env, not in history/config/files")
+
+
+def manifest_skip(prepared: Prepared) -> str | None:
+    """Why the manifest row does not apply (every artefact a local path, which no fetch wrote), else None."""
+    from kit.config.hubfetch import artefacts_for
+
+    artefacts = artefacts_for(prepared.preset, prepared.deployment.model_arg)
+    if all(a.is_local for a in artefacts):
+        return "local model: nothing fetched from a hub, no manifest"
+    return None
+
+
+def manifest_check(container, fetch_command: list[str]) -> tuple[bool, str]:  # noqa: ANN001 - docker Container
+    """Every fetched file in the server's HF cache still has the sha256 the fetch checked and recorded
+    (kit/launch/fetch_files.py --verify, run inside the server container: its HF_HOME, its volume)."""
+    python, script, spec = fetch_command
+    code, output = container.exec_run([python, script, "--verify", spec], demux=False)
+    lines = (output or b"").decode("utf-8", errors="replace").strip().splitlines()
+    last = lines[-1] if lines else "(no output)"
+    if code == 0:
+        verified = [line for line in lines[:-1] if line.endswith("manifest ok")]
+        return True, "; ".join(verified) or last
+    return False, last[:600]
 
 
 def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - ModelSpec | None
@@ -279,6 +303,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
     for name, skip in select_api_checks(profile):
         record_or_skip(name, api[name], skip)
+    record_or_skip(MANIFEST, lambda: manifest_check(container, d.fetch_command), manifest_skip(prepared))
     record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
     record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
     return checks
