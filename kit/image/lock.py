@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.core.docker_engine import docker_client
 from kit.core.errors import BuildError, KitError, Problem
+from kit.core.safepaths import open_nofollow, work_folder
 from kit.deploy.pipeline import Prepared
 from kit.image.build import (
-    KIT_DIR,
     BuildRequest,
     BuildResult,
     build_image,
@@ -364,7 +364,7 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
             raise KitError(f"{where}: the lock pins {len(lock.packages)} wheels; pass --wheelhouse DIR")
         wheels = verify_wheels(lock, wheelhouse, where)
         say(f"{len(wheels)} wheels match their locked sha256")
-    context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", None)
+    context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", None)
     if wheels:
         (context / "wheels").mkdir()
         for wheel in wheels:
@@ -377,7 +377,7 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     request = BuildRequest(context_dir=context, tags=[building], base_image=pinned, no_cache=no_cache,
                            offline=bool(wheels), platform=d.platform if d.platform != "linux/amd64" else None,
                            extra_args=extra)
-    result = build_image(request, out_dir / KIT_DIR, progress=say)
+    result = build_image(request, work_folder(out_dir), progress=say)
     try:
         found = installed_in(building, d.python)
         mismatches = check_installed(lock, found) + base_mismatch(client, lock, result.image_id)
@@ -396,5 +396,6 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     image.reload()
     record = {"image_id": image.id, "tags": sorted(image.tags), "lock_sha256": sha256_file(lock_path),
               "base": pinned, "machine": found["machine"], "packages_checked": len(lock.packages)}
-    (out_dir / KIT_DIR / "locked-build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    with open_nofollow(work_folder(out_dir) / "locked-build.json") as handle:
+        handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return LockedBuild(result, image.id, sorted(image.tags), found["machine"], len(lock.packages))

@@ -12,8 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kit.core.safepaths import work_folder
 from kit.deploy.router import ROUTER_DIR, router_image_ref, router_spec
-from kit.image.build import KIT_DIR, BuildRequest, build_image, wheels_for_lock
+from kit.image.build import BuildRequest, build_image, wheels_for_lock
 from kit.image.wheelhouse import LOCK_NAME, build_wheelhouse
 
 
@@ -32,7 +33,7 @@ def build_router_image(d: Any, out_dir: Path, wheelhouse: Path | None,
     rendered = out_dir / ROUTER_DIR
     files = {f"{ROUTER_DIR}/{p.name}": p.read_text() for p in rendered.iterdir() if p.is_file()}
     ref = router_image_ref(d, files)
-    context = out_dir / KIT_DIR / "router-context"
+    context = work_folder(out_dir) / "router-context"
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(rendered, context)
@@ -42,5 +43,5 @@ def build_router_image(d: Any, out_dir: Path, wheelhouse: Path | None,
             shutil.copy2(source, context / "wheels" / source.name)
     request = BuildRequest(context_dir=context, tags=[ref], offline=wheelhouse is not None,
                            platform=d.platform if d.platform != "linux/amd64" else None)
-    build_image(request, out_dir / KIT_DIR / "router", progress=progress)
+    build_image(request, work_folder(out_dir, "router"), progress=progress)
     return ref
