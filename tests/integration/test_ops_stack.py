@@ -8,6 +8,8 @@ import re
 import subprocess
 
 import pytest
+
+from kit.deploy.record import RECORD_FILE, Record
 from click.testing import CliRunner
 
 from kit.cli.main import cli
@@ -53,7 +55,8 @@ def node_file(role: str) -> str:
 
 def test_down_stops_a_head_and_a_worker_started_on_this_host(tmp_path, docker_client):
     # Written as a render writes them (the manifest lists them): `kit down` acts only on a deployment the kit made.
-    write_files({f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")}, tmp_path)
+    write_files({**{f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")},
+                 RECORD_FILE: Record("cpu", "cpu", "").text()}, tmp_path)
     projects = [f"kit-test-ops-{role}-{os.getpid()}" for role in ("head", "worker")]
     try:
         for role, project in zip(("head", "worker"), projects, strict=True):
