@@ -8,13 +8,12 @@ import re
 import subprocess
 
 import pytest
-
-from kit.deploy.record import RECORD_FILE, Record
 from click.testing import CliRunner
 
 from kit.cli.main import cli
 from kit.core.docker_engine import compose_argv
 from kit.core.write import write_files
+from kit.deploy.record import RECORD_FILE, Record
 from tests.integration.conftest import BASE_IMAGE
 
 pytestmark = pytest.mark.integration
