@@ -304,17 +304,24 @@ def verify_manifest(snapshot):
             manifest = json.load(handle)
     except (OSError, ValueError) as exc:
         return ["%s: no readable manifest (%s)" % (os.path.join(snapshot, MANIFEST), type(exc).__name__)]
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        return ["%s: not a manifest the fetch wrote (no files)" % os.path.join(snapshot, MANIFEST)]
     problems = []
     if manifest.get("revision") != os.path.basename(snapshot):
         problems.append("%s: manifest names revision %r" % (snapshot, manifest.get("revision")))
-    for name, want in sorted(manifest.get("files", {}).items()):
+    for name, want in sorted(files.items()):
+        want = want.get("sha256") if isinstance(want, dict) else None
+        if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] in ("..", ""):
+            problems.append("%r: not a path inside the snapshot" % name)
+            continue
         path = os.path.join(snapshot, name)
         if not os.path.isfile(path):
             problems.append("%s: missing" % name)
             continue
         sha256 = file_digests(path)[0]
-        if sha256 != want.get("sha256"):
-            problems.append("%s: sha256 %s, the manifest says %s" % (name, sha256, want.get("sha256")))
+        if sha256 != want:
+            problems.append("%s: sha256 %s, the manifest says %s" % (name, sha256, want))
     return problems
 
 
