@@ -29,14 +29,16 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
          replace: bool, reset_overrides: bool, as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
     from kit.config.hubrevision import commit_of, env_file_values, is_commit
+    from kit.config.preset import load_preset
     from kit.deploy.pipeline import prepare_resolved
     from kit.image.lock import LOCK_FILE, make_lock, write_lock
     from kit.run.workflow import render_into
 
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
                                   reset_overrides=reset_overrides)
-    prepared = prepare_resolved(resolved)
-    model = prepared.preset.model
+    # The model before the checks: a preset with trust_remote_code is refused until its revision is a commit,
+    # which is what the lock is about to record.
+    model = load_preset(resolved.ref, list(resolved.overrides))[2].model
     revision_note = pin_note = None
     if not model.is_local and not is_commit(model.revision):
         if offline:
@@ -47,10 +49,10 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
             # Recorded like any override, so every later command of this folder renders and fetches that commit.
             resolved = resolve_deployment((*args, f"model.revision={commit}"), preset_option, out_dir,
                                           base_image=base_image, replace=replace, reset_overrides=reset_overrides)
-            prepared = prepare_resolved(resolved)
             revision_note = f"{model.id} {model.revision or 'main'} -> {commit} (model.revision, in vllm-kit.yaml)"
     elif not model.is_local:
         revision_note = f"{model.id} @ {model.revision} (model.revision, pinned already)"
+    prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
                        wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)

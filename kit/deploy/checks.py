@@ -212,7 +212,7 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
                 f"{where}: engine.{flag}",
                 f"refused with {pinned}: it {rule['reason']} ({rule['source']})",
                 "pin model.revision to the commit you reviewed (its 40-hex id, from the model's commit history on the "
-                "hub), or drop trust_remote_code"))
+                "hub; `kit lock --out DIR` records the commit a branch is at now), or drop trust_remote_code"))
         else:
             warnings.append(Problem(f"{where}: engine.{flag}", f"loads code or opens files: it {rule['reason']} "
                                     f"({rule['source']})", "set it only with code and folders you control"))

@@ -414,3 +414,26 @@ def test_kit_lock_pins_the_model_revision_in_the_record(hub, tmp_path, monkeypat
     again = CliRunner().invoke(cli, ["lock", "--out", str(out), "--wheelhouse", str(wheels), "--offline"])
     assert again.exit_code == 0, again.output
     assert f"model     org/llama @ {COMMIT} (model.revision, pinned already)" in again.output
+
+
+def test_kit_lock_pins_a_trust_remote_code_preset_that_validate_refuses_until_pinned(hub, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.image import lock as lockmod
+    from kit.image.registry import BaseDigest
+    from tests.unit.test_lock import BASE, IMAGE_ID
+    from tests.unit.test_lock import wheelhouse as make_wheelhouse
+
+    monkeypatch.setattr(lockmod, "resolve_base_digest",
+                        lambda ref, *, offline: BaseDigest(ref, IMAGE_ID, "image-id", IMAGE_ID))
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    args = ["preset=cpu", "model=org/llama", "engine.trust_remote_code=true"]
+    refused = CliRunner().invoke(cli, ["validate", *args])
+    assert refused.exit_code == 1 and "refused with no model.revision" in refused.output
+    out = tmp_path / "deploy"
+    locked = CliRunner().invoke(cli, ["lock", *args, "--base-image", BASE, "--out", str(out), "--wheelhouse",
+                                      str(make_wheelhouse.__wrapped__(tmp_path))])
+    assert locked.exit_code == 0, locked.output
+    assert f"model     org/llama main -> {COMMIT}" in locked.output
+    assert CliRunner().invoke(cli, ["validate", *args, f"model.revision={COMMIT}"]).exit_code == 0
