@@ -19,7 +19,8 @@ from kit.cli.common import (
 from kit.core.errors import PlanError, shown
 
 if TYPE_CHECKING:  # the planner (pydantic) loads when the command runs, not for --help or completion
-    from kit.memory.plan import Plan, PlanInputs
+    from kit.memory.inputs import PlanInputs
+    from kit.memory.plan import Plan
 
 # A sanity cap, not a hardware fact: a thousand times the largest GPU or host memory in use today.
 GPU_MEMORY_GIB_MAX = 1 << 20
@@ -81,7 +82,8 @@ def plan_inputs_from_options(
     from pydantic import ValidationError
 
     from kit.config.modelinfo import load_model_spec
-    from kit.memory.plan import DEFAULT_VLLM_VERSION, PlanInputs, find_gpu
+    from kit.memory.inputs import PlanInputs, find_gpu
+    from kit.memory.rules import DEFAULT_VLLM_VERSION
 
     vllm_version = vllm_version or DEFAULT_VLLM_VERSION
     spec = load_model_spec(model, allow_hub=allow_hub)
