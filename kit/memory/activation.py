@@ -41,6 +41,19 @@ def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> li
                           source="vllm/v1/worker/gpu/sample/sampler.py apply_sampling_params: 'Copy logits to a new "
                                  "FP32 tensor' (the warm-up pass, SamplingParams.for_sampler_warmup, needs logits "
                                  "processing)"))
+    if sampler.get("flashinfer_topk_mask_and_probs"):
+        # vllm/v1/worker/gpu/sample/sampler.py _sample_random -> vllm/v1/sample/ops/topk_topp_sampler.py
+        # flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits (flashinfer-python 0.7.2.post1,
+        # the 0.33.0 image's): with a top_k tensor, top_k_mask_logits(logits, top_k) (torch.empty_like: fp32) then
+        # torch.softmax(masked_logits) (fp32), both alive while top_p_sampling_from_probs runs.
+        terms += [
+            Term(figure="activation", name="top-k masked logits", phase="sampler", bytes=logits * 4,
+                 source="flashinfer/sampling.py top_k_top_p_sampling_from_logits: top_k_mask_logits, fp32 "
+                        "[rows, vocab] (via vllm/v1/sample/ops/topk_topp_sampler.py flashinfer_sample)"),
+            Term(figure="activation", name="top-k probabilities", phase="sampler", bytes=logits * 4,
+                 source="flashinfer/sampling.py top_k_top_p_sampling_from_logits: torch.softmax(masked_logits), fp32 "
+                        "[rows, vocab]"),
+        ]
     residual = float(sampler.get("residual_bytes_per_logit", 0.0))
     if residual:
         terms.append(Term(figure="activation", name="sampler buffers (fitted)", phase="sampler",
@@ -122,4 +135,5 @@ def sampler_bytes_per_logit(vllm_version: str, dtype: str) -> float:
     """Bytes the dummy sampler run holds per element of its [rows, vocab] logits at ``vllm_version`` in ``dtype``."""
     sampler = rules_for(vllm_version)["memory_accounting"]["sampler"]
     return (DTYPE_BYTES[dtype] * bool(sampler.get("logits_in_model_dtype")) + 4 * bool(sampler.get("fp32_copy"))
+            + 8 * bool(sampler.get("flashinfer_topk_mask_and_probs"))
             + float(sampler.get("residual_bytes_per_logit", 0.0)))

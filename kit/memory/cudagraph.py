@@ -13,10 +13,12 @@ from kit.memory.rules import rules_for
 from kit.memory.terms import Term
 
 
-def cuda_graph_count(max_num_seqs: int) -> int:
-    """Graphs vLLM captures by default: piecewise for every size up to 512, full ones up to max_num_seqs."""
-    largest = min(512, 2 * max_num_seqs)
-    sizes = [1, 2, 4] + list(range(8, 257, 8)) + list(range(272, 513, 16))
+def cuda_graph_count(max_num_seqs: int, vllm_version: str) -> int:
+    """Graphs vLLM captures by default (vllm/config/vllm.py `_set_cudagraph_sizes`; kit/data/vllm.yaml
+    `cuda_graph_capture`): piecewise for every capture size up to the largest, full ones up to max_num_seqs."""
+    capture = rules_for(vllm_version)["cuda_graph_capture"]
+    largest = min(int(capture["max_size"]), int(capture["max_num_seqs_factor"]) * max_num_seqs)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16))
     piecewise = [s for s in sizes if s <= largest]
     full = [s for s in piecewise if s <= max_num_seqs]
     return len(piecewise) + len(full)
@@ -27,7 +29,7 @@ def cuda_graph_terms(r: Resolved) -> list[Term]:
     if not r.cuda_graph_charged:
         return []
     estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
-    count = cuda_graph_count(r.max_num_seqs)
+    count = cuda_graph_count(r.max_num_seqs, r.vllm_version)
     return [
         Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
              fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib"),

@@ -8,6 +8,7 @@ the folded mapping; none keeps a per-release constant of its own.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from typing import Any
 
@@ -32,7 +33,7 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
-            out[key] = value
+            out[key] = copy.deepcopy(value)
     return out
 
 
@@ -62,7 +63,7 @@ def _rules_at(version: Version) -> dict[str, Any]:
 def rules_for(version: str | Version) -> dict[str, Any]:
     """The planner's rules of vLLM ``version`` (a copy: callers may not change the table)."""
     ver = parse_version(version) if isinstance(version, str) else version
-    return _merge({}, _rules_at(ver))
+    return copy.deepcopy(_rules_at(ver))
 
 
 def default_gpu_memory_utilization(vllm_version: str) -> float:

@@ -225,10 +225,11 @@ def weight_terms(r: Resolved, model: ModelSpec, layers: range, first: bool, last
     exact = " (scaled to the checkpoint's exact bytes)" if scale != 1.0 else ""
     return [
         Term(figure="weights", name="parameters", bytes=params,
-             source=f"parameter counts per rank x the quantisation's packing{exact}"),
+             source=f"config.json shapes: parameter counts per rank x the quantisation's packing{exact} (stage_counts)"),
         Term(figure="weights", name="RoPE cos/sin cache", bytes=rope_cache_bytes(model, dtype_bytes),
              source="vllm/model_executor/layers/rotary_embedding: [max_position, rotary_dim] in the model dtype"),
         Term(figure="weights", name="allocator segment tails",
              bytes=allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp),
-             source="PyTorch's caching allocator rounding of the large weight tensors (see allocator_block_bytes)"),
+             source="c10/cuda/CUDACachingAllocator.cpp round_size, should_split: the tails PyTorch's allocator leaves "
+                    "with the large weight tensors (allocator_block_bytes)"),
     ]

@@ -258,7 +258,7 @@ def test_every_plan_option_is_a_planner_flag_or_refused_beside_a_preset():
     from kit.cli.plan import NOT_WITH_PRESET, PLAN_FLAGS, plan_command
 
     known = {n for n, *_ in PLAN_FLAGS} | set(NOT_WITH_PRESET) | {"model"}
-    not_planner = {"args", "preset_option", "fit", "as_json", "verbose"}
+    not_planner = {"args", "preset_option", "fit", "explain", "as_json", "verbose"}  # what to print, not to plan
     assert {p.name for p in plan_command.params} - not_planner == known  # a new flag must be one or the other
     assert set(FLAG_VALUES) | {"cpu_kvcache_space_gib"} == {n for n, *_ in PLAN_FLAGS}
 
