@@ -96,6 +96,28 @@ def test_no_per_release_constant_is_left_in_the_planner_code():
         assert not re.search(r"""parse_version\(["']\d""", text), path.name
 
 
+# The planner's modules in their one-way order: each imports only modules before it (vllmlog reads logs, apart).
+MEMORY_ORDER = ["rules", "inputs", "shape", "terms", "weights", "kv", "activation", "nontorch", "cudagraph",
+                "adapters", "plan", "preset_plan", "fit"]
+
+
+def test_planner_modules_import_only_earlier_ones():
+    import ast
+
+    assert {p.stem for p in MEMORY.glob("*.py")} - {"__init__", "vllmlog"} == set(MEMORY_ORDER)
+    for index, name in enumerate(MEMORY_ORDER):
+        tree = ast.parse((MEMORY / f"{name}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.startswith("kit.memory."):
+                    imported.add(node.module.removeprefix("kit.memory."))
+                elif node.module == "kit.memory":
+                    imported |= {alias.name for alias in node.names}
+        later = imported & set(MEMORY_ORDER[index:])
+        assert not later, f"kit/memory/{name}.py imports {sorted(later)}, which come after it"
+
+
 # --------------------------------------------------------------------------- terms add up to the figures
 PLANS = {
     "dense 0.33 graphs": dict(model="Qwen/Qwen3-8B", gpu_memory_gib=139.8, max_model_len=8192),
