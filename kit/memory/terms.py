@@ -25,21 +25,22 @@ class Term(BaseModel):
                 "phase": self.phase, "on_peak": on_peak, "fitted": self.fitted, "source": self.source}
 
 
+def _phase_sums(terms: list[Term]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for t in terms:
+        if t.phase is not None:
+            sums[t.phase] = sums.get(t.phase, 0.0) + t.bytes
+    return sums
+
+
 def peak_bytes(terms: list[Term]) -> float:
     """The profile run's peak of ``terms``: those without a phase, plus the largest phase (each phase's buffers are
     freed before the next one runs)."""
-    always = sum(t.bytes for t in terms if t.phase is None)
-    phases: dict[str, float] = {}
-    for t in terms:
-        if t.phase is not None:
-            phases[t.phase] = phases.get(t.phase, 0.0) + t.bytes
-    return always + (max(phases.values()) if phases else 0.0)
+    phases = _phase_sums(terms)
+    return sum(t.bytes for t in terms if t.phase is None) + (max(phases.values()) if phases else 0.0)
 
 
 def peak_phase(terms: list[Term]) -> str | None:
     """The phase that sets the peak (the first of equals), or None without phases."""
-    phases: dict[str, float] = {}
-    for t in terms:
-        if t.phase is not None:
-            phases[t.phase] = phases.get(t.phase, 0.0) + t.bytes
+    phases = _phase_sums(terms)
     return max(phases, key=lambda p: phases[p]) if phases else None

@@ -27,6 +27,9 @@ MEMORY = Path(__file__).resolve().parents[2] / "kit" / "memory"
 GPU_CASES = yaml.safe_load((DATA / "calibration.yaml").read_text())["gpu_cases"]
 STARTED_033 = [c for c in GPU_CASES if str(c["inputs"].get("vllm_version")) == "0.33.0"
                and not c.get("expect_error") and not c.get("start_failed")]
+# 0.26.0's eager engines: no compile residual, so the logged peak is the forward pass or the sampler alone
+EAGER_026 = [c for c in GPU_CASES if "vllm_version" not in c["inputs"] and c["inputs"].get("enforce_eager")
+             and not c.get("expect_error") and not c.get("start_failed")]
 
 
 def gpu_inputs(model: str, **kw) -> PlanInputs:
@@ -201,6 +204,29 @@ def test_033_logged_peak_is_the_sampler_phase_and_mostly_traced_terms(entry):
     sampler = [t for t in activation if t.phase == "sampler"]
     traced = sum(t.bytes for t in sampler if not t.fitted)
     assert traced / sum(t.bytes for t in sampler) >= 0.95
+
+
+def _activation_026(entry: dict) -> tuple[list, vllmlog.StartupLog]:
+    log = _log(entry)
+    raw = dict(entry["inputs"])
+    inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib,
+                        vllm_version="0.26.0", **raw)
+    return [t for t in _compute(inputs)[1][0].terms if t.figure == "activation"], log
+
+
+@pytest.mark.parametrize("entry", EAGER_026, ids=[c["id"] for c in EAGER_026])
+def test_026_eager_peaks_match_the_terms(entry):
+    """vLLM 0.26.0 eager engines (no compile residual): the planned peak matches the logged one within 0.04 GiB."""
+    activation, log = _activation_026(entry)
+    assert peak_bytes(activation) / GIB == pytest.approx(log.peak_activation_gib, abs=0.04)
+
+
+def test_026_logs_check_both_the_forward_pass_and_the_sampler_phase():
+    """The eager runs exercise both phases: 2048-16384 batched tokens of 7-14B models peak in the MLP's buffers,
+    Qwen2.5-0.5B's 256 rows of a 151936-entry vocabulary in the sampler's."""
+    phases = {entry["id"]: peak_phase(_activation_026(entry)[0]) for entry in EAGER_026}
+    assert phases["h200-qwen3-8b-long-context"] == phases["h200-qwen2.5-14b-48g"] == "mlp"
+    assert phases["h200-qwen2.5-0.5b-bf16"] == "sampler"
 
 
 # --------------------------------------------------------------------------- kit plan --explain
