@@ -7,6 +7,7 @@ from functools import lru_cache
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.memory.inputs import DraftInputs, LoraInputs, Resolved
 from kit.memory.kv import kv_bytes_per_token_per_layer
+from kit.memory.rules import rules_for
 from kit.memory.weights import stage_counts, stage_weight_bytes
 
 
@@ -15,6 +16,12 @@ def _lora_embedding_modules() -> dict[str, list[str]]:
     from kit.core.datafiles import load_yaml
 
     return load_yaml("lora.yaml")["embedding_modules"]
+
+
+def resolved_lora(lora: LoraInputs, vllm_version: str) -> LoraInputs:
+    """``lora`` with vLLM's defaults of the release filled in where a field was not given."""
+    defaults = rules_for(vllm_version)["lora_defaults"]
+    return lora.model_copy(update={k: v for k, v in defaults.items() if getattr(lora, k) is None})
 
 
 def lora_buffer_bytes(model: ModelSpec, r: Resolved, lora: LoraInputs, layers: int, first: bool, last: bool) -> float:

@@ -62,12 +62,13 @@ def find_gpu(name: str) -> GpuInfo:
 
 
 class LoraInputs(BaseModel):
-    """--enable-lora and its sizing flags (vLLM's defaults at v0.33.0: max_loras 1, max_lora_rank 16)."""
+    """--enable-lora and its sizing flags; None: vLLM's default at the release (kit/data/vllm.yaml `lora_defaults`,
+    filled in by kit.memory.adapters.resolved_lora)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_loras: int = Field(default=1, ge=1)
-    max_lora_rank: int = Field(default=16, ge=1)
+    max_loras: int | None = Field(default=None, ge=1)
+    max_lora_rank: int | None = Field(default=None, ge=1)
     max_cpu_loras: int | None = Field(default=None, ge=1)  # host memory, not the GPU (default: max_loras)
     fully_sharded_loras: bool = False
     lora_dtype: Literal["auto", "bfloat16", "float16"] = "auto"

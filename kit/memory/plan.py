@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.core.errors import PlanError
 from kit.memory.activation import activation_terms
-from kit.memory.adapters import draft_terms, lora_buffer_bytes, lora_notes
+from kit.memory.adapters import draft_terms, lora_buffer_bytes, lora_notes, resolved_lora
 from kit.memory.cudagraph import cuda_graph_terms
 from kit.memory.inputs import (
     GIB,
@@ -116,7 +116,8 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
             per_token = 0  # encoder-only attention keeps no KV cache (kit/data/pooling.yaml)
         extras = {"lora": 0.0, "draft_weights": 0.0}
         if inputs.lora is not None:
-            extras["lora"] = lora_buffer_bytes(model, r, inputs.lora, len(layers), first, last)
+            extras["lora"] = lora_buffer_bytes(model, r, resolved_lora(inputs.lora, r.vllm_version), len(layers),
+                                               first, last)
             terms.append(Term(figure="weights", name="LoRA buffers", bytes=extras["lora"],
                               source="kit/memory/adapters.py lora_buffer_bytes (kit/data/lora.yaml)"))
         if inputs.draft is not None and last:
@@ -199,7 +200,7 @@ def _approximate(model: ModelSpec, r: Resolved, gpu_unified: bool, notes: list[s
 def _echo_inputs(r: Resolved, inputs: PlanInputs) -> dict[str, Any]:
     echo = r.model_dump()
     if inputs.lora is not None:
-        echo["lora"] = inputs.lora.model_dump()
+        echo["lora"] = resolved_lora(inputs.lora, r.vllm_version).model_dump()
         echo["lora"]["max_cpu_loras_note"] = "adapters beyond max_loras are cached in host memory, not on the GPU"
     if inputs.draft is not None:
         echo["draft"] = {"model": inputs.draft.ref, "method": inputs.draft.method,

@@ -260,3 +260,14 @@ def test_cli_explain_beside_a_preset():
     assert {t["figure"] for t in data["terms"]} >= {"weights", "activation", "non_torch"}
     weights = sum(t["gib"] for t in data["terms"] if t["figure"] == "weights")
     assert weights == pytest.approx(data["weights_gib"], abs=0.01)
+
+
+def test_lora_sizes_default_to_the_release_rules():
+    args = {"gpu_memory_gib": 47.4, "max_model_len": 8192}
+    defaulted = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(), **args))
+    spelled = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_loras=1, max_lora_rank=16), **args))
+    assert rules.rules_for("0.33.0")["lora_defaults"] == {"max_loras": 1, "max_lora_rank": 16}
+    assert defaulted.inputs["lora"]["max_loras"] == 1 and defaulted.inputs["lora"]["max_lora_rank"] == 16
+    assert defaulted.lora_gib == spelled.lora_gib > 0
+    wider = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_lora_rank=32), **args))
+    assert wider.lora_gib == pytest.approx(2 * defaulted.lora_gib)
