@@ -194,6 +194,7 @@ def gpu_report() -> bool:
                              f"{'met' if met else 'MISSED'}")
                     ok &= met
                 print(line)
+    ok &= verdict_report(cases)
     cold = vllm_seconds("h200-qwen3-8b-bf16-graphs-cold")
     warm = vllm_seconds("h200-qwen3-8b-bf16-graphs-warm")
     if cold and warm:
@@ -201,6 +202,29 @@ def gpu_report() -> bool:
               f"{warm[0]:.1f} s (ratio {cold[0] / warm[0]:.2f}), torch.compile {cold[1]:.1f} s vs {warm[1]:.1f} s "
               f"(ratio {cold[1] / warm[1]:.2f})")
     return ok
+
+
+def verdict_report(cases: list[dict]) -> bool:
+    """Fit or no fit, per measured engine: the plan's verdict against what vLLM did (started and served, or refused
+    with an out-of-memory error). A run that did not finish for another reason (`start_failed`) has no verdict."""
+    print("\nfit / no-fit verdicts (every measured engine): plan says, vLLM did")
+    wrong = []
+    counted = 0
+    for case in cases:
+        if case.get("start_failed"):
+            continue
+        log = read_log(case)
+        planned = planner.plan(gpu_inputs_for(case, log)).fits
+        started = not case.get("expect_error")
+        counted += 1
+        if planned != started:
+            wrong.append(case["id"])
+            print(f"  WRONG {case['id']}: plan {'fits' if planned else 'does not fit'}, vLLM "
+                  f"{'started' if started else 'refused'}")
+    refused = sum(1 for c in cases if c.get("expect_error"))
+    print(f"verdicts right: {counted - len(wrong)}/{counted} ({refused} refused by vLLM)  target every one: "
+          f"{'met' if not wrong else 'MISSED'}")
+    return not wrong
 
 
 def vllm_seconds(case_id: str) -> tuple[float, float] | None:

@@ -64,7 +64,8 @@ def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> li
 
 
 def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -> list[Term]:
-    """The profile run's activation on one rank of the pipeline stage holding ``layers``, as named terms."""
+    """The profile run's activation on one rank of the pipeline stage holding ``layers``, as named terms (a term of
+    figure "non_torch" is a buffer the profile run leaves allocated: the plan moves it to that figure)."""
     rule = rules_for(r.vllm_version)["memory_accounting"]
     tokens = r.max_num_batched_tokens
     tp = r.tensor_parallel_size
@@ -101,9 +102,13 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
         n = (model.moe_intermediate_size or model.intermediate_size) / tp
         topk = model.num_experts_per_tok or 1
         scale = rule["moe_cache_scale"]
+        # memory_accounting.moe_workspace "persistent": allocated at the first forward and kept, so vLLM's profile
+        # counts them in the memory consumed (the plan's non-torch figure), not in the transient peak; absent: alive
+        # through the whole profile run and on the peak (the 0.26 rule). Either way they are charged once.
+        persistent = rule.get("moe_workspace") == "persistent"
         terms += [
-            Term(figure="activation", name="fused-MoE workspaces", bytes=tokens * topk * (3 * n + h) * act * scale,
-                 fitted=scale != 1.0,
+            Term(figure="non_torch" if persistent else "activation", name="fused-MoE workspaces",
+                 bytes=tokens * topk * (3 * n + h) * act * scale, fitted=scale != 1.0,
                  source="vllm/model_executor/layers/fused_moe: intermediate caches [tokens, topk, 2N], "
                         "[tokens x topk, N], [tokens, topk, hidden]"),
             Term(figure="activation", name="MoE layer hidden buffers", phase="moe", bytes=tokens * 2 * h * act,
@@ -117,10 +122,13 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
     if fixed:
         terms.append(Term(figure="activation", name="fixed (fitted)", bytes=fixed * GIB, fitted=True,
                           source="memory_accounting.activation_fixed_gib: small buffers of the profile run"))
-    compiled = 0.0 if r.enforce_eager else rule["compile_cold_gib"]
+    compiled = 0.0 if r.enforce_eager or r.compile_cache_warm else rule["compile_cold_gib"]
     if compiled:
+        # memory_accounting.compile_cold_phase "forward": the buffers live beside the forward pass's (the sampler
+        # phase after it does not see them); absent: on top of the whole peak (the 0.26 fit).
+        phase = ("mlp" if has_dense else "moe") if rule.get("compile_cold_phase") == "forward" else None
         terms.append(Term(figure="activation", name="torch.compile, cold cache (fitted)", bytes=compiled * GIB,
-                          fitted=True,
+                          fitted=True, phase=phase,
                           source="memory_accounting.compile_cold_gib: inductor's buffers in the first profile run on "
                                  "a cold compile cache (the plan charges the first start; a warm cache gives it back)"))
     return terms
@@ -128,7 +136,7 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
 
 def activation_bytes(r: Resolved, model: ModelSpec, layers: range, last: bool) -> float:
     """The profile run's peak activation on one rank (the terms of ``activation_terms`` at their peak)."""
-    return peak_bytes(activation_terms(r, model, layers, last))
+    return peak_bytes([t for t in activation_terms(r, model, layers, last) if t.figure == "activation"])
 
 
 def sampler_bytes_per_logit(vllm_version: str, dtype: str) -> float:

@@ -104,6 +104,8 @@ class PlanInputs(BaseModel):
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     enforce_eager: bool = False
+    # a restart with the first start's compile cache kept (the kit's cache volume): no cold-compile buffers
+    compile_cache_warm: bool = False
     vllm_version: str = DEFAULT_VLLM_VERSION
     # A release outside the kit's tables (planned_versions()) is refused unless this is set; then it is planned with
     # the rules of the nearest older release the tables know, and the plan says so (approximate).
@@ -162,6 +164,7 @@ class Resolved(BaseModel):
     max_num_seqs: int
     max_num_batched_tokens: int
     enforce_eager: bool
+    compile_cache_warm: bool
     vllm_version: str
     block_size: int
     cpu_kvcache_space_gib: float | None
@@ -315,6 +318,7 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         max_num_seqs=inputs.max_num_seqs or seqs_default,
         max_num_batched_tokens=inputs.max_num_batched_tokens or mnbt_default,
         enforce_eager=inputs.enforce_eager or inputs.device == "cpu",
+        compile_cache_warm=inputs.compile_cache_warm,
         vllm_version=".".join(str(p) for p in (version.release + (0, 0))[:3]),  # "0.19" reads "0.19.0"
         block_size=block,
         cpu_kvcache_space_gib=cpu_space,

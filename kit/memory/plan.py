@@ -132,8 +132,9 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
                                  kv_bytes=cpu_kv_bytes(r, weights), per_token=per_token, num_layers=len(layers),
                                  terms=terms, **extras))
             continue
-        activation = activation_terms(r, model, layers, last)
-        non_torch = non_torch_terms(r, model)
+        profiled = activation_terms(r, model, layers, last)
+        activation = [t for t in profiled if t.figure == "activation"]
+        non_torch = non_torch_terms(r, model) + [t for t in profiled if t.figure == "non_torch"]
         graph = cuda_graph_terms(r)
         terms += activation + non_torch + graph
         figures = (peak_bytes(activation), sum(t.bytes for t in non_torch), sum(t.bytes for t in graph))

@@ -30,12 +30,16 @@ def _linear_bytes_per_param(r: Resolved, model: ModelSpec) -> float:
     if method in ("awq", "gptq"):
         # packed int32 weights + fp16 scale + packed zero point per group and output column
         zero_bytes = bits / 8
+        residual = 0.0
         if method == "awq" and _machete_repacks(r):
             # Machete stores AWQ's zero points pre-multiplied by the scales, in the activation dtype
-            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py:110-118, transform_w_zp, v0.26.0)
+            # (vllm/model_executor/kernels/linear/mixed_precision/machete.py process_weights_after_loading,
+            # transform_w_zp, read at 0.26.0 and 0.33.0), and holds a little more than that per weight (kit/data/vllm.yaml
+            # `machete_awq_residual_bytes_per_param`, fitted)
             zero_bytes = dtype_bytes
+            residual = float(rules_for(r.vllm_version).get("machete_awq_residual_bytes_per_param") or 0.0)
         per_group = (2 + zero_bytes) / group if group > 0 else 0.0
-        return bits / 8 + per_group
+        return bits / 8 + per_group + residual
     if method == "fp8":
         return 1.0  # scales are per tensor, per channel or per 128x128 block: negligible
     if method == "bitsandbytes":

@@ -190,14 +190,18 @@ def test_weights_include_the_allocator_tails_of_each_layer():
 
 def test_machete_keeps_awq_zero_points_in_the_activation_dtype():
     """On compute capability 9.0 AWQ runs through Machete, which stores each group's zero point as fp16 (2 B)
-    instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column."""
+    instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column, plus the fitted residual per
+    weight (kit/data/vllm.yaml machete_awq_residual_bytes_per_param)."""
     spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
     hopper = plan(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))
     ada = plan(inputs(spec, gpu="l40s", vllm_version="0.26.0", max_model_len=8192))
     dense = load_model_spec("Qwen/Qwen3-8B")
     linear = weights.stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
     group = spec.quantization.group_size
-    assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(linear * 1.5 / group, rel=1e-6)
+    residual = rules.rules_for("0.26.0")["machete_awq_residual_bytes_per_param"]
+    assert residual > 0
+    assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(
+        linear * (1.5 / group + residual), rel=1e-6)
 
 
 def test_exact_weights_bytes_from_local_safetensors(tmp_path):

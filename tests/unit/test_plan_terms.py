@@ -190,20 +190,33 @@ def _log(entry: dict) -> vllmlog.StartupLog:
 
 
 @pytest.mark.parametrize("entry", STARTED_033, ids=[c["id"] for c in STARTED_033])
-def test_033_logged_peak_is_the_sampler_phase_and_mostly_traced_terms(entry):
-    """At these batch sizes vLLM 0.33.0's logged peak activation is the dummy sampler run: the planner's sampler
-    phase sets the peak, it matches the log, and the terms read from the source (not the fitted residual) are at
-    least 95 % of it."""
+def test_033_logged_peak_is_the_planned_peak_of_traced_terms(entry):
+    """vLLM 0.33.0's logged peak activation is the planner's peak: the dummy sampler run where its [rows, vocab]
+    buffers outweigh the forward pass (then the terms read from the source, not the fitted residual, are at least
+    95 % of it), the forward pass otherwise, and the forward pass with inductor's buffers on a cold compile cache."""
     log = _log(entry)
     raw = dict(entry["inputs"])
     inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
     _, stages, _ = _compute(inputs)
     activation = [t for t in stages[0].terms if t.figure == "activation"]
-    assert peak_phase(activation) == "sampler"
-    assert peak_bytes(activation) / GIB == pytest.approx(log.peak_activation_gib, abs=0.03)
-    sampler = [t for t in activation if t.phase == "sampler"]
-    traced = sum(t.bytes for t in sampler if not t.fitted)
-    assert traced / sum(t.bytes for t in sampler) >= 0.95
+    assert peak_bytes(activation) / GIB == pytest.approx(log.peak_activation_gib, abs=0.05)
+    phase = peak_phase(activation)
+    if not inputs.enforce_eager and not inputs.compile_cache_warm:
+        assert phase == "mlp" and any(t.name.startswith("torch.compile, cold") for t in activation if t.phase == phase)
+    if phase == "sampler":
+        sampler = [t for t in activation if t.phase == "sampler"]
+        traced = sum(t.bytes for t in sampler if not t.fitted)
+        assert traced / sum(t.bytes for t in sampler) >= 0.95
+
+
+def test_033_sampler_phase_sets_the_peak_of_a_wide_batch():
+    """Eager at 256 rows of a 152k vocabulary: the sampler phase, not the forward pass, is the peak."""
+    entry = next(c for c in STARTED_033 if c["id"] == "h200-033-qwen3-8b-fp8-24g")
+    log = _log(entry)
+    raw = dict(entry["inputs"])
+    inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
+    _, stages, _ = _compute(inputs)
+    assert peak_phase([t for t in stages[0].terms if t.figure == "activation"]) == "sampler"
 
 
 def _activation_026(entry: dict) -> tuple[list, vllmlog.StartupLog]:
