@@ -391,6 +391,10 @@ class Runtime(Strict):
         None, description="With replicas: the router's load-balancing policy (kit/data/router.yaml lists them; "
         "default round_robin)",
     )
+    require_api_key: bool = Field(
+        False, description="The server refuses to start without VLLM_API_KEY in .env (compose) or the Secret's "
+        "VLLM_API_KEY key (Kubernetes: the secretKeyRef is not optional); the key itself never goes in the preset",
+    )
     k8s_runtime_class: str | None = Field(
         None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,
         description="Kubernetes target: the pods' runtimeClassName (e.g. nvidia where the NVIDIA runtime is not "

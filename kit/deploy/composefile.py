@@ -122,7 +122,13 @@ def _built_image(ctx: Any) -> dict[str, Any]:
     }
 
 
-ENV_FILE = [{"path": ".env", "required": False}]
+def _environment(fixed: dict[str, str], role: str, ctx: Any) -> dict[str, str | None]:
+    """The kit's own values, then the .env names this container reads (kit/data/service_env.yaml), each with no
+    value: compose resolves it from .env and leaves it out when unset, so no secret is written here and no
+    container gets another's (no shared env_file)."""
+    from kit.deploy.service_env import compose_environment
+
+    return {**fixed, **{k: v for k, v in compose_environment(role, ctx.d).items() if k not in fixed}}
 
 
 def fetch_service(ctx: Any) -> dict[str, Any]:
@@ -130,8 +136,7 @@ def fetch_service(ctx: Any) -> dict[str, Any]:
         **_built_image(ctx),
         "entrypoint": [_s(a) for a in ctx.d.fetch_command],
         "command": [],
-        "environment": {"HF_HOME": _s(ctx.hf_home)},
-        "env_file": ENV_FILE,
+        "environment": _environment({"HF_HOME": _s(ctx.hf_home)}, "fetch", ctx),
         "volumes": _volumes(ctx, compile_cache=False),
         "restart": "no",
     }
@@ -247,8 +252,7 @@ def compose_file(ctx: Any) -> str:
     server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
     server["command"] = [_s(a) for a in d.serve_args]
     server["ports"] = [_s(ctx.published_port)]
-    server["environment"] = {k: _s(v) for k, v in d.environment.items()}
-    server["env_file"] = ENV_FILE
+    server["environment"] = _environment({k: _s(v) for k, v in d.environment.items()}, "server", ctx)
     server["volumes"] = [*_volumes(ctx, compile_cache=True), _s(ctx.watchdog_mount)]
     _shm_and_caps(ctx, server)
     server["init"] = True
@@ -325,8 +329,7 @@ def cluster_compose_file(ctx: Any) -> str:
     if cl.host_network:
         # Fixed text, the one place compose interpolation is meant: each host's address from its own .env.
         environment["VLLM_HOST_IP"] = "${VLLM_HOST_IP:?set VLLM_HOST_IP in .env to this host's address (see .env.example)}"
-    node["environment"] = environment
-    node["env_file"] = ENV_FILE
+    node["environment"] = _environment(environment, "ray_head" if head else "ray_worker", ctx)
     node["volumes"] = _volumes(ctx, compile_cache=True, launcher=True)
     _shm_and_caps(ctx, node)
     node["init"] = True
