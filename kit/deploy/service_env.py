@@ -6,6 +6,7 @@ Public entry points: ``env_names(role, d, target)`` (the names, in the table's o
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kit.core.datafiles import load_yaml
@@ -49,3 +50,47 @@ def compose_environment(role: str, d: Any) -> dict[str, str | None]:
         else:
             out[name] = None
     return out
+
+
+_INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def names_compose_reads(files: dict[str, str]) -> set[str]:
+    """Every .env name the rendered compose files take: listed with no value, or interpolated into a value."""
+    import yaml
+
+    names: set[str] = set()
+    for rel, text in files.items():
+        if not (rel.startswith("compose") and rel.endswith(".yaml")):
+            continue
+        for service in (yaml.safe_load(text) or {}).get("services", {}).values():
+            env = service.get("environment") or {}
+            names |= {k for k, v in env.items() if v is None}
+        names |= set(_INTERPOLATED.findall(text))
+    return names
+
+
+def unread_env_names(files: dict[str, str], env_text: str) -> list[str]:
+    """The names set in a stack's .env that no container takes (a shared env_file passed them all before). Only the
+    names are read, never a value."""
+    if not any(rel.startswith("compose") for rel in files):
+        return []  # Kubernetes: the Secret is made from .env, and each container names its keys
+    taken = names_compose_reads(files)
+    unread = []
+    for line in env_text.splitlines():
+        name, sep, _ = line.strip().removeprefix("export ").partition("=")
+        name = name.strip()
+        if sep and name and not name.startswith("#") and name not in taken:
+            unread.append(name)
+    return list(dict.fromkeys(unread))
+
+
+def unread_env_warnings(files: dict[str, str], env_path: Any) -> list[str]:
+    """Warnings for ``unread_env_names`` of the folder's .env (none when there is no readable .env)."""
+    try:
+        text = env_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f"{env_path}: {name} reaches no container: each service gets only the .env names compose.yaml lists "
+            "(kit/data/service_env.yaml); a setting for the server goes in the preset's runtime.env"
+            for name in unread_env_names(files, text)]

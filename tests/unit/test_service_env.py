@@ -209,3 +209,26 @@ def test_network_policy_lws_keeps_ray_inside_the_group():
     # The GCS port the leader opens is within what the peer rule lets in and outside the API rule.
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
     assert {"name": "ray-gcs", "containerPort": 6379} in leader["ports"]
+
+
+def test_a_name_in_env_that_no_container_reads_is_a_warning_naming_only_the_name(tmp_path):
+    """Before, one env_file gave every .env name to the server; a name no service lists now reaches nothing, so the
+    render says so (the name, never the value)."""
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.deploy.service_env import unread_env_names
+
+    files = prepare("cpu").files
+    env = "VLLM_API_KEY=k\n# VLLM_LOGGING_LEVEL=INFO\nexport HF_TOKEN=t\nVLLM_LOGGING_LEVEL=DEBUG-secretish\nnoequals\n"
+    assert unread_env_names(files, env) == ["VLLM_LOGGING_LEVEL"]
+    assert unread_env_names(prepare("cpu", with_profiles=["monitoring"]).files, "GRAFANA_ADMIN_PASSWORD=x\n") == []
+    assert unread_env_names(prepare("cpu", target="k8s").files, "ANYTHING=x\n") == []
+    (tmp_path / ".env").write_text(env)
+    result = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    warnings = json.loads(result.stdout)["warnings"]
+    assert any("VLLM_LOGGING_LEVEL reaches no container" in w for w in warnings)
+    assert "DEBUG-secretish" not in result.output
