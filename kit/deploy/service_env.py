@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from kit.core.datafiles import load_yaml
+from kit.core.errors import Problem
 
 ROLES = ("server", "ray_head", "ray_worker", "fetch", "model_make")
 API_KEY_ENV = "VLLM_API_KEY"
@@ -85,12 +86,13 @@ def unread_env_names(files: dict[str, str], env_text: str) -> list[str]:
     return list(dict.fromkeys(unread))
 
 
-def unread_env_warnings(files: dict[str, str], env_path: Any) -> list[str]:
+def unread_env_warnings(files: dict[str, str], env_path: Any) -> list[Problem]:
     """Warnings for ``unread_env_names`` of the folder's .env (none when there is no readable .env)."""
     try:
         text = env_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    return [f"{env_path}: {name} reaches no container: each service gets only the .env names compose.yaml lists "
-            "(kit/data/service_env.yaml); a setting for the server goes in the preset's runtime.env"
+    return [Problem(f"{env_path}: {name}", "reaches no container: each service gets only the .env names "
+                    "compose.yaml lists (kit/data/service_env.yaml)",
+                    "a setting for the server goes in the preset's runtime.env")
             for name in unread_env_names(files, text)]

@@ -230,5 +230,5 @@ def test_a_name_in_env_that_no_container_reads_is_a_warning_naming_only_the_name
     import json
 
     warnings = json.loads(result.stdout)["warnings"]
-    assert any("VLLM_LOGGING_LEVEL reaches no container" in w for w in warnings)
+    assert any("VLLM_LOGGING_LEVEL: reaches no container" in w for w in warnings)
     assert "DEBUG-secretish" not in result.output
