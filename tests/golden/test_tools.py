@@ -140,3 +140,20 @@ def test_kubectl_kustomize_builds_the_network_policy(tmp_path):
         assert result.returncode == 0, result.stderr
         kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
         assert "NetworkPolicy" in kinds
+
+
+def test_an_included_companion_stack_takes_its_names_from_the_same_env(tmp_path):
+    """A companion preset's servers live in compose.NAME.yaml, which compose.yaml includes; compose loads an included
+    file with its own folder's .env (compose-spec 14-include.md), here the same one: its server gets the key too."""
+    docker = require_compose()
+    write(prepare("cpu", with_presets=["cpu-embed"]).files, tmp_path)
+    (tmp_path / ".env").write_text("VLLM_API_KEY=key-both\nHF_TOKEN=tok-fetches\n")
+    result = subprocess.run([docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    for name in ("vllm", "vllm-cpu-embed"):
+        assert services[name]["environment"]["VLLM_API_KEY"] == "key-both" and "HF_TOKEN" not in services[name]["environment"]
+    for name in ("model-fetch", "model-fetch-cpu-embed"):
+        assert services[name]["environment"]["HF_TOKEN"] == "tok-fetches"
+        assert "VLLM_API_KEY" not in services[name]["environment"]
