@@ -215,7 +215,9 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         shown = overrides + [f"{o} ({flag})" for flag, o in from_flags]  # the text says where each came from
         preset_inputs = plan_inputs_for(preset)
         if preset_inputs is None:
-            raise KitError(f"{path}: model.id {preset.model.id}: no config.json there",
+            where = (f"model.host_path {preset.model.local_path}" if preset.model.is_local
+                     else f"model.id {preset.model.id}")
+            raise KitError(f"{path}: {where}: no config.json there",
                            hint="make or download the model first, or plan with --model /path/to/config.json")
         try:
             if fit:

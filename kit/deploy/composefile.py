@@ -122,17 +122,35 @@ def _built_image(ctx: Any) -> dict[str, Any]:
     }
 
 
-ENV_FILE = [{"path": ".env", "required": False}]
+def _environment(fixed: dict[str, str], role: str, ctx: Any) -> dict[str, str | None]:
+    """The kit's own values, then the .env names this container reads (kit/data/service_env.yaml), each with no
+    value: compose resolves it from .env and leaves it out when unset, so no secret is written here and no
+    container gets another's (no shared env_file)."""
+    from kit.deploy.service_env import compose_environment
+
+    return {**fixed, **{k: v for k, v in compose_environment(role, ctx.d).items() if k not in fixed}}
+
+
+def _one_shot_hardening(ctx: Any, tmpfs: list[str]) -> dict[str, Any]:
+    """The server's limits for a one-shot that needs no capability: none, no privilege gain, a read-only root
+    with tmpfs where it writes outside its volumes, the pids limit (kit/data/hardening.yaml)."""
+    return {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "read_only": True,
+            "tmpfs": [_s(t) for t in tmpfs], "pids_limit": ctx.d.hardening.pids_limit}
 
 
 def fetch_service(ctx: Any) -> dict[str, Any]:
+    """Runs as the server's own non-root user (named here, not left to the image's USER), hardened as the server:
+    it writes only into the HF cache volume (HF_HOME, the image's directory owned by that user), and under HOME
+    (huggingface_hub's token and lock files), which is a tmpfs as on the server."""
+    user = ctx.d.run_user
     return {
         **_built_image(ctx),
         "entrypoint": [_s(a) for a in ctx.d.fetch_command],
         "command": [],
-        "environment": {"HF_HOME": _s(ctx.hf_home)},
-        "env_file": ENV_FILE,
+        "user": f"{int(user.uid)}:{int(user.gid)}",
+        "environment": _environment({"HF_HOME": _s(ctx.hf_home)}, "fetch", ctx),
         "volumes": _volumes(ctx, compile_cache=False),
+        **_one_shot_hardening(ctx, ctx.d.hardening.compose_tmpfs),
         "restart": "no",
     }
 
@@ -148,10 +166,10 @@ def model_make_service(ctx: Any) -> dict[str, Any]:
         "command": [],
         "user": "0:0",
         "network_mode": "none",
-        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more.
-        "cap_drop": ["ALL"],
+        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more; a
+        # read-only root beyond that folder and /tmp (seen: tinymodel.py makes the model so, vllm-kit/cpu 0.32.0).
+        **_one_shot_hardening(ctx, ["/tmp:size=2g"]),
         "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
-        "security_opt": ["no-new-privileges:true"],
         "environment": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         "volumes": [_s(f"{host}:{container}"), _s(ctx.tiny_model_mount)],
         "restart": "no",
@@ -247,8 +265,7 @@ def compose_file(ctx: Any) -> str:
     server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
     server["command"] = [_s(a) for a in d.serve_args]
     server["ports"] = [_s(ctx.published_port)]
-    server["environment"] = {k: _s(v) for k, v in d.environment.items()}
-    server["env_file"] = ENV_FILE
+    server["environment"] = _environment({k: _s(v) for k, v in d.environment.items()}, "server", ctx)
     server["volumes"] = [*_volumes(ctx, compile_cache=True), _s(ctx.watchdog_mount)]
     _shm_and_caps(ctx, server)
     server["init"] = True
@@ -325,8 +342,7 @@ def cluster_compose_file(ctx: Any) -> str:
     if cl.host_network:
         # Fixed text, the one place compose interpolation is meant: each host's address from its own .env.
         environment["VLLM_HOST_IP"] = "${VLLM_HOST_IP:?set VLLM_HOST_IP in .env to this host's address (see .env.example)}"
-    node["environment"] = environment
-    node["env_file"] = ENV_FILE
+    node["environment"] = _environment(environment, "ray_head" if head else "ray_worker", ctx)
     node["volumes"] = _volumes(ctx, compile_cache=True, launcher=True)
     _shm_and_caps(ctx, node)
     node["init"] = True

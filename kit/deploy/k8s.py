@@ -166,9 +166,20 @@ def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> li
     return [{"name": k, "value": literal(v)} for k, v in d.environment.items()] + list(extra or [])
 
 
-def secret_env(d: dep.Deployment) -> list[dict[str, Any]]:
-    # HF_TOKEN, VLLM_API_KEY (and HF_ENDPOINT) from a Secret made from .env; optional, so public models work.
-    return [{"secretRef": {"name": secret_name(d), "optional": True}}]
+def secret_env(d: dep.Deployment, role: str) -> list[dict[str, Any]]:
+    """One `secretKeyRef` per .env name the container of ``role`` reads (kit/data/service_env.yaml), from the
+    Secret made from .env: no container sees the others' keys (an `envFrom` of the whole Secret gave HF_TOKEN to
+    the server and the API key to the fetch). Optional (a public model needs no token, a default needs no
+    setting), except the API key when runtime.require_api_key is set: the pod then does not start without it
+    (Kubernetes: a missing non-optional key or Secret is CreateContainerConfigError)."""
+    from kit.deploy.service_env import API_KEY_ENV, api_key_required, env_names
+
+    refs = []
+    for name in env_names(role, d, target="k8s"):
+        required = name == API_KEY_ENV and api_key_required(d)
+        refs.append({"name": name, "valueFrom": {"secretKeyRef": {
+            "name": secret_name(d), "key": name, "optional": not required}}})
+    return refs
 
 
 def hf_claim_name(d: dep.Deployment) -> str:
@@ -212,8 +223,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
         "name": "model-fetch",
         "image": ctx_image,
         "command": literal_list(d.fetch_command),
-        "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
-        "envFrom": secret_env(d),
+        "env": [{"name": "HF_HOME", "value": dep.HF_HOME}, *secret_env(d, "fetch")],
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
         "securityContext": container_security(d),
     }
@@ -222,13 +232,13 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
 def pod_spec(d: dep.Deployment, image: str, plan: Any, *, command: list[str], args: list[str], serves: bool,
              launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
     vols, mounts = volumes(d, launcher_map)
+    role = ("server" if d.cluster is None else "ray_head") if serves else "ray_worker"
     server: dict[str, Any] = {
         "name": "vllm" if serves else "ray-worker",
         "image": image,
         "command": command,
         "args": args,
-        "env": env_list(d, extra_env),
-        "envFrom": secret_env(d),
+        "env": env_list(d, extra_env) + secret_env(d, role),
         "volumeMounts": mounts,
         "securityContext": container_security(d),
     }
@@ -277,6 +287,34 @@ def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
+# Pod labels the LeaderWorkerSet controller sets on every pod of a group (kubernetes-sigs/lws docs, "Labels,
+# annotations and environment variables": leaderworkerset.sigs.k8s.io/name and /group-index, 0 to replicas-1).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+def network_policy(d: dep.Deployment, pods: dict[str, str], group: dict[str, str] | None = None) -> dict[str, Any]:
+    """Ingress to the stack's pods: the API port from pods of the same namespace only, and with several nodes every
+    port from the pods of the same LeaderWorkerSet group only (Ray's GCS, raylets, object managers and worker
+    range, NCCL and Gloo all pick ports of their own, so the group's peers get all ports, nobody else any).
+
+    The API's selector is `podSelector: {}` in the policy's own namespace (no namespaceSelector): the namespace's
+    ingress (a gateway, an Ingress controller or clients deployed beside the server) reaches it, pods of other
+    namespaces do not. The kit cannot know where a cluster-wide Ingress controller lives; such a site adds a
+    `from` entry with that namespace's selector (a kustomize patch). Probes are unaffected: traffic from the pod's
+    own node is always allowed (Kubernetes docs, "Network Policies": behaviour of to and from selectors)."""
+    api = {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": dep.CONTAINER_PORT}]}
+    ingress: list[dict[str, Any]] = [api]
+    if group is not None:
+        ingress.append({"from": [{"podSelector": {"matchLabels": group}}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{app_name(d)}-ingress", "labels": labels(d)},
+        "spec": {"podSelector": {"matchLabels": pods}, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
 def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str, Any]]:
     name = app_name(d)
     selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "server"}
@@ -299,6 +337,7 @@ def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str,
     return {
         "deployment.yaml": deployment,
         "service.yaml": service(d, selector),
+        "networkpolicy.yaml": network_policy(d, selector),
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteOnce"),
         "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteOnce"),
     }
@@ -316,7 +355,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
     # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
     worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
                       serves=False, launcher_map=launcher_map, extra_env=node_ip)
-    role = "leaderworkerset.sigs.k8s.io/name"
+    role = LWS_NAME_LABEL
     lws = {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
@@ -343,6 +382,8 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
         "leaderworkerset.yaml": lws,
         "ray-node-configmap.yaml": config_map,
         "service.yaml": service(d, {role: name, "role": "leader"}),
+        # One group (replicas: 1 above, group index 0): a second group would need its own peer rule.
+        "networkpolicy.yaml": network_policy(d, {role: name}, {role: name, LWS_GROUP_LABEL: "0"}),
         # Every pod loads its own layers: a claim all nodes can mount (an RWX storage class: NFS, CephFS, ...).
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteMany"),
         # Each rank writes its own subdirectory of the compile cache (rank_<i>_<j>), so the pods can share one claim.
@@ -361,6 +402,11 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
         f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
         "  kubectl apply -k k8s/",
+        "Each container reads only its own keys of that Secret (secretKeyRef): the server VLLM_API_KEY"
+        + (" (required: runtime.require_api_key)" if d.preset.runtime.require_api_key else "")
+        + ", the model fetch HF_TOKEN and HF_ENDPOINT.",
+        "networkpolicy.yaml: the API port from pods of this namespace only"
+        + ("; Ray's and NCCL's ports between the pods of one group only." if d.cluster is not None else "."),
         f"Model cache claim: {sized} (rules: kit/data/k8s.yaml).",
         "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",

@@ -121,6 +121,7 @@ def _hardened(service: dict[str, Any], tmpfs: list[str]) -> dict[str, Any]:
     service["cap_drop"] = ["ALL"]
     service["security_opt"] = ["no-new-privileges:true"]
     service["read_only"] = True
+    service["pids_limit"] = load_yaml("hardening.yaml")["pids_limit"]
     if tmpfs:
         service["tmpfs"] = tmpfs
     return service

@@ -19,9 +19,10 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
 
     model = preset.model
     if model.is_local:
-        candidates = [model.id]
-        if base_dir is not None and not Path(model.id).is_absolute():
-            candidates.insert(0, str(base_dir / model.id))
+        assert model.local_path is not None
+        candidates = [model.local_path]
+        if base_dir is not None and not Path(model.local_path).is_absolute():
+            candidates.insert(0, str(base_dir / model.local_path))
         for candidate in candidates:
             # user_path: a name the OS refuses (too long, an unknown ~user) is a KitError, not an OSError
             config, found = user_path(f"{candidate}/config.json")
