@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.core.datafiles import gpu_catalog, load_yaml
+from kit.core.gpus import gpu_key
 from kit.core.versions import version_or_oldest
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -174,33 +175,8 @@ def parse_nvidia_smi(text: str) -> list[SmiGpu]:
             mib = int(float(memory))
         except ValueError:
             continue
-        gpus.append(SmiGpu(i, name, mib, driver, catalog_key_for(name, mib)))
+        gpus.append(SmiGpu(i, name, mib, driver, gpu_key(name, mib)))
     return gpus
-
-
-def _norm(name: str) -> str:
-    text = name.lower()
-    for word in ("nvidia", "geforce", "tesla"):
-        text = text.replace(word, " ")
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def catalog_key_for(smi_name: str, memory_mib: int | None = None) -> str | None:
-    """Map an nvidia-smi name to the catalog: exact name, then the name without vendor words.
-
-    Names shared by models with different memory (the RTX 4060 Ti comes with 8 or 16 GB) match only when the
-    memory agrees within 10 %.
-    """
-    catalog = gpu_catalog()
-    wanted = _norm(smi_name)
-    candidates = [k for k, g in catalog.items() if g["name"].lower() == smi_name.lower()]
-    if not candidates:
-        candidates = [k for k, g in catalog.items()
-                      if _norm(g["name"]) == wanted or wanted in (_norm(a) for a in g.get("aliases", []))]
-    if memory_mib:
-        fitting = [k for k in candidates if abs(catalog[k]["memory_gib"] * 1024 - memory_mib) / memory_mib < 0.1]
-        candidates = fitting
-    return candidates[0] if candidates else None
 
 
 version_key = version_or_oldest  # host tools' versions (Docker, Compose, the driver), compared by packaging
