@@ -3,82 +3,17 @@
 Public entry points: ``compose_file(ctx)`` (one node) and ``cluster_compose_file(ctx)`` (one role of a Ray
 cluster), called by ``kit.deploy.render.render`` with its RenderContext.
 
-No value can change a file's structure: every key and value goes through the YAML serialiser, every string
-from the preset is `$`-escaped for compose's interpolation, and comments are fixed text or text that passed
-``check_text`` (no line break of any kind). ``dump_with_comments`` reads its own output back and fails when it
-differs from the data, so a serialiser surprise is a bug report, never a silently different file.
+No value can change a file's structure: every key and value goes through the one YAML writer
+(kit/core/yamlwrite.py, which Kubernetes manifests and the record use too), every string from the preset is
+`$`-escaped for compose's interpolation, and comments are fixed text or text that passed ``check_text``.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
-import yaml
-
-from kit.core.datafiles import SAFE_LOADER
-from kit.core.safevalue import check_text, compose_text
-
-Path = tuple[str, ...]
-
-# Words some YAML reader takes as a bool, null or number (YAML 1.1: PyYAML; 1.2: Compose's go-yaml).
-_PLAIN_OK = re.compile(r"[A-Za-z][A-Za-z0-9_-]*", re.ASCII)
-_TYPED_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"}
-
-
-class _Dumper(yaml.SafeDumper):
-    """Strings plain only when they are simple names (keys, `host`); everything else double-quoted, non-ASCII and
-    every line break escaped. No aliases: a repeated volume is written twice, as compose users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
-        return True
-
-
-def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    plain = _PLAIN_OK.fullmatch(data) is not None and data.lower() not in _TYPED_WORDS
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=None if plain else '"')
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def _dump(doc: dict[str, Any]) -> str:
-    # An infinite width: no scalar is folded over lines, so each value stays on its key's line.
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=math.inf,
-                     allow_unicode=False)
-
-
-def comment_lines(lines: list[str], indent: int = 0) -> str:
-    pad = " " * indent
-    return "".join(f"{pad}# {check_text(line, 'a comment')}\n".replace(" \n", "\n") for line in lines)
-
-
-def _emit(doc: dict[str, Any], comments: dict[Path, list[str]], path: Path, indent: int, gap: bool) -> str:
-    out = []
-    for index, (key, value) in enumerate(doc.items()):
-        here = (*path, key)
-        if gap and index:
-            out.append("\n")
-        out.append(comment_lines(comments.get(here, []), indent))
-        nested = isinstance(value, dict) and value and any(p[: len(here)] == here and p != here for p in comments)
-        if nested:
-            out.append(" " * indent + _dump({key: None}).rstrip("\n").removesuffix(" null") + "\n")
-            out.append(_emit(value, comments, here, indent + 2, gap=len(here) == 1))
-        else:
-            out.append("".join(" " * indent + line + "\n" for line in _dump({key: value}).splitlines()))
-    return "".join(out)
-
-
-def dump_with_comments(doc: dict[str, Any], header: list[str], comments: dict[Path, list[str]]) -> str:
-    """YAML text of ``doc`` with ``# comment`` lines before the keys named by path. Top-level keys and the
-    entries under them are separated by a blank line, as a person lays a compose file out."""
-    text = comment_lines(header) + _emit(doc, comments, (), 0, gap=True)
-    # Read back with libyaml where PyYAML has it (kit/core/datafiles.py): the same safe rules, a fraction of a render's time.
-    if yaml.load(text, Loader=SAFE_LOADER) != doc:  # noqa: S506  # pragma: no cover - a serialiser bug, never the user's
-        raise AssertionError("compose serialisation does not read back as the data it was built from")
-    return text
-
+from kit.core.safevalue import compose_text
+from kit.core.yamlwrite import Path, dump_with_comments
 
 # ---------------------------------------------------------------------------------------------- services
 

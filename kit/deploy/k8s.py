@@ -19,11 +19,11 @@ import math
 import re
 from typing import Any
 
-import yaml
 
 from kit.config.preset import ram_in_bytes
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text, k8s_escape
+from kit.core.yamlwrite import checked, comment_lines, yaml_text
 from kit.deploy import deployment as dep
 
 K8S_DIR = "k8s"
@@ -372,18 +372,12 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
         lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
-    return "".join(f"# {line}\n" for line in lines)
-
-
-class _Dumper(yaml.SafeDumper):
-    """No anchors and aliases: the same mount listed twice is written out twice, as kubectl users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
-        return True
+    return comment_lines(lines)
 
 
 def dump(doc: dict[str, Any]) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+    """One manifest as YAML, by the writer compose files use (kit/core/yamlwrite.py), read back before it is kept."""
+    return checked(yaml_text(doc), doc)
 
 
 def render_manifests(ctx: Any, launcher: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text
-from kit.deploy.composefile import dump_with_comments
+from kit.core.yamlwrite import dump_with_comments
 from kit.deploy.profiles import ProfileParts
 
 DIR = "monitoring"
