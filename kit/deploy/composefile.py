@@ -10,10 +10,13 @@ No value can change a file's structure: every key and value goes through the one
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.safevalue import compose_text
 from kit.core.yamlwrite import Path, dump_with_comments
+
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
 
 # ---------------------------------------------------------------------------------------------- services
 
@@ -21,7 +24,7 @@ from kit.core.yamlwrite import Path, dump_with_comments
 _s = compose_text  # every preset string that reaches compose.yaml goes through this
 
 
-def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[str]:
+def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False) -> list[str]:
     rt = ctx.d.preset.runtime
     mounts = [f"{rt.hf_cache_volume}:{ctx.hf_home}"]
     if compile_cache:
@@ -44,7 +47,7 @@ def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[s
 BUILT_PULL_POLICY = "never"
 
 
-def _built_image(ctx: Any) -> dict[str, Any]:
+def _built_image(ctx: RenderContext) -> dict[str, Any]:
     """The stack's image: built here, never pulled (BUILT_PULL_POLICY). Pinned by digest (image.pin_digest, the image
     `kit push` recorded): that image, pulled by its digest, and nothing to build."""
     if ctx.d.preset.image.pin_digest:
@@ -60,7 +63,7 @@ def _built_image(ctx: Any) -> dict[str, Any]:
 ENV_FILE = [{"path": ".env", "required": False}]
 
 
-def fetch_service(ctx: Any) -> dict[str, Any]:
+def fetch_service(ctx: RenderContext) -> dict[str, Any]:
     return {
         **_built_image(ctx),
         "entrypoint": [_s(a) for a in ctx.d.fetch_command],
@@ -72,10 +75,12 @@ def fetch_service(ctx: Any) -> dict[str, Any]:
     }
 
 
-def model_make_service(ctx: Any) -> dict[str, Any]:
+def model_make_service(ctx: RenderContext) -> dict[str, Any]:
     """One-shot, before the server: makes the preset's generated tiny model in its folder when it is missing, with
     the image's own torch and transformers, so `docker compose up` of a fresh render serves. Root, because the
     folder compose creates for a missing bind mount is root's; no network (it needs none)."""
+    # Called only for a generated model: it has a mount and a command (deployment.py sets both).
+    assert ctx.d.model_mount is not None and ctx.d.model_make_command is not None
     host, container = ctx.d.model_mount
     return {
         **_built_image(ctx),
@@ -93,8 +98,9 @@ def model_make_service(ctx: Any) -> dict[str, Any]:
     }
 
 
-def _gpu_deploy(ctx: Any) -> dict[str, Any]:
+def _gpu_deploy(ctx: RenderContext) -> dict[str, Any]:
     gpus = ctx.d.gpu_devices
+    assert gpus is not None  # called for GPU presets only
     device: dict[str, Any] = {"driver": gpus["driver"]}
     if "count" in gpus:
         device["count"] = gpus["count"]
@@ -104,7 +110,7 @@ def _gpu_deploy(ctx: Any) -> dict[str, Any]:
     return {"resources": {"reservations": {"devices": [device]}}}
 
 
-def _healthcheck(ctx: Any) -> dict[str, Any]:
+def _healthcheck(ctx: RenderContext) -> dict[str, Any]:
     return {
         "test": [_s(a) for a in ctx.healthcheck_test],
         "interval": "15s",
@@ -114,7 +120,7 @@ def _healthcheck(ctx: Any) -> dict[str, Any]:
     }
 
 
-def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
+def _shm_and_caps(ctx: RenderContext, service: dict[str, Any]) -> None:
     shm = ctx.d.shm
     if shm.shm_size:
         service["shm_size"] = _s(shm.shm_size)
@@ -123,6 +129,7 @@ def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
     # Hardened (kit/data/hardening.yaml): no capabilities but those listed, no privilege gain, read-only root
     # with tmpfs where the server writes, a pids limit.
     hard = ctx.d.hardening
+    assert hard is not None  # the pipeline fills it (deployment.hardening_for)
     service["cap_drop"] = ["ALL"]
     if hard.cap_add:
         service["cap_add"] = list(hard.cap_add)
@@ -132,31 +139,33 @@ def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
     service["pids_limit"] = hard.pids_limit
 
 
-def _runtime_comments(ctx: Any, service: Path) -> dict[Path, list[str]]:
+def _runtime_comments(ctx: RenderContext, service: Path) -> dict[Path, list[str]]:
     """The why of /dev/shm, capabilities and the healthcheck window, beside the keys they explain."""
     shm_key = "shm_size" if ctx.d.shm.shm_size else "ipc" if ctx.d.shm.ipc else None
     comments: dict[Path, list[str]] = {}
     if shm_key:
         comments[(*service, shm_key)] = [f"/dev/shm: {ctx.d.shm.reason}"]
-    if ctx.d.hardening.cap_add:
-        comments[(*service, "cap_add")] = [ctx.d.hardening.cap_add_reason]
+    hard = ctx.d.hardening
+    assert hard is not None
+    if hard.cap_add:
+        comments[(*service, "cap_add")] = [hard.cap_add_reason]
     comments[(*service, "healthcheck")] = [f"start_period: {ctx.d.healthcheck_reason}"]
     return comments
 
 
-def _header(ctx: Any) -> list[str]:
+def _header(ctx: RenderContext) -> list[str]:
     d = ctx.d
     return [f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}."]
 
 
-def _notes(ctx: Any) -> list[str]:
+def _notes(ctx: RenderContext) -> list[str]:
     return ([f"Host: {note}." for note in ctx.d.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
 
 
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
 
 
-def _merge_profiles(ctx: Any, doc: dict[str, Any]) -> dict[Path, list[str]]:
+def _merge_profiles(ctx: RenderContext, doc: dict[str, Any]) -> dict[Path, list[str]]:
     """--with PROFILE: the profiles' services and volumes join the stack (kit/deploy/profiles.py); returns their comments."""
     comments: dict[Path, list[str]] = {}
     for parts in ctx.profile_parts:
@@ -166,7 +175,7 @@ def _merge_profiles(ctx: Any, doc: dict[str, Any]) -> dict[Path, list[str]]:
     return comments
 
 
-def compose_file(ctx: Any) -> str:
+def compose_file(ctx: RenderContext) -> str:
     """compose.yaml for one node: the one-shot model fetch, then the server. A server beside another preset's
     (``ctx.service_suffix``) gets suffixed service names in its own file, which compose.yaml includes."""
     d = ctx.d
@@ -179,6 +188,7 @@ def compose_file(ctx: Any) -> str:
     if d.jetson_runtime:
         server["runtime"] = "nvidia"
     # The watchdog runs the image's server and exits when /health stops answering while it lives.
+    assert d.hardening is not None
     server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
     server["command"] = [_s(a) for a in d.serve_args]
     server["ports"] = [_s(ctx.published_port)]
@@ -209,7 +219,7 @@ def compose_file(ctx: Any) -> str:
                            **services}
         doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
     profile_comments = _merge_profiles(ctx, doc)
-    comments = {
+    comments: dict[Path, list[str]] = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
                        "and healthchecks."],
         ("services", fetch): [
@@ -239,9 +249,10 @@ def compose_file(ctx: Any) -> str:
     return dump_with_comments(doc, header, comments)
 
 
-def cluster_compose_file(ctx: Any) -> str:
+def cluster_compose_file(ctx: RenderContext) -> str:
     """One role of a Ray cluster over several nodes: the head (Ray head + API server) or a worker (Ray only)."""
     d, cl = ctx.d, ctx.d.cluster
+    assert cl is not None  # rendered for cluster presets only
     head = ctx.role == "head"
     name = ctx.service
     node: dict[str, Any] = {
