@@ -12,7 +12,6 @@ import functools
 import json
 import re
 import shlex
-from pathlib import Path
 
 import jinja2
 
@@ -107,10 +106,3 @@ def environment() -> jinja2.Environment:
 
 def render_template(name: str, **context: object) -> str:
     return environment().get_template(name).render(**context)
-
-
-def template_path(name: str) -> Path:
-    for folder in (IMAGES_DIR, COMPOSE_DIR):
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(name)

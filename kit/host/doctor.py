@@ -235,10 +235,6 @@ def check_compose(facts: HostFacts) -> Check:
     return Check("compose", PASS, f"Compose v2 ({version} >= {need})")
 
 
-def _needs_gpu(preset: Preset | None) -> bool:
-    return preset is None or preset.hardware.gpu is not None
-
-
 def check_gpu_runtime(facts: HostFacts, preset: Preset | None) -> Check:
     name = "nvidia container runtime"
     if preset is not None and preset.hardware.gpu is None:
