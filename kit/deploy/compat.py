@@ -333,7 +333,7 @@ def _build_cuda(preset: Preset) -> str | None:
 
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
-    from kit.memory.plan import parallelism_problems
+    from kit.memory.shape import parallelism_problems
 
     eng, hw, img = preset.engine, preset.hardware, preset.image
     spec = model_spec_or_none(preset)

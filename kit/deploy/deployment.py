@@ -581,7 +581,7 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
         problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
     shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
     if shared:
-        from kit.memory.plan import default_gpu_memory_utilization
+        from kit.memory.rules import default_gpu_memory_utilization
 
         mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
                         for d in (other, primary))

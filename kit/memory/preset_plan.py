@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kit.config.preset import Preset
 from kit.core.errors import KitError, Problem
-from kit.memory.plan import DraftInputs, LoraInputs, Plan, PlanInputs, plan
+from kit.memory.inputs import DraftInputs, LoraInputs, PlanInputs
+from kit.memory.plan import Plan, plan
 
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
@@ -102,7 +103,8 @@ def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
     ``_auto_fit_max_model_len`` at v0.16.0 to v0.32.0, vllm/v1/core/kv_cache_planning.py at v0.33.0: a binary search
     over lengths whose blocks fit, capped at the derived length). Where not even one block fits, the derived length
     is kept and the plan says it does not fit (vLLM: "Cannot auto-fit max_model_len")."""
-    from kit.memory.plan import derived_max_model_len, largest_max_model_len
+    from kit.memory.inputs import derived_max_model_len
+    from kit.memory.plan import largest_max_model_len
 
     full = inputs.model_copy(update={"max_model_len": derived_max_model_len(inputs.model)})
     longest = largest_max_model_len(full)

@@ -12,7 +12,8 @@ from kit.core.datafiles import gpu_catalog
 from kit.core.errors import PlanError
 from kit.core.gpus import gpu_key, near_gpu_names, normalised_gpu_name
 from kit.host.doctor import parse_nvidia_smi
-from kit.memory import fit, plan
+from kit.memory import fit
+from kit.memory import inputs as planner
 
 pytestmark = pytest.mark.unit
 
@@ -55,8 +56,8 @@ def test_no_two_catalog_entries_share_a_normalised_name():
 def test_every_caller_resolves_a_name_to_the_same_entry(name, key):
     assert gpu_key(name) == key
     assert Hardware(gpu=name).gpu == key  # preset validation: hardware.gpu
-    assert plan.find_gpu(name).key == key  # kit plan --gpu and the fit search (fit imports the planner's)
-    assert fit.find_gpu is plan.find_gpu
+    assert planner.find_gpu(name).key == key  # kit plan --gpu and the fit search (fit imports the planner's)
+    assert fit.find_gpu is planner.find_gpu
     inputs = plan_inputs_from_options(model=MODEL, gpu=name)  # what `kit plan --gpu NAME` builds
     assert inputs.gpu_name == key and inputs.gpu_memory_gib == gpu_catalog()[key]["memory_gib"]
 
@@ -66,7 +67,7 @@ def test_doctor_maps_each_catalog_name_as_nvidia_smi_prints_it(key):
     entry = gpu_catalog()[key]
     mib = round(entry["memory_gib"] * 1024 * 1.02)  # nvidia-smi's total sits a little above CUDA's
     [found] = parse_nvidia_smi(f"{entry['name']}, {mib}, 580.65.06\n")
-    assert found.catalog_key == key == Hardware(gpu=entry["name"]).gpu == plan.find_gpu(entry["name"]).key
+    assert found.catalog_key == key == Hardware(gpu=entry["name"]).gpu == planner.find_gpu(entry["name"]).key
 
 
 def test_memory_decides_between_cards_of_one_name():
@@ -82,7 +83,7 @@ def test_an_unknown_name_is_refused_alike_with_near_matches(name):
     with pytest.raises(ValidationError, match=r"unknown GPU .*did you mean .*rtx4090"):
         Hardware(gpu=name)
     with pytest.raises(PlanError, match="unknown GPU") as info:
-        plan.find_gpu(name)
+        planner.find_gpu(name)
     assert "rtx4090" in (info.value.hint or "") and "--gpu-memory-gib" in (info.value.hint or "")
 
 

@@ -27,7 +27,8 @@ from kit.config.modelinfo import load_model_spec
 from kit.config.preset import Preset, load_preset, parse_override
 from kit.core.datafiles import PRESETS_DIR, load_yaml
 from kit.core.errors import PlanError, PresetError, one_line
-from kit.memory.plan import PlanInputs, _moe_layers_in, plan
+from kit.memory.plan import PlanInputs, plan
+from kit.memory.shape import moe_layers_in
 
 CATALOG_CONFIG = json.loads((Path(__file__).resolve().parents[2] / "kit/data/models/Qwen--Qwen3-8B.json").read_text())
 CPU_PRESET = (PRESETS_DIR / "cpu.yaml").read_text()
@@ -509,7 +510,7 @@ def test_moe_layer_count_matches_the_per_layer_rule():
             for start in range(0, 12):
                 for stop in range(start, 14):
                     expected = sum(1 for i in range(start, stop) if i >= first_dense and i % max(freq, 1) == 0)
-                    assert _moe_layers_in(model, range(start, stop)) == expected
+                    assert moe_layers_in(model, range(start, stop)) == expected
 
 
 def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(monkeypatch):
