@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
 from kit.config.preset_files import all_presets, find_named, looks_like_path, preset_folders, shipped_names
 from kit.config.vllmint import AUTO
-from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
+from kit.core.datafiles import PRESETS_DIR, load_yaml, prune_rules, vllm_table
+from kit.core.gpus import gpu_key, unknown_gpu_hint
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 from kit.core.overrides import MalformedOverride, override_where, split_override
@@ -159,12 +160,10 @@ class Hardware(Strict):
     def _known_gpu(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        found = gpu_by_name(value)
-        if found is None:
-            close = difflib.get_close_matches(value.lower(), gpu_names(), n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else "run `kit gpus` to list the catalog"
-            raise ValueError(f"unknown GPU {value!r} ({hint})")
-        return found[0]
+        key = gpu_key(value)
+        if key is None:
+            raise ValueError(f"unknown GPU {value!r} ({unknown_gpu_hint(value)})")
+        return key
 
     @field_validator("device_ids")
     @classmethod

@@ -9,17 +9,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit.config.preset import Preset, display_path
 from kit.core.errors import Problem
 from kit.deploy.compat import check_compat, model_spec_or_none
+
+if TYPE_CHECKING:
+    from kit.memory.plan import Plan
 
 
 @dataclass
 class CheckReport:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
-    plan: object | None = None  # the memory plan, when the planner ran
+    plan: Plan | None = None  # the memory plan, when the planner ran
     plan_lines: list[str] = field(default_factory=list)
 
     @property
@@ -30,7 +34,8 @@ class CheckReport:
 def check_flags(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     from kit.config.flags import FlagError, check_engine
 
-    errors, warnings = [], []
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
     try:
         found = check_engine(preset.engine.flags(), preset.image.vllm_version)
     except FlagError as exc:

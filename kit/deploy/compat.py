@@ -361,7 +361,8 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
     rows += variant_rows(preset)
     rows += jetson_rows(preset)
 
-    errors, warnings = [], []
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
     for severity, field, message, fix in rows:
         (errors if severity == "error" else warnings).append(Problem(f"{where}: {field}", message, fix))
     return errors, warnings

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 
 from kit.config.preset import ram_in_bytes
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text, k8s_escape
+from kit.core.yamlwrite import checked, comment_lines, yaml_text
 from kit.deploy import deployment as dep
+
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
+    from kit.memory.plan import Plan
 
 K8S_DIR = "k8s"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -73,7 +77,7 @@ def rules() -> dict[str, Any]:
     return load_yaml("k8s.yaml")
 
 
-def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
+def model_weights_gib(plan: Plan | None, d: dep.Deployment) -> float | None:
     """The whole model's weights as the planner counts them: one rank's weights times the ranks."""
     if plan is None:
         return None
@@ -81,7 +85,7 @@ def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
     return plan.weights_gib * eng.tp * eng.pp
 
 
-def model_cache_size(plan: Any, d: dep.Deployment) -> str:
+def model_cache_size(plan: Plan | None, d: dep.Deployment) -> str:
     """The model-cache claim: the model's weights x copies + extra (kit/data/k8s.yaml says why)."""
     weights = model_weights_gib(plan, d)
     if weights is None:
@@ -98,7 +102,7 @@ def ranks_in_pod(d: dep.Deployment) -> int:
     return min(eng.tp * eng.pp, hw.count)
 
 
-def resources_for(d: dep.Deployment, plan: Any, *, serves: bool) -> dict[str, Any]:
+def resources_for(d: dep.Deployment, plan: Plan | None, *, serves: bool) -> dict[str, Any]:
     """requests (cpu, memory) and limits (memory, GPUs) of the server or Ray-worker container."""
     rule = rules()["resources"]
     ranks = ranks_in_pod(d)
@@ -148,6 +152,7 @@ def pod_security(d: dep.Deployment) -> dict[str, Any]:
 def container_security(d: dep.Deployment) -> dict[str, Any]:
     # The capability set and writable paths compose uses (kit/data/hardening.yaml); the root stays read-only.
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    assert d.hardening is not None  # the pipeline fills it (deployment.hardening_for)
     if d.hardening.cap_add:
         capabilities["add"] = list(d.hardening.cap_add)
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": capabilities}
@@ -156,6 +161,7 @@ def container_security(d: dep.Deployment) -> dict[str, Any]:
 def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
     """emptyDirs where the server writes on a read-only root (compose's tmpfs mounts): /tmp and HOME."""
     vols, mounts = [], []
+    assert d.hardening is not None
     for number, (path, size) in enumerate(d.hardening.tmpfs.items()):
         vols.append({"name": f"writable-{number}", "emptyDir": {"sizeLimit": k8s_quantity(size)}})
         mounts.append({"name": f"writable-{number}", "mountPath": path})
@@ -229,7 +235,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
     }
 
 
-def pod_spec(d: dep.Deployment, image: str, plan: Any, *, command: list[str], args: list[str], serves: bool,
+def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[str], args: list[str], serves: bool,
              launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
     vols, mounts = volumes(d, launcher_map)
     role = ("server" if d.cluster is None else "ray_head") if serves else "ray_worker"
@@ -315,7 +321,7 @@ def network_policy(d: dep.Deployment, pods: dict[str, str], group: dict[str, str
     }
 
 
-def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str, Any]]:
+def single_node(d: dep.Deployment, image: str, plan: Plan | None) -> dict[str, dict[str, Any]]:
     name = app_name(d)
     selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "server"}
     deployment = {
@@ -343,7 +349,7 @@ def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str,
     }
 
 
-def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[str, dict[str, Any]]:
+def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Plan | None) -> dict[str, dict[str, Any]]:
     cl = d.cluster
     assert cl is not None
     name = app_name(d)
@@ -391,7 +397,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
     }
 
 
-def header(d: dep.Deployment, image: str, plan: Any) -> str:
+def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
     weights = model_weights_gib(plan, d)
     model_rule = rules()["model_cache"]
     sized = (f"~{weights:.1f} GiB of weights x {model_rule['copies']} + {model_rule['extra_gib']} GiB"
@@ -418,21 +424,15 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
         lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
-    return "".join(f"# {line}\n" for line in lines)
-
-
-class _Dumper(yaml.SafeDumper):
-    """No anchors and aliases: the same mount listed twice is written out twice, as kubectl users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
-        return True
+    return comment_lines(lines)
 
 
 def dump(doc: dict[str, Any]) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+    """One manifest as YAML, by the writer compose files use (kit/core/yamlwrite.py), read back before it is kept."""
+    return checked(yaml_text(doc), doc)
 
 
-def render_manifests(ctx: Any, launcher: str) -> dict[str, str]:
+def render_manifests(ctx: RenderContext, launcher: str) -> dict[str, str]:
     """``ctx`` is kit.deploy.render.RenderContext; returns {k8s/<file>: text}."""
     d: dep.Deployment = ctx.d
     plan = ctx.plan

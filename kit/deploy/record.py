@@ -78,7 +78,7 @@ class Record:
         return data
 
     def text(self) -> str:
-        from kit.deploy.composefile import dump_with_comments
+        from kit.core.yamlwrite import dump_with_comments
 
         return dump_with_comments(self.as_data(), HEADER, {})
 

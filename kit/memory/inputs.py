@@ -48,17 +48,13 @@ def gpu_catalog() -> dict[str, GpuInfo]:
 
 
 def find_gpu(name: str) -> GpuInfo:
-    """Look a GPU up by key, alias or marketing name (case-insensitive)."""
-    wanted = name.strip().lower().replace("_", "-").replace(" ", "-")
-    catalog = gpu_catalog()
-    for gpu in catalog.values():
-        names = {gpu.key, gpu.name.lower().replace(" ", "-"), *(a.lower() for a in gpu.aliases)}
-        if wanted in names:
-            return gpu
-    raise PlanError(
-        f"unknown GPU {name!r}",
-        hint="one of: " + ", ".join(sorted(catalog)) + " (or give --gpu-memory-gib)",
-    )
+    """Look a GPU up by key, alias or marketing name (kit/core/gpus.py normalises it)."""
+    from kit.core.gpus import gpu_key, unknown_gpu_hint
+
+    key = gpu_key(name)
+    if key is None:
+        raise PlanError(f"unknown GPU {name!r}", hint=f"{unknown_gpu_hint(name)} (or give --gpu-memory-gib)")
+    return gpu_catalog()[key]
 
 
 class LoraInputs(BaseModel):

@@ -157,3 +157,17 @@ def test_an_included_companion_stack_takes_its_names_from_the_same_env(tmp_path)
     for name in ("model-fetch", "model-fetch-cpu-embed"):
         assert services[name]["environment"]["HF_TOKEN"] == "tok-fetches"
         assert "VLLM_API_KEY" not in services[name]["environment"]
+def test_compose_config_reads_yamls_typed_words_as_the_strings_written(tmp_path):
+    # Compose's go-yaml reads YAML 1.2: 1e3 and 0o17 are numbers there, and compose refuses a number or a bool
+    # as an env value or turns it into other text ("1000", "15"). Each must arrive as the string written.
+    from tests.unit.test_yaml_typed_words import TYPED
+
+    docker = require_compose()
+    values = {f"KIT_TYPED_{i}": value for i, value in enumerate(TYPED)}
+    files = prepare("cpu", [override(f"runtime.env.{name}", value) for name, value in values.items()]).files
+    (tmp_path / "compose.yaml").write_text(files["compose.yaml"])
+    result = subprocess.run([docker, "compose", "-p", "typed", "config", "--format", "json"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    environment = json.loads(result.stdout)["services"]["vllm"]["environment"]
+    assert {name: environment.get(name) for name in values} == values
