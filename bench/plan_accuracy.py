@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kit.memory import vllmlog
 from kit.config.modelinfo import load_model_spec
 from kit.memory import plan as planner
+from kit.memory import inputs as plan_inputs
+from kit.memory import rules
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "kit" / "data" / "calibration.yaml"
 LOG_DIR = CALIBRATION.parent / "calibration"
@@ -49,7 +51,7 @@ def gpu_inputs_for(case: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
     model = load_model_spec(raw.pop("model"))
     raw["vllm_version"] = case_version(case)
     raw.setdefault("gpu_name", "h200")
-    return planner.PlanInputs(model=model, gpu_memory_gib=log.total_gib or planner.find_gpu("h200").memory_gib, **raw)
+    return planner.PlanInputs(model=model, gpu_memory_gib=log.total_gib or plan_inputs.find_gpu("h200").memory_gib, **raw)
 
 
 def measured(log: vllmlog.StartupLog) -> dict[str, float | None]:
@@ -91,10 +93,10 @@ def inputs_for(case: dict) -> planner.PlanInputs:
     model = load_model_spec(raw.pop("model"))
     gpu = raw.pop("gpu", None)
     if gpu:
-        info = planner.find_gpu(gpu)
+        info = plan_inputs.find_gpu(gpu)
         raw.setdefault("gpu_memory_gib", info.memory_gib)
         raw["gpu_name"] = info.key
-    raw["vllm_version"] = str(raw.get("vllm_version", planner.DEFAULT_VLLM_VERSION))
+    raw["vllm_version"] = str(raw.get("vllm_version", rules.DEFAULT_VLLM_VERSION))
     return planner.PlanInputs(model=model, **raw)
 
 
@@ -103,7 +105,7 @@ def predict(case: dict) -> dict[str, float]:
     if "compare_stage" in case:
         r, stages, _ = planner._compute(inputs)  # one named stage, not the binding one
         stage = stages[case["compare_stage"]]
-        return {"weights_gib": stage.weights / planner.GIB, "kv_cache_gib": stage.kv_bytes / planner.GIB}
+        return {"weights_gib": stage.weights / plan_inputs.GIB, "kv_cache_gib": stage.kv_bytes / plan_inputs.GIB}
     return planner.plan(inputs).to_json()
 
 
@@ -148,7 +150,7 @@ def gpu_report() -> bool:
     """The measured GPU runs, parsed from their raw logs: per vLLM version, the runs the version's rules were fitted
     on and the held-out runs (chosen before their errors were seen, kit/data/calibration.yaml)."""
     cases = yaml.safe_load(CALIBRATION.read_text())["gpu_cases"]
-    versions = sorted({case_version(c) for c in cases}, key=planner.parse_version)
+    versions = sorted({case_version(c) for c in cases}, key=rules.parse_version)
     # (median target, every-case target) from issues 12 and 22, on KV and weights; activation and graph memory
     # are reported, not targeted (they are inside the KV figure)
     targets = {"weights_gib": (1.0, 1.0), "kv_cache_gib": (1.0, 3.0), "kv_cache_tokens": (1.0, 3.0)}
@@ -192,6 +194,7 @@ def gpu_report() -> bool:
                              f"{'met' if met else 'MISSED'}")
                     ok &= met
                 print(line)
+    ok &= verdict_report(cases)
     cold = vllm_seconds("h200-qwen3-8b-bf16-graphs-cold")
     warm = vllm_seconds("h200-qwen3-8b-bf16-graphs-warm")
     if cold and warm:
@@ -199,6 +202,29 @@ def gpu_report() -> bool:
               f"{warm[0]:.1f} s (ratio {cold[0] / warm[0]:.2f}), torch.compile {cold[1]:.1f} s vs {warm[1]:.1f} s "
               f"(ratio {cold[1] / warm[1]:.2f})")
     return ok
+
+
+def verdict_report(cases: list[dict]) -> bool:
+    """Fit or no fit, per measured engine: the plan's verdict against what vLLM did (started and served, or refused
+    with an out-of-memory error). A run that did not finish for another reason (`start_failed`) has no verdict."""
+    print("\nfit / no-fit verdicts (every measured engine): plan says, vLLM did")
+    wrong = []
+    counted = 0
+    for case in cases:
+        if case.get("start_failed"):
+            continue
+        log = read_log(case)
+        planned = planner.plan(gpu_inputs_for(case, log)).fits
+        started = not case.get("expect_error")
+        counted += 1
+        if planned != started:
+            wrong.append(case["id"])
+            print(f"  WRONG {case['id']}: plan {'fits' if planned else 'does not fit'}, vLLM "
+                  f"{'started' if started else 'refused'}")
+    refused = sum(1 for c in cases if c.get("expect_error"))
+    print(f"verdicts right: {counted - len(wrong)}/{counted} ({refused} refused by vLLM)  target every one: "
+          f"{'met' if not wrong else 'MISSED'}")
+    return not wrong
 
 
 def vllm_seconds(case_id: str) -> tuple[float, float] | None:

@@ -19,7 +19,8 @@ from kit.cli.common import (
 from kit.core.errors import PlanError, shown
 
 if TYPE_CHECKING:  # the planner (pydantic) loads when the command runs, not for --help or completion
-    from kit.memory.plan import Plan, PlanInputs
+    from kit.memory.inputs import PlanInputs
+    from kit.memory.plan import Plan
 
 # A sanity cap, not a hardware fact: a thousand times the largest GPU or host memory in use today.
 GPU_MEMORY_GIB_MAX = 1 << 20
@@ -81,7 +82,8 @@ def plan_inputs_from_options(
     from pydantic import ValidationError
 
     from kit.config.modelinfo import load_model_spec
-    from kit.memory.plan import DEFAULT_VLLM_VERSION, PlanInputs, find_gpu
+    from kit.memory.inputs import PlanInputs, find_gpu
+    from kit.memory.rules import DEFAULT_VLLM_VERSION
 
     vllm_version = vllm_version or DEFAULT_VLLM_VERSION
     spec = load_model_spec(model, allow_hub=allow_hub)
@@ -173,6 +175,8 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 @click.option("--block-size", type=count_option_type())
 @click.option("--cpu-kvcache-space-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True),
               help="VLLM_CPU_KVCACHE_SPACE (--device cpu only).")
+@click.option("--explain", is_flag=True, help="Also list each figure's named terms (weights, activation, non-torch, "
+              "CUDA graphs), with the vLLM source each follows and which are fitted residuals.")
 @click.option("--fit", is_flag=True, help="Say what fits instead: the largest --max-model-len at --max-num-seqs, the "
               "most sequences at --max-model-len, the smallest --tp, a smaller precision (exit 0).")
 @standard_options
@@ -180,7 +184,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
                  dtype: str, quantization: str | None, kv_cache_dtype: str, gpu_memory_utilization: float | None,
                  max_model_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  enforce_eager: bool, vllm_version: str | None, approximate_version: bool, block_size: int | None,
-                 cpu_kvcache_space_gib: float | None, fit: bool, as_json: bool) -> None:
+                 cpu_kvcache_space_gib: float | None, explain: bool, fit: bool, as_json: bool) -> None:
     """Predict vLLM's memory at start: exit 0 if the model fits, 1 if not.
 
     kit plan preset=NAME [KEY=VALUE ...] [FLAGS] [--json], or standalone: kit plan --model ID (--gpu NAME |
@@ -190,6 +194,8 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
     from kit.memory import plan as planner
 
     ctx = click.get_current_context()
+    if explain and fit:
+        raise click.UsageError("--explain lists the terms of one plan; --fit searches many: give one")
     ref, overrides, extras = split_args(args, preset_option, extra_keys=("model",))
     if "model" in extras:
         if model is not None and model != extras["model"]:
@@ -209,7 +215,9 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         shown = overrides + [f"{o} ({flag})" for flag, o in from_flags]  # the text says where each came from
         preset_inputs = plan_inputs_for(preset)
         if preset_inputs is None:
-            raise KitError(f"{path}: model.id {preset.model.id}: no config.json there",
+            where = (f"model.host_path {preset.model.local_path}" if preset.model.is_local
+                     else f"model.id {preset.model.id}")
+            raise KitError(f"{path}: {where}: no config.json there",
                            hint="make or download the model first, or plan with --model /path/to/config.json")
         try:
             if fit:
@@ -218,7 +226,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
             result = planner.plan(preset_inputs)
         except KitError as exc:  # the user works in a preset: the fix is an override, not a vLLM flag
             raise type(exc)(exc.message, hint=flags_as_overrides(exc.hint), problems=exc.problems) from None
-        _report(as_preset_fixes(result), as_json, applied, shown)
+        _report(as_preset_fixes(result), as_json, applied, shown, explain=explain)
         return
     if model is None:
         raise click.UsageError("give preset=NAME or --model ID|PATH")
@@ -246,7 +254,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
         from kit.memory.preset_plan import auto_fit_max_model_len
 
         inputs = auto_fit_max_model_len(inputs)
-    _report(planner.plan(inputs), as_json)
+    _report(planner.plan(inputs), as_json, explain=explain)
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -320,10 +328,25 @@ def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: AN
     return words
 
 
-def _report(result: Plan, as_json: bool, overrides: list[str] | None = None, shown: list[str] | None = None) -> None:
+def term_rows(result: Plan) -> list[tuple[str, str, str, str]]:
+    """(figure, term, GiB, note) per named term of the binding rank, as `kit plan --explain` shows them."""
+    rows = []
+    for term in result.terms:
+        notes = []
+        if term["phase"]:
+            notes.append(f"{term['phase']} phase" + ("" if term["on_peak"] else ", not on the peak"))
+        if term["fitted"]:
+            notes.append("fitted")
+        notes.append(str(term["source"]))
+        rows.append((str(term["figure"]), str(term["name"]), f"{term['gib']:.3f}", "; ".join(notes)))
+    return rows
+
+
+def _report(result: Plan, as_json: bool, overrides: list[str] | None = None, shown: list[str] | None = None,
+            explain: bool = False) -> None:
     if as_json:  # data: the plan; a model that does not fit is ok=false with vLLM's error as the problem
         hints = "; ".join(s["message"] for s in result.suggestions) or None
-        data = result.to_json()
+        data = result.to_json(explain=explain)
         if overrides is not None:  # planned from a preset: the command line's overrides, flags' included
             data["overrides"] = list(overrides)
         emit_json(data, ok=result.fits,
@@ -336,6 +359,9 @@ def _report(result: Plan, as_json: bool, overrides: list[str] | None = None, sho
         for line in plan_heading(result):
             click.echo(line)
         table(("quantity", "per rank", "note"), plan_rows(result), right=("per rank",), header=False)
+        if explain:
+            table(("figure", "term", "GiB", "phase, fitted, source"), term_rows(result), right=("GiB",),
+                  title="terms per rank (activation: the terms without a phase plus the largest phase)")
     if not result.fits:
         click.secho(f"vLLM would refuse to start: {result.error}", fg="red", err=True)
         for suggestion in result.suggestions:

@@ -63,7 +63,6 @@ def presets(ctx: click.Context, as_json: bool) -> None:
 @standard_options
 def show(args: tuple[str, ...], as_json: bool) -> None:
     """Print a preset resolved: defaults filled in, overrides applied: kit presets show preset=NAME [KEY=VALUE ...]."""
-    import yaml
 
     from kit.config.preset import load_preset
 
@@ -83,7 +82,9 @@ def show(args: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         emit_json({"preset": ref, "file": str(path), "resolved": data}, warnings=warnings)
         return
-    click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    from kit.core.yamlwrite import yaml_text
+
+    click.echo(yaml_text(data), nl=False)
 
 
 @click.command()

@@ -100,6 +100,9 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     # What an earlier render wrote and this one does not goes when unedited, stays when edited (kit/core/write.py:
     # stale files); every command that renders the folder does the same (kit/run/workflow.py render_into).
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status, remove_stale=True)
+    from kit.deploy.service_env import unread_env_warnings
+
+    prepared.report.warnings.extend(unread_env_warnings(prepared.files, out_dir / ".env"))
     for warning in prepared.report.warnings:
         status(click.style(f"warning: {warning}", fg="yellow"))
     if as_json:

@@ -31,6 +31,10 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
     resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image,
                                   allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
     prepared = prepare_resolved(resolved)
+    from kit.deploy.service_env import unread_env_warnings
+
+    for warning in unread_env_warnings(prepared.files, out_dir / ".env"):
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
     from kit.cli.output import progress
 
     with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it

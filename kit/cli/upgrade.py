@@ -9,9 +9,6 @@ import click
 from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, split_args, standard_options, \
     status
 
-CHANGE_COLOURS = {"removed": "red", "renamed": "red", "value": "red", "deprecated": "yellow", "option": None,
-                  "default": None}
-
 
 def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
     """--to takes a release as a preset pins one (X.Y.Z): anything else is the option's grammar (exit 2)."""

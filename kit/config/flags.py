@@ -341,7 +341,7 @@ def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
     return Problem(where, f"is not a `vllm serve` flag in {label}", hint)
 
 
-def _secret_flag_problem(snapshot: Any, key: str, where: str) -> Problem | None:
+def _secret_flag_problem(snapshot: FlagSnapshot, key: str, where: str) -> Problem | None:
     """A flag that carries a secret (kit/data/secrets.yaml) is refused whatever its value, which is never quoted."""
     from kit.core.secretrules import secret_flag_env
 

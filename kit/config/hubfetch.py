@@ -110,7 +110,8 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
     """Everything the server will read from the hub (or from a local path), model first."""
     eng = preset.engine.flags()
     rules = fetch_rules()
-    out = [Artefact("model", model_arg, preset.model.revision, "weights", "model.id", marker="config.json")]
+    field = "model.host_path" if preset.model.is_local else "model.id"
+    out = [Artefact("model", model_arg, preset.model.revision, "weights", field, marker="config.json")]
     tokenizer, tokenizer_revision = eng.get("tokenizer"), eng.get("tokenizer_revision")
     if tokenizer and tokenizer not in (preset.model.id, model_arg):
         out.append(Artefact("tokenizer", str(tokenizer), tokenizer_revision, "tokenizer", "engine.tokenizer"))
@@ -130,7 +131,7 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
 def artefact_problems(where: str, preset: Preset) -> list[Problem]:
     """The engine flags' artefacts as `kit validate` problems (file and field), before anything renders."""
     try:
-        artefacts_for(preset, preset.model.id)
+        artefacts_for(preset, preset.model.local_path or preset.model.id)
     except ArtefactError as exc:
         return [Problem(f"{where}: {exc.field}", exc.detail, exc.hint)]
     return []

@@ -418,7 +418,6 @@ def _from_hub(model_id: str) -> ModelSpec | None:
 
 
 TINY_MODEL_PREFIX = "kit:"
-TINY_MODEL_REF = "kit:tiny-llama"
 # Where multimodal configs keep their vision encoder's settings (Qwen2.5-VL, LLaVA, Gemma 3, Llama 4, InternVL).
 VISION_KEYS = ("vision_config", "vision_tower_config", "vision_encoder_config")
 

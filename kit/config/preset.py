@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
 from kit.config.preset_files import all_presets, find_named, looks_like_path, preset_folders, shipped_names
 from kit.config.vllmint import AUTO
-from kit.core.datafiles import PRESETS_DIR, gpu_by_name, gpu_names, load_yaml, prune_rules, vllm_table
+from kit.core.datafiles import PRESETS_DIR, load_yaml, prune_rules, vllm_table
+from kit.core.gpus import gpu_key, unknown_gpu_hint
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 from kit.core.overrides import MalformedOverride, override_where, split_override
@@ -159,12 +160,10 @@ class Hardware(Strict):
     def _known_gpu(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        found = gpu_by_name(value)
-        if found is None:
-            close = difflib.get_close_matches(value.lower(), gpu_names(), n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(close)}?" if close else "run `kit gpus` to list the catalog"
-            raise ValueError(f"unknown GPU {value!r} ({hint})")
-        return found[0]
+        key = gpu_key(value)
+        if key is None:
+            raise ValueError(f"unknown GPU {value!r} ({unknown_gpu_hint(value)})")
+        return key
 
     @field_validator("device_ids")
     @classmethod
@@ -189,44 +188,80 @@ class Hardware(Strict):
         return self
 
 
+LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def looks_like_model_path(text: str) -> bool:
+    return text.startswith(LOCAL_PATH_PREFIXES)
+
+
+def model_name_for_path(path: str) -> str:
+    """The model.id a host folder gets when model= names it: the folder's own name."""
+    import posixpath
+
+    return posixpath.basename(posixpath.normpath(path.rstrip("/"))) or path
+
+
 class Model(Strict):
-    id: str = Field(..., min_length=1, description="Hugging Face id (org/name) or a local directory (./path, /path)")
+    id: str = Field(..., min_length=1, description="Hugging Face id (org/name); with host_path, the model's name")
+    host_path: str | None = Field(
+        None, description="A model folder on the host (absolute, ~/..., or relative to the deployment folder): "
+        "mounted read-only into the containers; system folders are refused",
+    )
     served_model_name: str | None = Field(
-        None, description="Name clients use in requests (default: the id, or a local directory's name)"
+        None, description="Name clients use in requests (default: the id)"
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to pin")
     generate: Literal["tiny-llama", "tiny-qwen3-embed"] | None = Field(
-        None, description="Make a random-weight test model at the local path when it is missing (tests, CPU demo)"
+        None, description="Make a random-weight test model in host_path when it is missing (tests, CPU demo)"
     )
 
     @property
     def is_local(self) -> bool:
-        return self.id.startswith(("/", "./", "../", "~"))
+        return self.host_path is not None
 
-    @field_validator("id", "served_model_name", "revision")
+    @property
+    def local_path(self) -> str | None:
+        """The host folder the model is mounted from, or None for a hub model."""
+        return self.host_path
+
+    @field_validator("id", "served_model_name", "revision", "host_path")
     @classmethod
     def _not_an_option(cls, value: str | None) -> str | None:
-        # Each becomes the argument after --model/--served-model-name/--revision (or the positional model).
+        # Each becomes the argument after --model/--served-model-name/--revision (or the positional model), or a
+        # bind mount's source.
         return None if value is None else check_argument(value)
 
     @field_validator("id")
     @classmethod
-    def _hub_id_or_safe_path(cls, value: str) -> str:
-        if value.startswith(("/", "./", "../", "~")):
-            problem = model_path_problem(value)
-            if problem:
-                raise ValueError(problem)
-            return value
+    def _hub_id(cls, value: str) -> str:
+        if looks_like_model_path(value):
+            # Before, a path here was bind-mounted silently; a host folder is now only ever taken by its own field.
+            raise ValueError(f"is a host path: a model folder goes in model.host_path (mounted read-only), and "
+                             f"model.id names it (host_path: {value}, id: {model_name_for_path(value)}; "
+                             f"on the command line model={value} sets both)")
         if not is_hub_id(value):
-            raise ValueError("is neither a hub id (org/name: letters, digits, '-', '_', '.', each part starting and "
-                             "ending with a letter or digit, at most 96 characters, no '--' or '..') nor a local path "
-                             "(./path, /path, ~/path)")
+            raise ValueError("is not a hub id (org/name: letters, digits, '-', '_', '.', each part starting and "
+                             "ending with a letter or digit, at most 96 characters, no '--' or '..'); a model folder "
+                             "on the host goes in model.host_path")
+        return value
+
+    @field_validator("host_path")
+    @classmethod
+    def _safe_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not looks_like_model_path(value):
+            raise ValueError("must be a path: /abs/path, ~/path, or ./path relative to the deployment folder")
+        problem = model_path_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
     def _generate_needs_path(self) -> Model:
         if self.generate and not self.is_local:
-            raise ValueError("generate needs a local path as id (e.g. ./models/tiny-llama)")
+            raise ValueError("generate needs model.host_path, the folder to make the model in (e.g. ./models/tiny-llama)")
         return self
 
 
@@ -390,6 +425,10 @@ class Runtime(Strict):
     router_policy: str | None = Field(
         None, description="With replicas: the router's load-balancing policy (kit/data/router.yaml lists them; "
         "default round_robin)",
+    )
+    require_api_key: bool = Field(
+        False, description="The server refuses to start without VLLM_API_KEY in .env (compose) or the Secret's "
+        "VLLM_API_KEY key (Kubernetes: the secretKeyRef is not optional); the key itself never goes in the preset",
     )
     k8s_runtime_class: str | None = Field(
         None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,

@@ -23,7 +23,6 @@ from pathlib import Path
 from kit.core.datafiles import PRESETS_DIR
 
 PROJECT, USER, SHIPPED = "project", "user", "shipped"
-ORIGINS = (PROJECT, USER, SHIPPED)  # the lookup order
 PROJECT_FOLDER = "presets"  # under the current working folder
 SCHEMA_FILE = "schema.json"  # beside the presets; their `# yaml-language-server: $schema=` pointer names it
 # A preset's name becomes an image repository (vllm-kit/NAME), a compose service suffix and Kubernetes names: one

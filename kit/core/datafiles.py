@@ -57,24 +57,6 @@ def gpu_catalog() -> dict[str, dict[str, Any]]:
     return load_yaml("gpus.yaml")["gpus"]
 
 
-def gpu_by_name(name: str) -> tuple[str, dict[str, Any]] | None:
-    """Find a GPU by catalog key or alias, case-insensitively."""
-    wanted = name.strip().lower()
-    for key, entry in gpu_catalog().items():
-        names = [key] + [str(a).lower() for a in entry.get("aliases", [])]
-        if wanted in names:
-            return key, entry
-    return None
-
-
-def gpu_names() -> list[str]:
-    names: list[str] = []
-    for key, entry in gpu_catalog().items():
-        names.append(key)
-        names.extend(str(a).lower() for a in entry.get("aliases", []))
-    return names
-
-
 def prune_rules(cuda: str | None = None, leave_out: Sequence[str] = ()) -> dict[str, Any]:
     """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it.
 

@@ -9,17 +9,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kit.config.preset import Preset, display_path
 from kit.core.errors import Problem
 from kit.deploy.compat import check_compat, model_spec_or_none
+
+if TYPE_CHECKING:
+    from kit.memory.plan import Plan
 
 
 @dataclass
 class CheckReport:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
-    plan: object | None = None  # the memory plan, when the planner ran
+    plan: Plan | None = None  # the memory plan, when the planner ran
     plan_lines: list[str] = field(default_factory=list)
 
     @property
@@ -30,7 +34,8 @@ class CheckReport:
 def check_flags(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     from kit.config.flags import FlagError, check_engine
 
-    errors, warnings = [], []
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
     try:
         found = check_engine(preset.engine.flags(), preset.image.vllm_version)
     except FlagError as exc:
@@ -157,17 +162,18 @@ LOOPBACK = ("127.0.0.1", "::1")
 def check_exposure(where: str, preset: Preset) -> list[Problem]:
     """The API published beyond loopback: anyone who reaches the address may use the server.
 
-    A key can only be configured in .env (VLLM_API_KEY), which the kit never reads, so the warning says what
-    must be true rather than guessing whether it is."""
+    The key itself is only ever in .env (VLLM_API_KEY), which the kit never reads; with runtime.require_api_key the
+    stack refuses to start without it (compose's required interpolation, a non-optional secretKeyRef), so then
+    there is nothing to warn of. Otherwise the warning says what must be true rather than guessing whether it is."""
     rt = preset.runtime
-    if rt.bind_address in LOOPBACK:
+    if rt.bind_address in LOOPBACK or rt.require_api_key:
         return []
     return [Problem(
         f"{where}: runtime.bind_address",
         f"publishes the API on {rt.bind_address}:{rt.port}, beyond this host's loopback: without an API key "
         "anyone who reaches that address can run requests on it",
-        "set VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer <key>'), or publish on "
-        "127.0.0.1 behind a proxy that authenticates",
+        "set runtime.require_api_key=true and VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer "
+        "<key>', and the stack does not start without it), or publish on 127.0.0.1 behind a proxy that authenticates",
     )]
 
 

@@ -333,7 +333,7 @@ def _build_cuda(preset: Preset) -> str | None:
 
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
-    from kit.memory.plan import parallelism_problems
+    from kit.memory.shape import parallelism_problems
 
     eng, hw, img = preset.engine, preset.hardware, preset.image
     spec = model_spec_or_none(preset)
@@ -361,7 +361,8 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
     rows += variant_rows(preset)
     rows += jetson_rows(preset)
 
-    errors, warnings = [], []
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
     for severity, field, message, fix in rows:
         (errors if severity == "error" else warnings).append(Problem(f"{where}: {field}", message, fix))
     return errors, warnings

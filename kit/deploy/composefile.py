@@ -3,82 +3,20 @@
 Public entry points: ``compose_file(ctx)`` (one node) and ``cluster_compose_file(ctx)`` (one role of a Ray
 cluster), called by ``kit.deploy.render.render`` with its RenderContext.
 
-No value can change a file's structure: every key and value goes through the YAML serialiser, every string
-from the preset is `$`-escaped for compose's interpolation, and comments are fixed text or text that passed
-``check_text`` (no line break of any kind). ``dump_with_comments`` reads its own output back and fails when it
-differs from the data, so a serialiser surprise is a bug report, never a silently different file.
+No value can change a file's structure: every key and value goes through the one YAML writer
+(kit/core/yamlwrite.py, which Kubernetes manifests and the record use too), every string from the preset is
+`$`-escaped for compose's interpolation, and comments are fixed text or text that passed ``check_text``.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+from kit.core.safevalue import compose_text
+from kit.core.yamlwrite import Path, dump_with_comments
 
-from kit.core.datafiles import SAFE_LOADER
-from kit.core.safevalue import check_text, compose_text
-
-Path = tuple[str, ...]
-
-# Words some YAML reader takes as a bool, null or number (YAML 1.1: PyYAML; 1.2: Compose's go-yaml).
-_PLAIN_OK = re.compile(r"[A-Za-z][A-Za-z0-9_-]*", re.ASCII)
-_TYPED_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"}
-
-
-class _Dumper(yaml.SafeDumper):
-    """Strings plain only when they are simple names (keys, `host`); everything else double-quoted, non-ASCII and
-    every line break escaped. No aliases: a repeated volume is written twice, as compose users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
-        return True
-
-
-def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    plain = _PLAIN_OK.fullmatch(data) is not None and data.lower() not in _TYPED_WORDS
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=None if plain else '"')
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def _dump(doc: dict[str, Any]) -> str:
-    # An infinite width: no scalar is folded over lines, so each value stays on its key's line.
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=math.inf,
-                     allow_unicode=False)
-
-
-def comment_lines(lines: list[str], indent: int = 0) -> str:
-    pad = " " * indent
-    return "".join(f"{pad}# {check_text(line, 'a comment')}\n".replace(" \n", "\n") for line in lines)
-
-
-def _emit(doc: dict[str, Any], comments: dict[Path, list[str]], path: Path, indent: int, gap: bool) -> str:
-    out = []
-    for index, (key, value) in enumerate(doc.items()):
-        here = (*path, key)
-        if gap and index:
-            out.append("\n")
-        out.append(comment_lines(comments.get(here, []), indent))
-        nested = isinstance(value, dict) and value and any(p[: len(here)] == here and p != here for p in comments)
-        if nested:
-            out.append(" " * indent + _dump({key: None}).rstrip("\n").removesuffix(" null") + "\n")
-            out.append(_emit(value, comments, here, indent + 2, gap=len(here) == 1))
-        else:
-            out.append("".join(" " * indent + line + "\n" for line in _dump({key: value}).splitlines()))
-    return "".join(out)
-
-
-def dump_with_comments(doc: dict[str, Any], header: list[str], comments: dict[Path, list[str]]) -> str:
-    """YAML text of ``doc`` with ``# comment`` lines before the keys named by path. Top-level keys and the
-    entries under them are separated by a blank line, as a person lays a compose file out."""
-    text = comment_lines(header) + _emit(doc, comments, (), 0, gap=True)
-    # Read back with libyaml where PyYAML has it (kit/core/datafiles.py): the same safe rules, a fraction of a render's time.
-    if yaml.load(text, Loader=SAFE_LOADER) != doc:  # noqa: S506  # pragma: no cover - a serialiser bug, never the user's
-        raise AssertionError("compose serialisation does not read back as the data it was built from")
-    return text
-
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
 
 # ---------------------------------------------------------------------------------------------- services
 
@@ -86,7 +24,7 @@ def dump_with_comments(doc: dict[str, Any], header: list[str], comments: dict[Pa
 _s = compose_text  # every preset string that reaches compose.yaml goes through this
 
 
-def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[str]:
+def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False) -> list[str]:
     rt = ctx.d.preset.runtime
     mounts = [f"{rt.hf_cache_volume}:{ctx.hf_home}"]
     if compile_cache:
@@ -109,7 +47,7 @@ def _volumes(ctx: Any, *, compile_cache: bool, launcher: bool = False) -> list[s
 BUILT_PULL_POLICY = "never"
 
 
-def _built_image(ctx: Any) -> dict[str, Any]:
+def _built_image(ctx: RenderContext) -> dict[str, Any]:
     """The stack's image: built here, never pulled (BUILT_PULL_POLICY). Pinned by digest (image.pin_digest, the image
     `kit push` recorded): that image, pulled by its digest, and nothing to build."""
     if ctx.d.preset.image.pin_digest:
@@ -122,25 +60,47 @@ def _built_image(ctx: Any) -> dict[str, Any]:
     }
 
 
-ENV_FILE = [{"path": ".env", "required": False}]
+def _environment(fixed: dict[str, str], role: str, ctx: RenderContext) -> dict[str, str | None]:
+    """The kit's own values, then the .env names this container reads (kit/data/service_env.yaml), each with no
+    value: compose resolves it from .env and leaves it out when unset, so no secret is written here and no
+    container gets another's (no shared env_file)."""
+    from kit.deploy.service_env import compose_environment
+
+    return {**fixed, **{k: v for k, v in compose_environment(role, ctx.d).items() if k not in fixed}}
 
 
-def fetch_service(ctx: Any) -> dict[str, Any]:
+def _one_shot_hardening(ctx: RenderContext, tmpfs: list[str]) -> dict[str, Any]:
+    """The server's limits for a one-shot that needs no capability: none, no privilege gain, a read-only root
+    with tmpfs where it writes outside its volumes, the pids limit (kit/data/hardening.yaml)."""
+    assert ctx.d.hardening is not None  # filled by the pipeline before any render
+    return {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "read_only": True,
+            "tmpfs": [_s(t) for t in tmpfs], "pids_limit": ctx.d.hardening.pids_limit}
+
+
+def fetch_service(ctx: RenderContext) -> dict[str, Any]:
+    """Runs as the server's own non-root user (named here, not left to the image's USER), hardened as the server:
+    it writes only into the HF cache volume (HF_HOME, the image's directory owned by that user), and under HOME
+    (huggingface_hub's token and lock files), which is a tmpfs as on the server."""
+    user = ctx.d.run_user
+    assert ctx.d.hardening is not None  # filled by the pipeline before any render
     return {
         **_built_image(ctx),
         "entrypoint": [_s(a) for a in ctx.d.fetch_command],
         "command": [],
-        "environment": {"HF_HOME": _s(ctx.hf_home)},
-        "env_file": ENV_FILE,
+        "user": f"{int(user.uid)}:{int(user.gid)}",
+        "environment": _environment({"HF_HOME": _s(ctx.hf_home)}, "fetch", ctx),
         "volumes": _volumes(ctx, compile_cache=False),
+        **_one_shot_hardening(ctx, ctx.d.hardening.compose_tmpfs),
         "restart": "no",
     }
 
 
-def model_make_service(ctx: Any) -> dict[str, Any]:
+def model_make_service(ctx: RenderContext) -> dict[str, Any]:
     """One-shot, before the server: makes the preset's generated tiny model in its folder when it is missing, with
     the image's own torch and transformers, so `docker compose up` of a fresh render serves. Root, because the
     folder compose creates for a missing bind mount is root's; no network (it needs none)."""
+    # Called only for a generated model: it has a mount and a command (deployment.py sets both).
+    assert ctx.d.model_mount is not None and ctx.d.model_make_command is not None
     host, container = ctx.d.model_mount
     return {
         **_built_image(ctx),
@@ -148,18 +108,19 @@ def model_make_service(ctx: Any) -> dict[str, Any]:
         "command": [],
         "user": "0:0",
         "network_mode": "none",
-        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more.
-        "cap_drop": ["ALL"],
+        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more; a
+        # read-only root beyond that folder and /tmp (seen: tinymodel.py makes the model so, vllm-kit/cpu 0.32.0).
+        **_one_shot_hardening(ctx, ["/tmp:size=2g"]),
         "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
-        "security_opt": ["no-new-privileges:true"],
         "environment": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         "volumes": [_s(f"{host}:{container}"), _s(ctx.tiny_model_mount)],
         "restart": "no",
     }
 
 
-def _gpu_deploy(ctx: Any) -> dict[str, Any]:
+def _gpu_deploy(ctx: RenderContext) -> dict[str, Any]:
     gpus = ctx.d.gpu_devices
+    assert gpus is not None  # called for GPU presets only
     device: dict[str, Any] = {"driver": gpus["driver"]}
     if "count" in gpus:
         device["count"] = gpus["count"]
@@ -169,7 +130,7 @@ def _gpu_deploy(ctx: Any) -> dict[str, Any]:
     return {"resources": {"reservations": {"devices": [device]}}}
 
 
-def _healthcheck(ctx: Any) -> dict[str, Any]:
+def _healthcheck(ctx: RenderContext) -> dict[str, Any]:
     return {
         "test": [_s(a) for a in ctx.healthcheck_test],
         "interval": "15s",
@@ -179,7 +140,7 @@ def _healthcheck(ctx: Any) -> dict[str, Any]:
     }
 
 
-def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
+def _shm_and_caps(ctx: RenderContext, service: dict[str, Any]) -> None:
     shm = ctx.d.shm
     if shm.shm_size:
         service["shm_size"] = _s(shm.shm_size)
@@ -188,6 +149,7 @@ def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
     # Hardened (kit/data/hardening.yaml): no capabilities but those listed, no privilege gain, read-only root
     # with tmpfs where the server writes, a pids limit.
     hard = ctx.d.hardening
+    assert hard is not None  # the pipeline fills it (deployment.hardening_for)
     service["cap_drop"] = ["ALL"]
     if hard.cap_add:
         service["cap_add"] = list(hard.cap_add)
@@ -197,31 +159,33 @@ def _shm_and_caps(ctx: Any, service: dict[str, Any]) -> None:
     service["pids_limit"] = hard.pids_limit
 
 
-def _runtime_comments(ctx: Any, service: Path) -> dict[Path, list[str]]:
+def _runtime_comments(ctx: RenderContext, service: Path) -> dict[Path, list[str]]:
     """The why of /dev/shm, capabilities and the healthcheck window, beside the keys they explain."""
     shm_key = "shm_size" if ctx.d.shm.shm_size else "ipc" if ctx.d.shm.ipc else None
     comments: dict[Path, list[str]] = {}
     if shm_key:
         comments[(*service, shm_key)] = [f"/dev/shm: {ctx.d.shm.reason}"]
-    if ctx.d.hardening.cap_add:
-        comments[(*service, "cap_add")] = [ctx.d.hardening.cap_add_reason]
+    hard = ctx.d.hardening
+    assert hard is not None
+    if hard.cap_add:
+        comments[(*service, "cap_add")] = [hard.cap_add_reason]
     comments[(*service, "healthcheck")] = [f"start_period: {ctx.d.healthcheck_reason}"]
     return comments
 
 
-def _header(ctx: Any) -> list[str]:
+def _header(ctx: RenderContext) -> list[str]:
     d = ctx.d
     return [f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}."]
 
 
-def _notes(ctx: Any) -> list[str]:
+def _notes(ctx: RenderContext) -> list[str]:
     return ([f"Host: {note}." for note in ctx.d.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
 
 
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
 
 
-def _merge_profiles(ctx: Any, doc: dict[str, Any]) -> dict[Path, list[str]]:
+def _merge_profiles(ctx: RenderContext, doc: dict[str, Any]) -> dict[Path, list[str]]:
     """--with PROFILE: the profiles' services and volumes join the stack (kit/deploy/profiles.py); returns their comments."""
     comments: dict[Path, list[str]] = {}
     for parts in ctx.profile_parts:
@@ -231,7 +195,7 @@ def _merge_profiles(ctx: Any, doc: dict[str, Any]) -> dict[Path, list[str]]:
     return comments
 
 
-def compose_file(ctx: Any) -> str:
+def compose_file(ctx: RenderContext) -> str:
     """compose.yaml for one node: the one-shot model fetch, then the server. A server beside another preset's
     (``ctx.service_suffix``) gets suffixed service names in its own file, which compose.yaml includes."""
     d = ctx.d
@@ -244,11 +208,11 @@ def compose_file(ctx: Any) -> str:
     if d.jetson_runtime:
         server["runtime"] = "nvidia"
     # The watchdog runs the image's server and exits when /health stops answering while it lives.
+    assert d.hardening is not None
     server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
     server["command"] = [_s(a) for a in d.serve_args]
     server["ports"] = [_s(ctx.published_port)]
-    server["environment"] = {k: _s(v) for k, v in d.environment.items()}
-    server["env_file"] = ENV_FILE
+    server["environment"] = _environment({k: _s(v) for k, v in d.environment.items()}, "server", ctx)
     server["volumes"] = [*_volumes(ctx, compile_cache=True), _s(ctx.watchdog_mount)]
     _shm_and_caps(ctx, server)
     server["init"] = True
@@ -274,7 +238,7 @@ def compose_file(ctx: Any) -> str:
                            **services}
         doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
     profile_comments = _merge_profiles(ctx, doc)
-    comments = {
+    comments: dict[Path, list[str]] = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
                        "and healthchecks."],
         ("services", fetch): [
@@ -304,9 +268,10 @@ def compose_file(ctx: Any) -> str:
     return dump_with_comments(doc, header, comments)
 
 
-def cluster_compose_file(ctx: Any) -> str:
+def cluster_compose_file(ctx: RenderContext) -> str:
     """One role of a Ray cluster over several nodes: the head (Ray head + API server) or a worker (Ray only)."""
     d, cl = ctx.d, ctx.d.cluster
+    assert cl is not None  # rendered for cluster presets only
     head = ctx.role == "head"
     name = ctx.service
     node: dict[str, Any] = {
@@ -325,8 +290,7 @@ def cluster_compose_file(ctx: Any) -> str:
     if cl.host_network:
         # Fixed text, the one place compose interpolation is meant: each host's address from its own .env.
         environment["VLLM_HOST_IP"] = "${VLLM_HOST_IP:?set VLLM_HOST_IP in .env to this host's address (see .env.example)}"
-    node["environment"] = environment
-    node["env_file"] = ENV_FILE
+    node["environment"] = _environment(environment, "ray_head" if head else "ray_worker", ctx)
     node["volumes"] = _volumes(ctx, compile_cache=True, launcher=True)
     _shm_and_caps(ctx, node)
     node["init"] = True

@@ -241,7 +241,7 @@ def weights_gib_estimate(preset: Preset) -> float | None:
     except ImportError:  # pragma: no cover - planner not installed
         return None
     try:
-        spec = load_model_spec(preset.model.id)
+        spec = load_model_spec(preset.model.local_path or preset.model.id)
     except Exception:  # noqa: BLE001 - unknown model: fall back to the default window
         return None
     weight_bytes = getattr(spec, "weights_bytes", None)
@@ -381,11 +381,8 @@ def image_env_for(preset: Preset) -> dict[str, str]:
 
 
 def served_name_for(preset: Preset) -> str:
-    if preset.model.served_model_name:
-        return preset.model.served_model_name
-    if preset.model.is_local:
-        return PurePosixPath(preset.model.id.rstrip("/")).name
-    return preset.model.id
+    # A host folder's model answers to its model.id (model= sets it to the folder's name), as a hub model does.
+    return preset.model.served_model_name or preset.model.id
 
 
 def server_listen_for(preset: Preset) -> tuple[str, int]:
@@ -581,7 +578,7 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
         problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
     shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
     if shared:
-        from kit.memory.plan import default_gpu_memory_utilization
+        from kit.memory.rules import default_gpu_memory_utilization
 
         mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
                         for d in (other, primary))
@@ -617,9 +614,12 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         base = f"{base}@{img.base_digest}"
 
     served = served_name_for(preset)
-    if preset.model.is_local:
-        container_path = f"{MODELS_DIR}/{PurePosixPath(preset.model.id.rstrip('/')).name}"
-        model_mount: tuple[str, str] | None = (preset.model.id, container_path)
+    host_path = preset.model.local_path
+    if host_path is not None:
+        # Mounted read-only wherever it is mounted (compose `:ro`, Kubernetes readOnly); only model-make, for a
+        # generated model, writes into it.
+        container_path = f"{MODELS_DIR}/{PurePosixPath(host_path.rstrip('/')).name}"
+        model_mount: tuple[str, str] | None = (host_path, container_path)
         model_arg = container_path
     else:
         model_mount, model_arg = None, preset.model.id

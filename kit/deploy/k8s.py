@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 
 from kit.config.preset import ram_in_bytes
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text, k8s_escape
+from kit.core.yamlwrite import checked, comment_lines, yaml_text
 from kit.deploy import deployment as dep
+
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
+    from kit.memory.plan import Plan
 
 K8S_DIR = "k8s"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -73,7 +77,7 @@ def rules() -> dict[str, Any]:
     return load_yaml("k8s.yaml")
 
 
-def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
+def model_weights_gib(plan: Plan | None, d: dep.Deployment) -> float | None:
     """The whole model's weights as the planner counts them: one rank's weights times the ranks."""
     if plan is None:
         return None
@@ -81,7 +85,7 @@ def model_weights_gib(plan: Any, d: dep.Deployment) -> float | None:
     return plan.weights_gib * eng.tp * eng.pp
 
 
-def model_cache_size(plan: Any, d: dep.Deployment) -> str:
+def model_cache_size(plan: Plan | None, d: dep.Deployment) -> str:
     """The model-cache claim: the model's weights x copies + extra (kit/data/k8s.yaml says why)."""
     weights = model_weights_gib(plan, d)
     if weights is None:
@@ -98,7 +102,7 @@ def ranks_in_pod(d: dep.Deployment) -> int:
     return min(eng.tp * eng.pp, hw.count)
 
 
-def resources_for(d: dep.Deployment, plan: Any, *, serves: bool) -> dict[str, Any]:
+def resources_for(d: dep.Deployment, plan: Plan | None, *, serves: bool) -> dict[str, Any]:
     """requests (cpu, memory) and limits (memory, GPUs) of the server or Ray-worker container."""
     rule = rules()["resources"]
     ranks = ranks_in_pod(d)
@@ -148,6 +152,7 @@ def pod_security(d: dep.Deployment) -> dict[str, Any]:
 def container_security(d: dep.Deployment) -> dict[str, Any]:
     # The capability set and writable paths compose uses (kit/data/hardening.yaml); the root stays read-only.
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    assert d.hardening is not None  # the pipeline fills it (deployment.hardening_for)
     if d.hardening.cap_add:
         capabilities["add"] = list(d.hardening.cap_add)
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": capabilities}
@@ -156,6 +161,7 @@ def container_security(d: dep.Deployment) -> dict[str, Any]:
 def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
     """emptyDirs where the server writes on a read-only root (compose's tmpfs mounts): /tmp and HOME."""
     vols, mounts = [], []
+    assert d.hardening is not None
     for number, (path, size) in enumerate(d.hardening.tmpfs.items()):
         vols.append({"name": f"writable-{number}", "emptyDir": {"sizeLimit": k8s_quantity(size)}})
         mounts.append({"name": f"writable-{number}", "mountPath": path})
@@ -166,9 +172,20 @@ def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> li
     return [{"name": k, "value": literal(v)} for k, v in d.environment.items()] + list(extra or [])
 
 
-def secret_env(d: dep.Deployment) -> list[dict[str, Any]]:
-    # HF_TOKEN, VLLM_API_KEY (and HF_ENDPOINT) from a Secret made from .env; optional, so public models work.
-    return [{"secretRef": {"name": secret_name(d), "optional": True}}]
+def secret_env(d: dep.Deployment, role: str) -> list[dict[str, Any]]:
+    """One `secretKeyRef` per .env name the container of ``role`` reads (kit/data/service_env.yaml), from the
+    Secret made from .env: no container sees the others' keys (an `envFrom` of the whole Secret gave HF_TOKEN to
+    the server and the API key to the fetch). Optional (a public model needs no token, a default needs no
+    setting), except the API key when runtime.require_api_key is set: the pod then does not start without it
+    (Kubernetes: a missing non-optional key or Secret is CreateContainerConfigError)."""
+    from kit.deploy.service_env import API_KEY_ENV, api_key_required, env_names
+
+    refs = []
+    for name in env_names(role, d, target="k8s"):
+        required = name == API_KEY_ENV and api_key_required(d)
+        refs.append({"name": name, "valueFrom": {"secretKeyRef": {
+            "name": secret_name(d), "key": name, "optional": not required}}})
+    return refs
 
 
 def hf_claim_name(d: dep.Deployment) -> str:
@@ -212,23 +229,22 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
         "name": "model-fetch",
         "image": ctx_image,
         "command": literal_list(d.fetch_command),
-        "env": [{"name": "HF_HOME", "value": dep.HF_HOME}],
-        "envFrom": secret_env(d),
+        "env": [{"name": "HF_HOME", "value": dep.HF_HOME}, *secret_env(d, "fetch")],
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
         "securityContext": container_security(d),
     }
 
 
-def pod_spec(d: dep.Deployment, image: str, plan: Any, *, command: list[str], args: list[str], serves: bool,
+def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[str], args: list[str], serves: bool,
              launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
     vols, mounts = volumes(d, launcher_map)
+    role = ("server" if d.cluster is None else "ray_head") if serves else "ray_worker"
     server: dict[str, Any] = {
         "name": "vllm" if serves else "ray-worker",
         "image": image,
         "command": command,
         "args": args,
-        "env": env_list(d, extra_env),
-        "envFrom": secret_env(d),
+        "env": env_list(d, extra_env) + secret_env(d, role),
         "volumeMounts": mounts,
         "securityContext": container_security(d),
     }
@@ -277,7 +293,35 @@ def service(d: dep.Deployment, selector: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str, Any]]:
+# Pod labels the LeaderWorkerSet controller sets on every pod of a group (kubernetes-sigs/lws docs, "Labels,
+# annotations and environment variables": leaderworkerset.sigs.k8s.io/name and /group-index, 0 to replicas-1).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+def network_policy(d: dep.Deployment, pods: dict[str, str], group: dict[str, str] | None = None) -> dict[str, Any]:
+    """Ingress to the stack's pods: the API port from pods of the same namespace only, and with several nodes every
+    port from the pods of the same LeaderWorkerSet group only (Ray's GCS, raylets, object managers and worker
+    range, NCCL and Gloo all pick ports of their own, so the group's peers get all ports, nobody else any).
+
+    The API's selector is `podSelector: {}` in the policy's own namespace (no namespaceSelector): the namespace's
+    ingress (a gateway, an Ingress controller or clients deployed beside the server) reaches it, pods of other
+    namespaces do not. The kit cannot know where a cluster-wide Ingress controller lives; such a site adds a
+    `from` entry with that namespace's selector (a kustomize patch). Probes are unaffected: traffic from the pod's
+    own node is always allowed (Kubernetes docs, "Network Policies": behaviour of to and from selectors)."""
+    api = {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": dep.CONTAINER_PORT}]}
+    ingress: list[dict[str, Any]] = [api]
+    if group is not None:
+        ingress.append({"from": [{"podSelector": {"matchLabels": group}}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{app_name(d)}-ingress", "labels": labels(d)},
+        "spec": {"podSelector": {"matchLabels": pods}, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
+def single_node(d: dep.Deployment, image: str, plan: Plan | None) -> dict[str, dict[str, Any]]:
     name = app_name(d)
     selector = {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "server"}
     deployment = {
@@ -299,12 +343,13 @@ def single_node(d: dep.Deployment, image: str, plan: Any) -> dict[str, dict[str,
     return {
         "deployment.yaml": deployment,
         "service.yaml": service(d, selector),
+        "networkpolicy.yaml": network_policy(d, selector),
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteOnce"),
         "compile-cache-pvc.yaml": compile_claim(d, "ReadWriteOnce"),
     }
 
 
-def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[str, dict[str, Any]]:
+def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Plan | None) -> dict[str, dict[str, Any]]:
     cl = d.cluster
     assert cl is not None
     name = app_name(d)
@@ -316,7 +361,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
     # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
     worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
                       serves=False, launcher_map=launcher_map, extra_env=node_ip)
-    role = "leaderworkerset.sigs.k8s.io/name"
+    role = LWS_NAME_LABEL
     lws = {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
@@ -343,6 +388,8 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
         "leaderworkerset.yaml": lws,
         "ray-node-configmap.yaml": config_map,
         "service.yaml": service(d, {role: name, "role": "leader"}),
+        # One group (replicas: 1 above, group index 0): a second group would need its own peer rule.
+        "networkpolicy.yaml": network_policy(d, {role: name}, {role: name, LWS_GROUP_LABEL: "0"}),
         # Every pod loads its own layers: a claim all nodes can mount (an RWX storage class: NFS, CephFS, ...).
         "pvc.yaml": claim(d, hf_claim_name(d), model_cache_size(plan, d), "ReadWriteMany"),
         # Each rank writes its own subdirectory of the compile cache (rank_<i>_<j>), so the pods can share one claim.
@@ -350,7 +397,7 @@ def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Any) -> dict[
     }
 
 
-def header(d: dep.Deployment, image: str, plan: Any) -> str:
+def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
     weights = model_weights_gib(plan, d)
     model_rule = rules()["model_cache"]
     sized = (f"~{weights:.1f} GiB of weights x {model_rule['copies']} + {model_rule['extra_gib']} GiB"
@@ -361,6 +408,11 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
         f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
         "  kubectl apply -k k8s/",
+        "Each container reads only its own keys of that Secret (secretKeyRef): the server VLLM_API_KEY"
+        + (" (required: runtime.require_api_key)" if d.preset.runtime.require_api_key else "")
+        + ", the model fetch HF_TOKEN and HF_ENDPOINT.",
+        "networkpolicy.yaml: the API port from pods of this namespace only"
+        + ("; Ray's and NCCL's ports between the pods of one group only." if d.cluster is not None else "."),
         f"Model cache claim: {sized} (rules: kit/data/k8s.yaml).",
         "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
@@ -372,21 +424,15 @@ def header(d: dep.Deployment, image: str, plan: Any) -> str:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
         lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
-    return "".join(f"# {line}\n" for line in lines)
-
-
-class _Dumper(yaml.SafeDumper):
-    """No anchors and aliases: the same mount listed twice is written out twice, as kubectl users expect."""
-
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's signature
-        return True
+    return comment_lines(lines)
 
 
 def dump(doc: dict[str, Any]) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+    """One manifest as YAML, by the writer compose files use (kit/core/yamlwrite.py), read back before it is kept."""
+    return checked(yaml_text(doc), doc)
 
 
-def render_manifests(ctx: Any, launcher: str) -> dict[str, str]:
+def render_manifests(ctx: RenderContext, launcher: str) -> dict[str, str]:
     """``ctx`` is kit.deploy.render.RenderContext; returns {k8s/<file>: text}."""
     d: dep.Deployment = ctx.d
     plan = ctx.plan

@@ -7,13 +7,16 @@ Grafana provisioning files, the dashboard JSON) and is pure, like the rest of th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text
-from kit.deploy.composefile import dump_with_comments
+from kit.core.yamlwrite import dump_with_comments
 from kit.deploy.profiles import ProfileParts
+
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
 
 DIR = "monitoring"
 PROMETHEUS_FILE = f"{DIR}/prometheus.yml"
@@ -121,6 +124,7 @@ def _hardened(service: dict[str, Any], tmpfs: list[str]) -> dict[str, Any]:
     service["cap_drop"] = ["ALL"]
     service["security_opt"] = ["no-new-privileges:true"]
     service["read_only"] = True
+    service["pids_limit"] = load_yaml("hardening.yaml")["pids_limit"]
     if tmpfs:
         service["tmpfs"] = tmpfs
     return service
@@ -157,7 +161,7 @@ def _services(restart: str, host_network: bool) -> dict[str, dict[str, Any]]:
     return {PROMETHEUS_SERVICE: _hardened(prometheus, []), GRAFANA_SERVICE: _hardened(grafana, ["/tmp"])}
 
 
-def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
+def monitoring_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     """Prometheus scraping each vLLM server of the stack (``servers``: their compose service names), and Grafana
     reading Prometheus; both reachable on the host's 127.0.0.1 only."""
     s = settings()
@@ -182,7 +186,7 @@ def monitoring_profile(ctx: Any, servers: list[str]) -> ProfileParts:
         DASHBOARD_FILE: json.dumps(dashboard(), indent=2) + "\n",
     }
     scraped = ", ".join(servers if not host_network else [f"the head's server ({targets[0]})"])
-    comments = {
+    comments: dict[tuple[str, ...], list[str]] = {
         ("services", PROMETHEUS_SERVICE): [
             f"Monitoring: Prometheus scrapes /metrics of {scraped} every {s['scrape_interval']} "
             f"({PROMETHEUS_FILE}); http://127.0.0.1:{host_ports['prometheus']}",

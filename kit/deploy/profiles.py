@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError
+
+if TYPE_CHECKING:
+    from kit.deploy.render import RenderContext
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,6 @@ def check_profiles(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def build_profiles(ctx: Any, names: tuple[str, ...], servers: list[str]) -> tuple[ProfileParts, ...]:
+def build_profiles(ctx: RenderContext, names: tuple[str, ...], servers: list[str]) -> tuple[ProfileParts, ...]:
     table = builders()
     return tuple(table[name](ctx, servers) for name in names)

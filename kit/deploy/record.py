@@ -78,7 +78,7 @@ class Record:
         return data
 
     def text(self) -> str:
-        from kit.deploy.composefile import dump_with_comments
+        from kit.core.yamlwrite import dump_with_comments
 
         return dump_with_comments(self.as_data(), HEADER, {})
 
@@ -136,11 +136,18 @@ def merge_overrides(old: tuple[str, ...] | list[str], new: tuple[str, ...] | lis
 
 
 def model_overrides(model: str | None) -> tuple[str, ...]:
-    """``model=ID`` on any command that takes a preset: the id, and neither the preset's generated tiny model nor
-    its served name (the server then answers to the id itself, as `vllm serve ID` does)."""
+    """``model=ID|PATH`` on any command that takes a preset: a hub id, or a host folder (model.host_path, with the
+    folder's name as model.id), and neither the preset's generated tiny model nor its served name (the server then
+    answers to the id, as `vllm serve ID` does)."""
     if not model:
         return ()
-    return (f"model.id={model}", "model.generate=null", "model.served_model_name=null")
+    from kit.config.preset import looks_like_model_path, model_name_for_path
+
+    if looks_like_model_path(model):
+        where = (f"model.host_path={model}", f"model.id={model_name_for_path(model)}")
+    else:
+        where = (f"model.id={model}", "model.host_path=null")
+    return (*where, "model.generate=null", "model.served_model_name=null")
 
 
 def _union(old: tuple[str, ...], add: tuple[str, ...], drop: tuple[str, ...]) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.config.hubfetch import fetch_script
 from kit.core.datafiles import IMAGES_DIR
@@ -15,6 +15,9 @@ from kit.deploy.composefile import cluster_compose_file, compose_file
 from kit.deploy.deployment import Deployment
 from kit.deploy.profiles import build_profiles
 from kit.deploy.templating import render_template
+
+if TYPE_CHECKING:
+    from kit.memory.plan import Plan
 
 DOCKERIGNORE = """\
 # The build context is only what the image needs: never .env, models or caches.
@@ -35,7 +38,7 @@ class RenderContext:
     d: Deployment
     image_ref: str
     plan_lines: list[str] = field(default_factory=list)
-    plan: Any = None  # kit.memory.plan.Plan when the planner ran (sizes the Kubernetes claims and requests)
+    plan: Plan | None = None  # when the planner ran (sizes the Kubernetes claims and requests)
     user: str = dep.APP_USER
     uid: int = dep.APP_UID
     home: str = dep.APP_HOME
@@ -175,7 +178,7 @@ def tiny_model_text() -> str:
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Any = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
+           plan: Plan | None = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
     adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes; each profile
     (kit/deploy/profiles.py) adds its services to compose.yaml and its files beside it.

@@ -14,11 +14,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import Problem
 from kit.deploy.composefile import BUILT_PULL_POLICY
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
+    from kit.deploy.deployment import Deployment
+    from kit.deploy.render import RenderContext
 
 ROUTER_SERVICE = "router"
 ROUTER_DIR = "router"  # the router image's build context, beside compose.yaml
@@ -55,7 +60,7 @@ class RouterSpec:
         return f"{self.package}=={self.version}"
 
 
-def router_spec(preset: Any) -> RouterSpec:
+def router_spec(preset: Preset) -> RouterSpec:
     data = load_yaml("router.yaml")
     return RouterSpec(
         package=data["package"], version=str(data["version"]),
@@ -75,7 +80,7 @@ def replica_service(server_service: str, index: int) -> str:
     return f"{server_service}-{index}"
 
 
-def replica_gpu_ids(preset: Any) -> list[list[str]]:
+def replica_gpu_ids(preset: Preset) -> list[list[str]]:
     """Each replica's GPU ids (disjoint, in order); [] per replica on CPU. Assumes replica_problems() passed."""
     hw, eng = preset.hardware, preset.engine
     n = preset.runtime.replicas
@@ -86,7 +91,7 @@ def replica_gpu_ids(preset: Any) -> list[list[str]]:
     return [ids[i * per:(i + 1) * per] for i in range(n)]
 
 
-def replica_problems(where: str, preset: Any, target: str = "compose") -> list[Problem]:
+def replica_problems(where: str, preset: Preset, target: str = "compose") -> list[Problem]:
     """Every reason ``runtime.replicas`` cannot be rendered as asked, each naming the field."""
     hw, eng, rt = preset.hardware, preset.engine, preset.runtime
     if rt.replicas == 1:
@@ -138,7 +143,7 @@ def router_args(spec: RouterSpec, worker_urls: list[str], startup_timeout: int) 
 class RouterImageContext:
     """The one object the router's Dockerfile template receives."""
 
-    d: Any  # kit.deploy.deployment.Deployment
+    d: Deployment
     spec: RouterSpec
     venv: str
     uid: int
@@ -149,7 +154,7 @@ def router_requirements_text(spec: RouterSpec) -> str:
     return f"# Pinned by vllm-kit (kit/data/router.yaml).\n{spec.requirement}\n"
 
 
-def router_files(d: Any, uid: int, user: str) -> dict[str, str]:
+def router_files(d: Deployment, uid: int, user: str) -> dict[str, str]:
     """The router image's build context, as files under router/ (pure)."""
     from kit.deploy.templating import render_template
 
@@ -162,7 +167,7 @@ def router_files(d: Any, uid: int, user: str) -> dict[str, str]:
     }
 
 
-def router_image_ref(d: Any, files: dict[str, str]) -> str:
+def router_image_ref(d: Deployment, files: dict[str, str]) -> str:
     """A tag that changes exactly when the router image's inputs change."""
     spec = router_spec(d.preset)
     text = "\0".join(files[f"{ROUTER_DIR}/{name}"] for name in ("Dockerfile", "requirements.txt"))
@@ -172,7 +177,7 @@ def router_image_ref(d: Any, files: dict[str, str]) -> str:
 # ---------------------------------------------------------------------------------------------- compose
 
 
-def replicated_services(ctx: Any, server: dict[str, Any],
+def replicated_services(ctx: RenderContext, server: dict[str, Any],
                         s: Callable[[object], str]) -> tuple[dict[str, Any], list[str], dict[tuple[str, ...], list[str]]]:
     """The replicas (copies of ``server``, each with its own compile cache and GPUs, published nowhere) and the
     router in front of them. Returns (services, extra volume names, comments by path)."""
@@ -223,7 +228,7 @@ def replicated_services(ctx: Any, server: dict[str, Any],
     router["healthcheck"] = {"test": ["CMD", f"{ROUTER_VENV}/bin/python", "-c", probe], "interval": "10s",
                              "timeout": "6s", "retries": 3, "start_period": "30s"}
     services[ROUTER_SERVICE] = router
-    comments = {
+    comments: dict[tuple[str, ...], list[str]] = {
         ("services", ROUTER_SERVICE): [
             f"The one endpoint: vLLM's router ({spec.requirement}, kit/data/router.yaml) in front of {rt.replicas} "
             f"replicas, policy {spec.policy}.",

@@ -1,6 +1,6 @@
 """The one Jinja environment, and the small filters that quote values for their target.
 
-Templates remain only for Dockerfiles and text files (compose files are data: kit/deploy/composefile.py). Every value
+Templates remain only for Dockerfiles and text files (YAML files are data, serialised by kit/core/yamlwrite.py). Every value
 a template writes passes one filter for its target; each filter applies the rules of kit/core/safevalue.py (the
 same ones preset validation applies) and refuses without echoing the value, since it may be a secret.
 StrictUndefined: a misspelled variable fails instead of rendering empty.
@@ -12,7 +12,6 @@ import functools
 import json
 import re
 import shlex
-from pathlib import Path
 
 import jinja2
 
@@ -20,16 +19,10 @@ from kit.core.datafiles import COMPOSE_DIR, IMAGES_DIR, TEMPLATES_DIR
 from kit.core.safevalue import UnsafeValue, check_image_ref, check_text
 
 __all__ = ["UnsafeValue", "comment", "dockerfile_str", "environment", "exec_form", "image_ref", "render_template",
-           "shell_quote", "word", "yaml_str"]
+           "shell_quote", "word"]
 
 
 _refuse_control = check_text
-
-
-def yaml_str(value: object) -> str:
-    """A YAML double-quoted scalar (JSON strings are valid YAML). ``$`` is doubled: compose interpolates it."""
-    text = _refuse_control(value, "a value for YAML")
-    return json.dumps(text.replace("$", "$$"), ensure_ascii=False)
 
 
 def dockerfile_str(value: object) -> str:
@@ -100,7 +93,6 @@ def environment() -> jinja2.Environment:
         bytecode_cache=_bytecode_cache(),
     )
     env.filters.update(
-        yaml_str=yaml_str,
         dockerfile_str=dockerfile_str,
         exec_form=exec_form,
         shell_quote=shell_quote,
@@ -114,10 +106,3 @@ def environment() -> jinja2.Environment:
 
 def render_template(name: str, **context: object) -> str:
     return environment().get_template(name).render(**context)
-
-
-def template_path(name: str) -> Path:
-    for folder in (IMAGES_DIR, COMPOSE_DIR):
-        if (folder / name).is_file():
-            return folder / name
-    raise FileNotFoundError(name)

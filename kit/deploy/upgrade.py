@@ -21,13 +21,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from kit.config.flags import FlagError, FlagSnapshot, available_versions, check_engine, engine_to_argv, \
     load_snapshot, renamed_flag
 from kit.config.preset import display_path, load_preset
 from kit.core.errors import KitError, Problem
 from kit.deploy.record import Request, Resolved, resolve
+
+if TYPE_CHECKING:
+    from kit.memory.plan import Plan
+    from kit.config.preset import Preset
 
 UPGRADE_FIELD = "image.vllm_version"
 # How to make a snapshot (kit/config/flagsnap.py): in a throwaway venv with that release, or where vLLM is installed.
@@ -64,7 +68,7 @@ class Side:
     version: str
     problems: tuple[Problem, ...] = ()  # what `kit validate` (or the render) refuses
     warnings: tuple[Problem, ...] = ()
-    plan: Any = None  # kit.memory.plan.Plan, or None (see plan_note)
+    plan: Plan | None = None  # None (see plan_note)
     plan_note: str | None = None
     files: dict[str, str] | None = None  # None: the render is refused (problems say why)
 
@@ -107,7 +111,7 @@ class Upgrade:
         found += [p for p in self.after.problems if not any(p.where.endswith(where) for where in flagged)]
         if self.after.fits is False and not any("does not fit" in p.message for p in self.after.problems):
             found.append(Problem("engine", f"does not fit in memory at vLLM {self.target}: vLLM would fail with: "
-                                           f"{self.after.plan.error}"))
+                                           f"{self.after.plan.error if self.after.plan else '?'}"))
         return found
 
     @property
@@ -203,7 +207,8 @@ def _removed(key: str, old: FlagSnapshot, new: FlagSnapshot, current: str, targe
                               f"use {entry.get('value') or replacement}", blocking=True, after=replacement)
         return FlagChange(key, "removed", "preset", f"removed by vLLM {target}: {note}".rstrip(": "), "delete it",
                           blocking=True)
-    moved = {_options_of(new).get(option) for option in (*spec.options, *spec.hidden_options)} - {None}
+    moved = {found for option in (*spec.options, *spec.hidden_options)
+             if (found := _options_of(new).get(option)) is not None}
     if moved:
         other = sorted(moved)[0]
         return FlagChange(key, "renamed", "preset", f"its option now sets {other} in vLLM {target}",
@@ -266,11 +271,11 @@ def flag_changes(engine: Mapping[str, Any], current: str, target: str,
     return changes
 
 
-def _kit_options(preset: Any) -> list[str]:
+def _kit_options(preset: Preset) -> list[str]:
     """The options of the server command that the kit writes itself (model, served name, host, port, ...)."""
     from kit.deploy.deployment import serve_args_for, server_command_for, served_name_for
 
-    bare = preset.model_copy(update={"engine": type(preset.engine)()})  # the command without the preset's flags
+    bare = preset.model_copy(update={"engine": type(preset.engine).model_validate({})})  # the command without the preset's flags
     args = serve_args_for(bare, served_name_for(bare), "MODEL", server_command_for(bare))
     return [word for word in args if word.startswith("--")]
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError, Problem
 from kit.core.safevalue import compose_text
 from kit.deploy.profiles import ProfileParts
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
+    from kit.deploy.render import RenderContext
 
 SERVICE = "webui"
 
@@ -32,7 +36,7 @@ def image_ref() -> str:
     return f"{data['image']}:{data['tag']}"
 
 
-def webui_exposure(where: str, preset: Any) -> list[Problem]:
+def webui_exposure(where: str, preset: Preset) -> list[Problem]:
     """Open WebUI is published on runtime.bind_address; beyond loopback its login page is on the network, and its
     admin holds the server's key and runs Functions (Python code) inside the container."""
     from kit.deploy.checks import LOOPBACK
@@ -51,7 +55,7 @@ def webui_exposure(where: str, preset: Any) -> list[Problem]:
     )]
 
 
-def webui_profile(ctx: Any, servers: list[str]) -> ProfileParts:
+def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     """Open WebUI wired to the stack's first server over the compose network; its port on the server's bind address."""
     if ctx.d.cluster is not None:
         raise PresetError("--with webui: the chat front end needs a one-node preset (hardware.nodes=1)")

@@ -18,10 +18,15 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import gpu_catalog, load_yaml
+from kit.core.gpus import gpu_key
 from kit.core.versions import version_or_oldest
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
+    from kit.memory.plan import Plan
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 GIB = 1 << 30
@@ -174,33 +179,8 @@ def parse_nvidia_smi(text: str) -> list[SmiGpu]:
             mib = int(float(memory))
         except ValueError:
             continue
-        gpus.append(SmiGpu(i, name, mib, driver, catalog_key_for(name, mib)))
+        gpus.append(SmiGpu(i, name, mib, driver, gpu_key(name, mib)))
     return gpus
-
-
-def _norm(name: str) -> str:
-    text = name.lower()
-    for word in ("nvidia", "geforce", "tesla"):
-        text = text.replace(word, " ")
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def catalog_key_for(smi_name: str, memory_mib: int | None = None) -> str | None:
-    """Map an nvidia-smi name to the catalog: exact name, then the name without vendor words.
-
-    Names shared by models with different memory (the RTX 4060 Ti comes with 8 or 16 GB) match only when the
-    memory agrees within 10 %.
-    """
-    catalog = gpu_catalog()
-    wanted = _norm(smi_name)
-    candidates = [k for k, g in catalog.items() if g["name"].lower() == smi_name.lower()]
-    if not candidates:
-        candidates = [k for k, g in catalog.items()
-                      if _norm(g["name"]) == wanted or wanted in (_norm(a) for a in g.get("aliases", []))]
-    if memory_mib:
-        fitting = [k for k in candidates if abs(catalog[k]["memory_gib"] * 1024 - memory_mib) / memory_mib < 0.1]
-        candidates = fitting
-    return candidates[0] if candidates else None
 
 
 version_key = version_or_oldest  # host tools' versions (Docker, Compose, the driver), compared by packaging
@@ -209,7 +189,7 @@ version_key = version_or_oldest  # host tools' versions (Docker, Compose, the dr
 # ----------------------------------------------------------------------------------------- checking
 
 
-def check_docker(facts: HostFacts, preset: Any | None) -> Check:
+def check_docker(facts: HostFacts, preset: Preset | None) -> Check:
     result, table = facts.docker_info, host_table()["docker"]
     info = parse_docker_info(result.stdout) if result.returncode == 0 else None
     if info is None or not info.get("ServerVersion"):
@@ -220,10 +200,11 @@ def check_docker(facts: HostFacts, preset: Any | None) -> Check:
     version = info["ServerVersion"]
     detail = f"Docker {version} ({info.get('OperatingSystem', '?')}, {info.get('Architecture', '?')})"
     gpu = preset is not None and preset.hardware.gpu is not None and preset.image.strategy != "jetson"
-    if gpu and preset.hardware.gpu_runtime == "cdi" and version_key(version) < version_key(table["min_cdi"]):
+    cdi = gpu and preset is not None and preset.hardware.gpu_runtime == "cdi"
+    if cdi and version_key(version) < version_key(table["min_cdi"]):
         return Check("docker engine", FAIL, f"{detail}: compose `driver: cdi` needs Docker {table['min_cdi']}+",
                      "upgrade Docker Engine, or use hardware.gpu_runtime=nvidia")
-    if gpu and preset.hardware.gpu_runtime == "cdi" and version_key(version) < version_key(table["cdi_default"]) \
+    if cdi and version_key(version) < version_key(table["cdi_default"]) \
             and not info.get("CDISpecDirs"):
         # Docker 25-28.1 has CDI only when the daemon opts in; `docker info` lists CDISpecDirs when it is on.
         return Check("docker engine", WARN, f"{detail}: CDI is opt-in before Docker {table['cdi_default']} and "
@@ -254,11 +235,7 @@ def check_compose(facts: HostFacts) -> Check:
     return Check("compose", PASS, f"Compose v2 ({version} >= {need})")
 
 
-def _needs_gpu(preset: Any | None) -> bool:
-    return preset is None or preset.hardware.gpu is not None
-
-
-def check_gpu_runtime(facts: HostFacts, preset: Any | None) -> Check:
+def check_gpu_runtime(facts: HostFacts, preset: Preset | None) -> Check:
     name = "nvidia container runtime"
     if preset is not None and preset.hardware.gpu is None:
         return Check(name, PASS, "not needed: the preset runs on the CPU")
@@ -311,7 +288,7 @@ def _smi_missing(facts: HostFacts) -> str:
     return lines[-1][:160] if lines else "no output"
 
 
-def check_driver(facts: HostFacts, preset: Any | None) -> Check:
+def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
     from kit.deploy.deployment import base_image_for
 
     name = "nvidia driver"
@@ -328,7 +305,7 @@ def check_driver(facts: HostFacts, preset: Any | None) -> Check:
     if preset is None:
         return Check(name, PASS, f"driver {driver}")
     _, _, cuda, min_driver = base_image_for(preset)
-    if min_driver and version_key(driver) < version_key(min_driver):
+    if min_driver and cuda and version_key(driver) < version_key(min_driver):  # a CUDA base names both
         options, note = driver_alternatives(driver, cuda, preset, gpus)
         fix = f"upgrade the driver to >= {min_driver}" + "".join(f", or {o}" for o in options)
         if not options:
@@ -338,7 +315,7 @@ def check_driver(facts: HostFacts, preset: Any | None) -> Check:
     return Check(name, PASS, f"driver {driver} >= {min_driver} (CUDA {cuda} image)" if min_driver else f"driver {driver}")
 
 
-def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu]) -> tuple[list[str], str | None]:
+def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGpu]) -> tuple[list[str], str | None]:
     """What runs on a driver older than the image's CUDA needs, read from the tables: another CUDA build of the
     release, CUDA forward compatibility (datacenter GPUs), or the newest older pin whose build the driver runs.
     Returns the options and a note on what does not apply to these GPUs."""
@@ -399,7 +376,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Any, gpus: list[SmiGpu])
     return options, note
 
 
-def _plan_on(preset: Any, memory_gib: float) -> Any:
+def _plan_on(preset: Preset, memory_gib: float) -> Plan | None:
     from kit.memory.plan import plan
     from kit.memory.preset_plan import as_preset_fixes, plan_inputs_for
 
@@ -409,7 +386,7 @@ def _plan_on(preset: Any, memory_gib: float) -> Any:
     return as_preset_fixes(plan(inputs.model_copy(update={"gpu_memory_gib": memory_gib})))  # fixes as overrides
 
 
-def check_gpus(facts: HostFacts, preset: Any | None, where: str = "preset") -> list[Check]:
+def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -> list[Check]:
     """GPU count, names and memory against the preset, and the planner's verdict on the real memory."""
     from kit.core.errors import KitError
 
@@ -427,6 +404,7 @@ def check_gpus(facts: HostFacts, preset: Any | None, where: str = "preset") -> l
     if preset is None:
         return [Check(name, PASS, f"{len(gpus)} GPU(s): {listing}")]
     hw = preset.hardware
+    assert hw.gpu is not None  # a CPU preset returned above
     wanted = gpu_catalog()[hw.gpu]
     if hw.device_ids:
         chosen = [g for g in gpus if str(g.index) in hw.device_ids]
@@ -481,7 +459,7 @@ def check_gpus(facts: HostFacts, preset: Any | None, where: str = "preset") -> l
     return checks
 
 
-def check_shm(facts: HostFacts, preset: Any | None) -> Check:
+def check_shm(facts: HostFacts, preset: Preset | None) -> Check:
     from kit.config.preset import ram_in_bytes
     from kit.deploy.deployment import shm_size_for
 
@@ -507,7 +485,7 @@ def check_shm(facts: HostFacts, preset: Any | None) -> Check:
     return Check(name, PASS, f"the container gets shm_size {shm.shm_size} from compose.yaml (host /dev/shm {host_mib} MiB)")
 
 
-def need_gib(preset: Any | None) -> tuple[float, str]:
+def need_gib(preset: Preset | None) -> tuple[float, str]:
     """Disk wanted for the image and the weights, with how it was reckoned."""
     table = host_table()
     if preset is None:
@@ -540,7 +518,7 @@ def need_gib(preset: Any | None) -> tuple[float, str]:
     return image + weights, f"image ~{image:.0f} GiB ({strategy}) + weights {weights:.1f} GiB ({how})"
 
 
-def check_disk(facts: HostFacts, preset: Any | None) -> Check:
+def check_disk(facts: HostFacts, preset: Preset | None) -> Check:
     name = "disk"
     info = parse_docker_info(facts.docker_info.stdout) if facts.docker_info.returncode == 0 else None
     root = docker_root_dir(info)
@@ -557,7 +535,7 @@ def check_disk(facts: HostFacts, preset: Any | None) -> Check:
     return Check(name, PASS, detail)
 
 
-def check_hf(facts: HostFacts, preset: Any | None) -> Check:
+def check_hf(facts: HostFacts, preset: Preset | None) -> Check:
     name = "hugging face"
     where = f"{facts.hf_home} ({'HF_HOME' if facts.hf_home_from_env else 'default'})"
     exists = Path(facts.hf_home).is_dir()
@@ -571,7 +549,7 @@ def check_hf(facts: HostFacts, preset: Any | None) -> Check:
                  "(see .env.example), never in the preset")
 
 
-def evaluate(facts: HostFacts, preset: Any | None = None, where: str = "preset") -> list[Check]:
+def evaluate(facts: HostFacts, preset: Preset | None = None, where: str = "preset") -> list[Check]:
     checks = [check_docker(facts, preset), check_compose(facts), check_gpu_runtime(facts, preset),
               check_driver(facts, preset)]
     checks += check_gpus(facts, preset, where)
@@ -579,7 +557,7 @@ def evaluate(facts: HostFacts, preset: Any | None = None, where: str = "preset")
     return checks
 
 
-def diagnose(preset: Any | None = None, where: str = "preset", facts: HostFacts | None = None) -> list[Check]:
+def diagnose(preset: Preset | None = None, where: str = "preset", facts: HostFacts | None = None) -> list[Check]:
     return evaluate(facts or gather_facts(), preset, where)
 
 

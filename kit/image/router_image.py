@@ -10,15 +10,18 @@ import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kit.core.safepaths import work_folder
 from kit.deploy.router import ROUTER_DIR, router_image_ref, router_spec
 from kit.image.build import BuildRequest, build_image, wheels_for_lock
 from kit.image.wheelhouse import LOCK_NAME, build_wheelhouse
 
+if TYPE_CHECKING:
+    from kit.deploy.deployment import Deployment
 
-def router_wheelhouse(d: Any, directory: Path, progress: Callable[[str], None] | None = None) -> Path:
+
+def router_wheelhouse(d: Deployment, directory: Path, progress: Callable[[str], None] | None = None) -> Path:
     """The router's wheels for the stack's base (its Python, glibc and arch), downloaded on the host."""
     if not (directory / LOCK_NAME).is_file():
         spec = router_spec(d.preset)
@@ -27,7 +30,7 @@ def router_wheelhouse(d: Any, directory: Path, progress: Callable[[str], None] |
     return directory
 
 
-def build_router_image(d: Any, out_dir: Path, wheelhouse: Path | None,
+def build_router_image(d: Deployment, out_dir: Path, wheelhouse: Path | None,
                        progress: Callable[[str], None] | None = None) -> str:
     """Build the rendered router/ context (offline from ``wheelhouse`` when given); returns the image ref."""
     rendered = out_dir / ROUTER_DIR

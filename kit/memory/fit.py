@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from kit.config.modelinfo import ModelSpec
 from kit.core.errors import PlanError
-from kit.memory.plan import Plan, PlanInputs, derived_max_model_len, find_gpu, plan
+from kit.memory.inputs import PlanInputs, derived_max_model_len, find_gpu
+from kit.memory.plan import Plan, plan
 
 TP_SIZES = (1, 2, 4, 8)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kit.config.preset import Preset
 from kit.core.errors import KitError, Problem
-from kit.memory.plan import DraftInputs, LoraInputs, Plan, PlanInputs, plan
+from kit.memory.inputs import DraftInputs, LoraInputs, PlanInputs
+from kit.memory.plan import Plan, plan
 
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
@@ -18,9 +19,10 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
 
     model = preset.model
     if model.is_local:
-        candidates = [model.id]
-        if base_dir is not None and not Path(model.id).is_absolute():
-            candidates.insert(0, str(base_dir / model.id))
+        assert model.local_path is not None
+        candidates = [model.local_path]
+        if base_dir is not None and not Path(model.local_path).is_absolute():
+            candidates.insert(0, str(base_dir / model.local_path))
         for candidate in candidates:
             # user_path: a name the OS refuses (too long, an unknown ~user) is a KitError, not an OSError
             config, found = user_path(f"{candidate}/config.json")
@@ -102,7 +104,8 @@ def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
     ``_auto_fit_max_model_len`` at v0.16.0 to v0.32.0, vllm/v1/core/kv_cache_planning.py at v0.33.0: a binary search
     over lengths whose blocks fit, capped at the derived length). Where not even one block fits, the derived length
     is kept and the plan says it does not fit (vLLM: "Cannot auto-fit max_model_len")."""
-    from kit.memory.plan import derived_max_model_len, largest_max_model_len
+    from kit.memory.inputs import derived_max_model_len
+    from kit.memory.plan import largest_max_model_len
 
     full = inputs.model_copy(update={"max_model_len": derived_max_model_len(inputs.model)})
     longest = largest_max_model_len(full)

@@ -26,10 +26,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kit.core.errors import KitError
 from kit.memory import vllmlog
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
 
 CONTAINER_MODEL_DIR = "/models"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model")
@@ -140,7 +143,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prepare(name: str, preset: Any, model_dir: Path, *, mode: str = "docker", port: int | None = None,
+def prepare(name: str, preset: Preset, model_dir: Path, *, mode: str = "docker", port: int | None = None,
             image: str | None = None, python: str | None = None) -> ProbeCommand:
     """What the probe runs for a loaded preset: argv, environment, and for docker the SDK call's arguments."""
     from kit.deploy.deployment import CONTAINER_PORT, plan_deployment, serve_args_for, server_command_for
@@ -451,7 +454,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
+def plan_for_probe(preset: Preset, result: ProbeResult) -> dict[str, Any]:
     """The planner's prediction for the run that happened: the probed model directory's shape, the GPU memory and
     vLLM version the log reports (the preset's own where the log is silent)."""
     from kit.config.modelinfo import load_model_spec
@@ -474,7 +477,7 @@ def plan_for_probe(preset: Any, result: ProbeResult) -> dict[str, Any]:
         return {"error": exc.message}
 
 
-def probe_notes(preset: Any, result: ProbeResult) -> list[str]:
+def probe_notes(preset: Preset, result: ProbeResult) -> list[str]:
     """What makes this run differ from the preset's target card."""
     from kit.core.datafiles import gpu_catalog
 
@@ -493,7 +496,7 @@ def probe_notes(preset: Any, result: ProbeResult) -> list[str]:
     return notes
 
 
-def report(name: str, preset: Any, result: ProbeResult) -> dict[str, Any]:
+def report(name: str, preset: Preset, result: ProbeResult) -> dict[str, Any]:
     """Everything `kit probe` prints: measured figures, the plan, the comparison (rows and a table)."""
     planned = plan_for_probe(preset, result)
     rows = compare(planned, result.log) if "kv_cache_tokens" in planned else []

@@ -102,7 +102,9 @@ def server_pids(host, marker: str = SERVER_MODULE) -> list[int]:  # noqa: ANN001
 
 def uid_of(host, pid: int) -> int:  # noqa: ANN001
     status = host.file(f"/proc/{pid}/status").content_string
-    return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))
+    found = re.search(r"^Uid:\s+(\d+)", status, re.M)
+    assert found is not None, f"/proc/{pid}/status has no Uid line"
+    return int(found.group(1))
 
 
 def listening_ports(host) -> set[int]:  # noqa: ANN001

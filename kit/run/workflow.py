@@ -90,12 +90,14 @@ def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -
     model = prepared.preset.model
     if not model.is_local:
         return
-    path = Path(model.id).expanduser()
+    assert model.local_path is not None
+    path = Path(model.local_path).expanduser()
     path = path if path.is_absolute() else out_dir / path
     if model.generate:
         ensure_tiny_model(path, prepared.image_ref, progress, kind=model.generate)
     elif not (path / "config.json").is_file():
-        raise KitError(f"model.id {model.id}: no config.json in {path}", hint="point model= at a model directory")
+        raise KitError(f"model.host_path {model.local_path}: no config.json in {path}",
+                       hint="point model= at a model directory")
 
 
 @dataclass

@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 
+import yaml
+
 from kit.core.safevalue import compose_escape
 from kit.deploy.pipeline import prepare
 from tests.conftest import require_compose, require_tool
@@ -88,3 +90,84 @@ def test_compose_resolves_the_side_by_side_include(tmp_path):
     assert out.returncode == 0, out.stderr  # four services, no clash
     assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "model-make",
                                           "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
+
+
+def test_compose_gives_each_service_only_its_names_from_env(tmp_path):
+    """Compose itself resolves the names each service lists from the project's .env: the fetch sees the token, the
+    server the key, Grafana its password, and a name no service lists reaches none (no shared env_file)."""
+    docker = require_compose()
+    write(prepare("cpu", with_profiles=["monitoring", "webui"]).files, tmp_path)
+    secrets = {"HF_TOKEN": "tok-fetch-only", "VLLM_API_KEY": "key-server", "GRAFANA_ADMIN_PASSWORD": "pw-grafana",
+               "WEBUI_SECRET_KEY": "wsk", "WEBUI_ADMIN_EMAIL": "a@example.org", "WEBUI_ADMIN_PASSWORD": "wpw",
+               "NOT_LISTED_ANYWHERE": "stray"}
+    (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in secrets.items()))
+    result = subprocess.run([docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert set(services) == {"model-make", "model-fetch", "vllm", "prometheus", "grafana", "webui"}
+    seen = {name: {k for k, v in (svc.get("environment") or {}).items() if v in secrets.values()}
+            for name, svc in services.items()}
+    assert seen["model-fetch"] == {"HF_TOKEN"}
+    assert seen["vllm"] == {"VLLM_API_KEY"}
+    assert seen["grafana"] == {"GF_SECURITY_ADMIN_PASSWORD"}
+    assert seen["webui"] == {"OPENAI_API_KEY", "WEBUI_SECRET_KEY", "WEBUI_ADMIN_EMAIL", "WEBUI_ADMIN_PASSWORD"}
+    assert seen["model-make"] == seen["prometheus"] == set()
+    assert "stray" not in result.stdout
+    # Names a service lists but .env lacks stay unset (null), never an empty value.
+    assert services["model-fetch"]["environment"]["HF_ENDPOINT"] is None
+
+
+def test_compose_refuses_a_required_key_that_env_lacks(tmp_path):
+    docker = require_compose()
+    write(prepare("cpu", ["runtime.require_api_key=true"]).files, tmp_path)
+    config = [docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "-q"]
+    missing = subprocess.run(config, capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "VLLM_API_KEY" in missing.stderr
+    (tmp_path / ".env").write_text("VLLM_API_KEY=\n")  # empty is missing too (`:?`)
+    assert subprocess.run(config, capture_output=True, text=True, timeout=60).returncode != 0
+    (tmp_path / ".env").write_text("VLLM_API_KEY=k\n")
+    present = subprocess.run(config, capture_output=True, text=True, timeout=60)
+    assert present.returncode == 0, present.stderr
+
+
+def test_kubectl_kustomize_builds_the_network_policy(tmp_path):
+    kubectl = require_tool("kubectl")
+    for overrides in ([], ["hardware.nodes=2"]):
+        folder = tmp_path / ("nodes" if overrides else "one")
+        write(prepare("cpu", overrides, target="k8s").files, folder)
+        result = subprocess.run([kubectl, "kustomize", str(folder / "k8s")], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
+        assert "NetworkPolicy" in kinds
+
+
+def test_an_included_companion_stack_takes_its_names_from_the_same_env(tmp_path):
+    """A companion preset's servers live in compose.NAME.yaml, which compose.yaml includes; compose loads an included
+    file with its own folder's .env (compose-spec 14-include.md), here the same one: its server gets the key too."""
+    docker = require_compose()
+    write(prepare("cpu", with_presets=["cpu-embed"]).files, tmp_path)
+    (tmp_path / ".env").write_text("VLLM_API_KEY=key-both\nHF_TOKEN=tok-fetches\n")
+    result = subprocess.run([docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    for name in ("vllm", "vllm-cpu-embed"):
+        assert services[name]["environment"]["VLLM_API_KEY"] == "key-both" and "HF_TOKEN" not in services[name]["environment"]
+    for name in ("model-fetch", "model-fetch-cpu-embed"):
+        assert services[name]["environment"]["HF_TOKEN"] == "tok-fetches"
+        assert "VLLM_API_KEY" not in services[name]["environment"]
+def test_compose_config_reads_yamls_typed_words_as_the_strings_written(tmp_path):
+    # Compose's go-yaml reads YAML 1.2: 1e3 and 0o17 are numbers there, and compose refuses a number or a bool
+    # as an env value or turns it into other text ("1000", "15"). Each must arrive as the string written.
+    from tests.unit.test_yaml_typed_words import TYPED
+
+    docker = require_compose()
+    values = {f"KIT_TYPED_{i}": value for i, value in enumerate(TYPED)}
+    files = prepare("cpu", [override(f"runtime.env.{name}", value) for name, value in values.items()]).files
+    (tmp_path / "compose.yaml").write_text(files["compose.yaml"])
+    result = subprocess.run([docker, "compose", "-p", "typed", "config", "--format", "json"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    environment = json.loads(result.stdout)["services"]["vllm"]["environment"]
+    assert {name: environment.get(name) for name in values} == values

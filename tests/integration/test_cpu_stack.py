@@ -167,3 +167,26 @@ def test_hung_server_is_restarted_by_the_watchdog(cpu_stack):
     status, _ = http("GET", f"http://127.0.0.1:{cpu_stack.port}/health")
     assert status == 200
     print(f"SIGSTOP -> healthy again after {took:.0f} s")
+
+
+def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_stack):
+    """The host folder with the model is mounted read-only in the server and the fetch (a write from inside fails);
+    the fetch runs as the non-root user with no capabilities on a read-only root; the server's environment holds
+    the API key but not the fetch's HF token, and the fetch's the token but not the key (no shared env_file)."""
+    container = cpu_stack.stack.container()
+    model = cpu_stack.prepared.deployment.model_mount[1]
+    write = container.exec_run(["sh", "-c", f"touch {model}/kit-write-probe"])
+    assert write.exit_code != 0 and b"Read-only file system" in write.output
+    server_env = container.exec_run(["env"]).output.decode()
+    assert f"VLLM_API_KEY={cpu_stack.env['VLLM_API_KEY']}" in server_env.splitlines()
+    assert "HF_TOKEN" not in server_env and cpu_stack.env["HF_TOKEN"] not in server_env
+    probe = ("id -u; touch /kit-root-probe 2>&1; touch " + model + "/kit-write-probe 2>&1; "
+             "grep CapEff /proc/self/status; env")
+    result = cpu_stack.stack.run("run", "--rm", "--no-deps", "--entrypoint", "/bin/sh", "model-fetch", "-c", probe,
+                                 timeout=180)
+    lines = result.stdout.splitlines()
+    assert lines[0] == str(cpu_stack.prepared.deployment.run_user.uid) != "0"
+    assert lines[1].endswith("Read-only file system") and lines[2].endswith("Read-only file system")
+    assert lines[3].split() == ["CapEff:", "0000000000000000"]
+    assert f"HF_TOKEN={cpu_stack.env['HF_TOKEN']}" in lines
+    assert not any(line.startswith("VLLM_API_KEY=") for line in lines)

@@ -7,7 +7,7 @@ from kit.core.errors import PlanError
 from kit.core.versions import release_at_least, version
 from kit.deploy import compat
 from kit.host import doctor
-from kit.memory import plan as planner
+from kit.memory import rules
 
 pytestmark = pytest.mark.unit
 
@@ -27,12 +27,12 @@ def test_compat_rows_and_planner_follow_pep440():
     assert compat.versioned(rows, "0.21.0rc1") == "old"
     assert compat.versioned(rows, "0.21.0.post1") == "new"
     assert compat.versioned(rows, "v0.21.0") == "new"
-    assert planner.parse_version("0.26.0rc2") < planner.parse_version("0.26.0") < planner.parse_version("0.26.0.post1")
-    assert planner.default_gpu_memory_utilization("0.33.0rc1") == planner.default_gpu_memory_utilization("0.33.0")
+    assert rules.parse_version("0.26.0rc2") < rules.parse_version("0.26.0") < rules.parse_version("0.26.0.post1")
+    assert rules.default_gpu_memory_utilization("0.33.0rc1") == rules.default_gpu_memory_utilization("0.33.0")
     with pytest.raises(PlanError, match="is not a version"):
-        planner.parse_version("latest")
+        rules.parse_version("latest")
     with pytest.raises(PlanError, match="is not a version"):
-        planner.parse_version("1" * 5000)  # refused before any int() of thousands of digits
+        rules.parse_version("1" * 5000)  # refused before any int() of thousands of digits
 
 
 def test_host_tool_versions():

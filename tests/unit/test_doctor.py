@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 
 from kit.config.preset import load_preset
+from kit.core.gpus import gpu_key
 from kit.host.doctor import (
     FAIL,
     PASS,
     WARN,
     CommandResult,
     HostFacts,
-    catalog_key_for,
     check_compose,
     check_disk,
     check_docker,
@@ -62,9 +62,9 @@ def test_parse_nvidia_smi_maps_names_to_the_catalog():
     [g] = parse_nvidia_smi(fixture("nvidia-smi-1x-rtx4090.csv"))
     assert (g.name, g.catalog_key, g.driver) == ("NVIDIA GeForce RTX 4090", "rtx4090", "575.64.03")
     # The 8 GB RTX 4060 Ti shares the name of the 16 GB one: memory decides.
-    assert catalog_key_for("NVIDIA GeForce RTX 4060 Ti", 16380) == "rtx4060ti-16gb"
-    assert catalog_key_for("NVIDIA GeForce RTX 4060 Ti", 8188) is None
-    assert catalog_key_for("Tesla T4", 15360) == "t4"
+    assert gpu_key("NVIDIA GeForce RTX 4060 Ti", 16380) == "rtx4060ti-16gb"
+    assert gpu_key("NVIDIA GeForce RTX 4060 Ti", 8188) is None
+    assert gpu_key("Tesla T4", 15360) == "t4"
 
 
 def test_rtx4090_on_a_575_driver_fails_the_cuda13_slim_image_and_says_how_to_fix():

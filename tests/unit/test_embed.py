@@ -11,7 +11,9 @@ from kit.config.pooling import pooling_profile, resolve_runner
 from kit.config.preset import PRESETS_DIR
 from kit.core.errors import PlanError, PresetError
 from kit.deploy.pipeline import prepare
-from kit.memory import plan as planner
+from kit.memory import activation
+from kit.memory import inputs as plan_inputs
+from kit.memory import shape
 from kit.memory.plan import PlanInputs, plan
 from kit.run.smoke import (
     CHAT,
@@ -89,18 +91,18 @@ def test_decoder_embedder_keeps_its_kv_cache_and_drops_sampler_and_lm_head():
     gen, pool = gpu_plan(model), gpu_plan(model, runner="pooling")
     assert pool.inputs["runner"] == "pooling" and pool.inputs["pooling_task"] == "embed"
     # The LM head (vocab x hidden, bf16) is never allocated by vLLM's pooling adapter.
-    lm_head = planner.padded_vocab(4096) * 128 * 2 / planner.GIB
+    lm_head = shape.padded_vocab(4096) * 128 * 2 / plan_inputs.GIB
     assert gen.weights_gib - pool.weights_gib == pytest.approx(lm_head, rel=1e-9)
     # No dummy sampler run: the peak is the forward pass over 2048 batched tokens (residual, normed state, MLP).
-    sampler = 256 * 4096 * planner.SAMPLER_BYTES_PER_LOGIT / planner.GIB
-    forward = 2048 * (2 * 128 + 3 * 256) * 2 / planner.GIB
+    sampler = 256 * 4096 * activation.sampler_bytes_per_logit("0.16.0", "bfloat16") / plan_inputs.GIB
+    forward = 2048 * (2 * 128 + 3 * 256) * 2 / plan_inputs.GIB
     assert gen.activation_gib == pytest.approx(sampler) and pool.activation_gib == pytest.approx(forward)
     assert forward < sampler
     # From vLLM 0.26 (measured accounting, kit/data/calibration/h200-vllm-0.26.0/): the same rule, the pooling
     # runner's peak is the forward pass alone; both carry the fixed and compile terms.
     gen26, pool26 = gpu_plan26(model), gpu_plan26(model, runner="pooling")
-    sampler26 = 256 * 4096 * planner.memory_accounting(planner.parse_version("0.26.0"))["sampler_bytes_per_logit"] / planner.GIB
-    forward26 = 2048 * (4 * 128 + 3 * 256) * 2 / planner.GIB
+    sampler26 = 256 * 4096 * activation.sampler_bytes_per_logit("0.26.0", "bfloat16") / plan_inputs.GIB
+    forward26 = 2048 * (4 * 128 + 3 * 256) * 2 / plan_inputs.GIB
     assert gen26.activation_gib - pool26.activation_gib == pytest.approx(max(sampler26, forward26) - forward26)
     long_rows = gpu_plan26(model, max_num_seqs=2048), gpu_plan26(model, runner="pooling", max_num_seqs=2048)
     sampler26 *= 2048 / 256  # 2048 rows of logits outweigh the forward pass: only the generating runner pays

@@ -170,7 +170,7 @@ def test_rendered_fetch_command_runs_and_checks_local_paths(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    preset = load_preset("cpu", [f"model.id={model}", "model.generate=null",
+    preset = load_preset("cpu", [f"model.host_path={model}", "model.id=model", "model.generate=null",
                                  f'engine.lora_modules=["a={tmp_path}/missing-lora"]'])[2]
     assert plan_deployment("cpu", preset).fetch_command[2] == fetch_command_for(preset, "py", "/models/model")[2]
     command = host_command("cpu", preset, str(model), tmp_path)

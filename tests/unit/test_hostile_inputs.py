@@ -27,7 +27,8 @@ from kit.config.modelinfo import load_model_spec
 from kit.config.preset import Preset, load_preset, parse_override
 from kit.core.datafiles import PRESETS_DIR, load_yaml
 from kit.core.errors import PlanError, PresetError, one_line
-from kit.memory.plan import PlanInputs, _moe_layers_in, plan
+from kit.memory.plan import PlanInputs, plan
+from kit.memory.shape import moe_layers_in
 
 CATALOG_CONFIG = json.loads((Path(__file__).resolve().parents[2] / "kit/data/models/Qwen--Qwen3-8B.json").read_text())
 CPU_PRESET = (PRESETS_DIR / "cpu.yaml").read_text()
@@ -191,12 +192,16 @@ switch_argv = st.one_of(
     st.tuples(st.sampled_from(ENV_NAMES), hostile_text).map(lambda nv: [f"runtime.env.{nv[0]}={nv[1]}"]),
     st.tuples(st.sampled_from(sorted(SWITCH_RULES["engine"])), st.sampled_from(["true", "false", "x.Y", "[a.b]", ""]),
               st.sampled_from([[], ["model.revision=main"], [f"model.revision={'ab' * 20}"]]),
-              st.sampled_from([[], ["model.id=Qwen/Qwen3-0.6B", "model.generate=null"]])).map(
+              st.sampled_from([[], ["model.id=Qwen/Qwen3-0.6B", "model.host_path=null", "model.generate=null"]])).map(
         lambda f: [f"engine.{f[0]}={f[1]}", *f[2], *f[3]]),
     st.lists(gpu_id, min_size=1, max_size=3).map(
         lambda ids: ["preset=rtx3090x2-fp16", f"hardware.count={len(ids)}", "engine.tensor_parallel_size=1",
                      "hardware.device_ids=[" + ", ".join(repr(i) for i in ids) + "]"]),
-    model_id.map(lambda m: [f"model.id={m}", "model.generate=null"]),
+    model_id.map(lambda m: [f"model.id={m}", "model.host_path=null", "model.generate=null"]),
+    # The explicit host folder field (issue 23): the same texts, with a generated model and without.
+    st.tuples(model_id, st.sampled_from([[], ["model.generate=null"]])).map(
+        lambda mg: [f"model.host_path={mg[0]}", *mg[1]]),
+    model_id.map(lambda m: [f"model={m}"]),
 )
 
 
@@ -275,11 +280,14 @@ def test_validate_over_switches_gpu_ids_and_model_ids(argv):
     outcome = switch_case(argv)
     assert_clean(outcome)
     # Whatever the text, a model path that passes is no system folder and does not leave the folder.
-    model = next((a.split("=", 1)[1] for a in argv if a.startswith("model.id=")), None)
-    if outcome.exit_code == 0 and model and model.startswith(("/", "./", "../", "~")):
-        from kit.config.preset import model_path_problem
+    from kit.config.preset import model_path_problem
 
-        assert model_path_problem(model) is None, model
+    model = next((a.split("=", 1)[1] for a in argv if a.startswith("model.id=")), None)
+    if outcome.exit_code == 0 and model:
+        assert not model.startswith(("/", "./", "../", "~")), model  # a path is never taken as model.id
+    folder = next((a.split("=", 1)[1] for a in argv if a.startswith(("model.host_path=", "model="))), None)
+    if outcome.exit_code == 0 and folder and folder.startswith(("/", "./", "../", "~")):
+        assert model_path_problem(folder) is None, folder
 
 
 @FUZZ
@@ -313,7 +321,7 @@ def test_an_alias_in_an_override_list_is_refused_too():
 
 def test_duplicate_keys_are_an_error_naming_the_key_and_both_lines(tmp_path):
     outcome = validate_case([], CPU_PRESET + "engine:\n  max_num_seqs: 3\n")
-    assert_lines_name(outcome, "hostile.yaml: engine: given twice (lines 14 and 32)")
+    assert_lines_name(outcome, "hostile.yaml: engine: given twice (lines 16 and 34)")
     nested = CPU_PRESET.replace("  max_num_seqs: 8\n", "  max_num_seqs: 8\n  max_num_seqs: 9\n")
     assert_lines_name(validate_case([], nested), "hostile.yaml: engine.max_num_seqs: given twice")
 
@@ -509,7 +517,7 @@ def test_moe_layer_count_matches_the_per_layer_rule():
             for start in range(0, 12):
                 for stop in range(start, 14):
                     expected = sum(1 for i in range(start, stop) if i >= first_dense and i % max(freq, 1) == 0)
-                    assert _moe_layers_in(model, range(start, stop)) == expected
+                    assert moe_layers_in(model, range(start, stop)) == expected
 
 
 def test_an_unexpected_exception_is_one_line_and_a_traceback_only_with_verbose(monkeypatch):
@@ -557,7 +565,7 @@ def test_a_preset_of_many_values_stops_at_the_first_one_too_many(tmp_path):
     many_flags = CPU_PRESET.replace("engine:\n", "engine:\n" + "".join(f"  f{i}: 1\n" for i in range(20_000)))
     outcome = validate_case([], many_flags)
     assert_clean(outcome)
-    assert_lines_name(outcome, "hostile.yaml: line 271, column 3: more than 256 entries in one mapping or list")
+    assert_lines_name(outcome, "hostile.yaml: line 273, column 3: more than 256 entries in one mapping or list")
     flow = CPU_PRESET + "  env: {" + ", ".join(f"V{i}: x" for i in range(20_000)) + "}\n"
     assert_lines_name(validate_case([], flow), "hostile.yaml: line 32", "more than 256 entries")
     wide = CPU_PRESET + "".join(f"x{i}:\n" + "".join(f"  k{j}: 1\n" for j in range(200)) for i in range(30))

@@ -30,7 +30,7 @@ from kit.core.safevalue import (
     has_control,
     k8s_escape,
 )
-from kit.deploy.composefile import dump_with_comments
+from kit.core.yamlwrite import dump_with_comments
 from kit.deploy.pipeline import prepare
 from tests.unit.test_hostile_inputs import HOSTILE_PIECES, hostile_text
 

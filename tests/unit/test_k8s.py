@@ -74,10 +74,15 @@ def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: boo
     limits = container.get("resources", {}).get("limits", {})
     assert limits.get("nvidia.com/gpu") == gpus
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    # Secrets only by reference; no value of HF_TOKEN/VLLM_API_KEY is ever inlined.
-    assert container["envFrom"] == [{"secretRef": {"name": container["envFrom"][0]["secretRef"]["name"],
-                                                   "optional": True}}]
-    assert not any(e["name"] in ("HF_TOKEN", "VLLM_API_KEY") for e in container["env"])
+    # Secrets only by reference, key by key: no envFrom of the whole Secret, no value ever inlined, no HF_TOKEN in
+    # the server (only the fetch reads it), the API key only where the API is served.
+    assert "envFrom" not in container
+    by_name = {e["name"]: e for e in container["env"]}
+    assert "HF_TOKEN" not in by_name
+    assert all("value" not in by_name[n] for n in ("VLLM_API_KEY", "NCCL_SOCKET_IFNAME") if n in by_name)
+    assert ("VLLM_API_KEY" in by_name) is serves
+    if serves:
+        assert by_name["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True
     if serves:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe

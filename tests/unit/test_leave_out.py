@@ -83,11 +83,11 @@ def test_a_vision_model_keeps_cudnn_attention(tmp_path):
     config = {k: v for k, v in config.items() if not k.startswith("_")}
     config["vision_config"] = {"depth": 32, "hidden_size": 1280}
     (model / "config.json").write_text(json.dumps(config))
-    assert problems("image.leave_out=[cudnn-attention]", f"model.id={model}")[0].endswith(
+    assert problems("image.leave_out=[cudnn-attention]", f"model.host_path={model}", "model.id=vl")[0].endswith(
         "has a vision encoder (hint: drop cudnn-attention from image.leave_out)")
     del config["vision_config"]
     (model / "config.json").write_text(json.dumps(config))
-    assert problems("image.leave_out=[cudnn-attention]", f"model.id={model}") == []
+    assert problems("image.leave_out=[cudnn-attention]", f"model.host_path={model}", "model.id=vl") == []
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

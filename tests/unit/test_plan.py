@@ -10,7 +10,12 @@ from click.testing import CliRunner
 from kit.config.modelinfo import ModelSpec, load_model_spec, spec_from_config
 from kit.core.errors import PlanError
 from kit.memory import plan as planner
-from kit.memory.plan import PlanInputs, kv_bytes_per_token_per_layer, plan
+from kit.memory import inputs as plan_inputs
+from kit.memory import rules
+from kit.memory import shape
+from kit.memory import weights
+from kit.memory.kv import kv_bytes_per_token_per_layer
+from kit.memory.plan import PlanInputs, plan
 
 QWEN7B = "Qwen/Qwen2.5-7B-Instruct"
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -26,7 +31,7 @@ def inputs(model: str | ModelSpec, **kw) -> PlanInputs:
     spec = load_model_spec(model) if isinstance(model, str) else model
     gpu = kw.pop("gpu", None)
     if gpu:
-        info = planner.find_gpu(gpu)
+        info = plan_inputs.find_gpu(gpu)
         kw.setdefault("gpu_memory_gib", info.memory_gib)
         kw["gpu_name"] = info.key
     return PlanInputs(model=spec, **kw)
@@ -68,7 +73,7 @@ def test_calibration_file_cases_plan_to_what_vllm_logged(repo):
         assert case["source"] and case["actual"]
         raw = dict(case["inputs"])
         kw = {k: v for k, v in raw.items() if k != "model"}
-        kw["vllm_version"] = str(kw.get("vllm_version", planner.DEFAULT_VLLM_VERSION))
+        kw["vllm_version"] = str(kw.get("vllm_version", rules.DEFAULT_VLLM_VERSION))
         predicted = plan(inputs(raw["model"], **kw)).to_json()
         for metric, actual in case["actual"].items():
             if "compare_stage" in case and metric != "weights_gib":
@@ -109,7 +114,7 @@ def test_mla_kv_is_latent_not_split_by_tp():
     result = plan(inputs(ds, gpu="h100-80gb", max_model_len=8192, vllm_version="0.19.0"))
     assert result.fits
     per_token = (512 + 64) * 2 * 27
-    assert result.kv_cache_tokens == int(result.kv_cache_gib * planner.GIB // (16 * per_token)) * 16
+    assert result.kv_cache_tokens == int(result.kv_cache_gib * plan_inputs.GIB // (16 * per_token)) * 16
 
 
 def test_fp8_kv_cache_halves_bytes_per_token():
@@ -132,7 +137,7 @@ def test_awq_weights_are_about_a_quarter_plus_unquantised_embeddings():
     dense = plan(inputs("Qwen/Qwen3-8B", gpu="h100-80gb", vllm_version="0.19.0"))
     awq = plan(inputs("Qwen/Qwen3-8B-AWQ", gpu="h100-80gb", vllm_version="0.19.0"))
     spec = load_model_spec("Qwen/Qwen3-8B")
-    embeddings = 2 * spec.vocab_size * spec.hidden_size * 2 / planner.GIB  # embed + lm_head, fp16
+    embeddings = 2 * spec.vocab_size * spec.hidden_size * 2 / plan_inputs.GIB  # embed + lm_head, fp16
     linear16 = dense.weights_gib - embeddings
     assert awq.weights_gib == pytest.approx(embeddings + linear16 * (0.5 + 2.5 / 128) / 2, rel=0.02)
     assert awq.inputs["quantization"] == "awq" and awq.inputs["dtype"] == "float16"
@@ -150,7 +155,7 @@ MiB = 1 << 20
     (256 * MiB, 256 * MiB),                  # Qwen3-8B's matrices are whole 2 MiB multiples: nothing added
 ])
 def test_allocator_counts_segment_tails_of_one_mib_or_less(size, counted):
-    assert planner.allocator_block_bytes(size) == counted
+    assert weights.allocator_block_bytes(size) == counted
 
 
 @pytest.mark.parametrize(("size", "counted"), [
@@ -160,7 +165,7 @@ def test_allocator_counts_segment_tails_of_one_mib_or_less(size, counted):
     (6 * MiB, 6 * MiB),
 ])
 def test_load_time_max_split_keeps_whole_segments_from_20_mib(size, counted):
-    assert planner.allocator_block_bytes(size, planner.LOAD_MAX_SPLIT) == counted
+    assert weights.allocator_block_bytes(size, weights.load_max_split_bytes("0.26.0")) == counted
 
 
 def test_max_split_applies_to_the_releases_that_set_it():
@@ -178,21 +183,25 @@ def test_weights_include_the_allocator_tails_of_each_layer():
     spec = load_model_spec("Qwen/Qwen2.5-14B-Instruct")
     base = dict(gpu="h200", vllm_version="0.26.0", max_model_len=8192, enforce_eager=True)
     r, stages, _ = planner._compute(inputs(spec, **base))
-    counts = planner._stage_counts(spec, 1, range(spec.num_layers), True, True, 1)
-    raw = planner._stage_weight_bytes(r, spec, counts, rope=True)
+    counts = weights.stage_counts(spec, 1, range(spec.num_layers), True, True, 1)
+    raw = weights.stage_weight_bytes(r, spec, counts, rope=True)
     assert stages[0].weights - raw == 48 * MiB + 2 * MiB
 
 
 def test_machete_keeps_awq_zero_points_in_the_activation_dtype():
     """On compute capability 9.0 AWQ runs through Machete, which stores each group's zero point as fp16 (2 B)
-    instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column."""
+    instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column, plus the fitted residual per
+    weight (kit/data/vllm.yaml machete_awq_residual_bytes_per_param)."""
     spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
     hopper = plan(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))
     ada = plan(inputs(spec, gpu="l40s", vllm_version="0.26.0", max_model_len=8192))
     dense = load_model_spec("Qwen/Qwen3-8B")
-    linear = planner._stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
+    linear = weights.stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
     group = spec.quantization.group_size
-    assert (hopper.weights_gib - ada.weights_gib) * planner.GIB == pytest.approx(linear * 1.5 / group, rel=1e-6)
+    residual = rules.rules_for("0.26.0")["machete_awq_residual_bytes_per_param"]
+    assert residual > 0
+    assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(
+        linear * (1.5 / group + residual), rel=1e-6)
 
 
 def test_exact_weights_bytes_from_local_safetensors(tmp_path):
@@ -225,10 +234,10 @@ def test_v2_model_runner_charges_no_cuda_graph_memory():
     moe = plan(inputs("Qwen/Qwen3-30B-A3B", **kw))
     assert dense.cuda_graph_gib == 0 and dense.inputs["cuda_graph_charged"] is False
     assert moe.cuda_graph_gib > 0.1 and moe.inputs["cuda_graph_charged"] is True
-    version = planner.parse_version("0.26.0")
-    assert planner.model_runner_for(load_model_spec("deepseek-ai/DeepSeek-V2-Lite-Chat"), version) == "V2"
-    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-30B-A3B"), version) == "V1"
-    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), planner.parse_version("0.25.0")) == "V1"
+    version = rules.parse_version("0.26.0")
+    assert rules.model_runner_for(load_model_spec("deepseek-ai/DeepSeek-V2-Lite-Chat"), version) == "V2"
+    assert rules.model_runner_for(load_model_spec("Qwen/Qwen3-30B-A3B"), version) == "V1"
+    assert rules.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), rules.parse_version("0.25.0")) == "V1"
 
 
 def test_v2_model_runner_charges_cuda_graphs_from_0_32():
@@ -240,11 +249,11 @@ def test_v2_model_runner_charges_cuda_graphs_from_0_32():
             eager = plan(inputs(model, vllm_version=version, enforce_eager=True, **kw))
             assert graphs.inputs["cuda_graph_charged"] is True and graphs.cuda_graph_gib > 0.2
             assert eager.cuda_graph_gib == 0 and eager.inputs["cuda_graph_charged"] is False
-            assert planner.model_runner_for(load_model_spec(model), planner.parse_version(version)) == "V2"
+            assert rules.model_runner_for(load_model_spec(model), rules.parse_version(version)) == "V2"
     # 0.33's measured accounting: the sampler's per-request state is charged per max_num_seqs row
     few = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.33.0", max_num_seqs=16, **kw))
     many = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.33.0", max_num_seqs=1024, **kw))
-    state = (1024 - 16) * 151936 * 4.125 / planner.GIB
+    state = (1024 - 16) * 151936 * 4.125 / plan_inputs.GIB
     assert many.non_torch_gib - few.non_torch_gib == pytest.approx(state, rel=1e-6)
     # 0.26 keeps its own (no sampler state term)
     old = plan(inputs("Qwen/Qwen3-8B", vllm_version="0.26.0", max_num_seqs=1024, **kw))
@@ -272,7 +281,7 @@ def test_cpu_kv_cache_tokens_for_the_tiny_llama():
     # float32 checkpoint -> bf16 on CPU: 2 layers * 2 (K, V) * 1 KV head * 64 * 2 bytes = 512 B per token
     old = plan(PlanInputs(model=tiny, device="cpu", vllm_version="0.12.0", approximate_version=True))  # 4 GiB default
     assert old.inputs["dtype"] == "bfloat16" and old.inputs["block_size"] == 128
-    assert old.kv_cache_tokens == 4 * planner.GIB // 512 == 8_388_608
+    assert old.kv_cache_tokens == 4 * plan_inputs.GIB // 512 == 8_388_608
     one = plan(PlanInputs(model=tiny, device="cpu", cpu_kvcache_space_gib=1, vllm_version="0.19.0"))
     assert one.kv_cache_tokens == 2_097_152
     assert one.max_concurrency == pytest.approx(2_097_152 / 2048)
@@ -335,7 +344,7 @@ def test_vocab_must_split_evenly():
     spec = tiny_spec(num_attention_heads=6, num_key_value_heads=6, hidden_size=384, head_dim=64,
                      intermediate_size=768, vocab_size=100)  # padded to 128, not divisible by 3
     with pytest.raises(PlanError, match="vocabulary"):
-        planner.check_parallelism(spec, 3, 1)
+        shape.check_parallelism(spec, 3, 1)
 
 
 def test_missing_config_field_is_named(tmp_path):
@@ -363,13 +372,13 @@ def test_every_catalog_model_loads_and_plans():
 
 
 def test_gpu_catalog_shape():
-    catalog = planner.gpu_catalog()
+    catalog = plan_inputs.gpu_catalog()
     for key in ("v100-16gb", "t4", "l4", "a100-80gb", "h100-80gb", "rtx4090", "jetson-agx-orin-64gb"):
         assert key in catalog
-    assert planner.find_gpu("H100").key == "h100-80gb"
-    assert planner.find_gpu("orin").unified_memory
+    assert plan_inputs.find_gpu("H100").key == "h100-80gb"
+    assert plan_inputs.find_gpu("orin").unified_memory
     with pytest.raises(PlanError, match="unknown GPU"):
-        planner.find_gpu("voodoo2")
+        plan_inputs.find_gpu("voodoo2")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -411,13 +420,13 @@ def test_a_release_outside_the_tables_is_refused(version, where):
         plan(inputs(QWEN7B, vllm_version=version, gpu="h100-80gb"))
     message = caught.value.message
     assert f"vLLM {version} is not in the kit's tables ({where}" in message
-    for known in planner.planned_versions():
+    for known in rules.planned_versions():
         assert known in message
     assert "--approximate-version" in caught.value.hint
 
 
 def test_known_releases_are_planned_exactly():
-    assert "0.33.0" in planner.planned_versions() and "0.19.0" in planner.planned_versions()
+    assert "0.33.0" in rules.planned_versions() and "0.19.0" in rules.planned_versions()
     assert not plan(inputs(QWEN7B, vllm_version="0.19", gpu="h100-80gb")).approximate["value"]  # 0.19 is 0.19.0
 
 

@@ -14,6 +14,7 @@ from kit.config.modelinfo import load_model_spec
 from kit.core.errors import PlanError
 from kit.memory import fit as fitting
 from kit.memory import plan as planner
+from kit.memory import inputs as plan_inputs
 from kit.memory.plan import PlanInputs, plan
 
 pytestmark = pytest.mark.unit
@@ -23,7 +24,7 @@ ENVELOPE = {"ok", "command", "data", "problems", "warnings"}
 
 def inputs(model: str, gpu: str | None = None, **kw) -> PlanInputs:
     if gpu:
-        info = planner.find_gpu(gpu)
+        info = plan_inputs.find_gpu(gpu)
         kw.update(gpu_name=info.key, gpu_memory_gib=info.memory_gib)
     return PlanInputs(model=load_model_spec(model), **kw)
 
@@ -69,7 +70,7 @@ def test_largest_max_model_len_fits_and_one_block_more_does_not(model, gpu, kw, 
         # the planner's own arithmetic (vLLM's estimate_max_model_len) agrees with the search
         assert answer.value == planner.largest_max_model_len(asked)
     else:  # the model's own limit: one token more is refused outright
-        assert answer.value == planner.derived_max_model_len(asked.model)
+        assert answer.value == plan_inputs.derived_max_model_len(asked.model)
         with pytest.raises(PlanError, match="greater than the derived max_model_len"):
             plan(asked.model_copy(update={"max_model_len": answer.value + 1}))
 
@@ -257,7 +258,7 @@ def test_every_plan_option_is_a_planner_flag_or_refused_beside_a_preset():
     from kit.cli.plan import NOT_WITH_PRESET, PLAN_FLAGS, plan_command
 
     known = {n for n, *_ in PLAN_FLAGS} | set(NOT_WITH_PRESET) | {"model"}
-    not_planner = {"args", "preset_option", "fit", "as_json", "verbose"}
+    not_planner = {"args", "preset_option", "fit", "explain", "as_json", "verbose"}  # what to print, not to plan
     assert {p.name for p in plan_command.params} - not_planner == known  # a new flag must be one or the other
     assert set(FLAG_VALUES) | {"cpu_kvcache_space_gib"} == {n for n, *_ in PLAN_FLAGS}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kit.config.preset import load_preset
+from kit.core.gpus import gpu_key
 from kit.host import doctor
 
 pytestmark = pytest.mark.unit
@@ -23,7 +24,7 @@ def test_h200_is_named_from_the_catalog_and_its_driver_passes_cuda_13() -> None:
     smi = (FIXTURES / "nvidia-smi-h200-query.csv").read_text()
     gpus = doctor.parse_nvidia_smi(smi)
     assert [(g.name, g.memory_mib, g.driver) for g in gpus] == [("NVIDIA H200", 143771, "580.159.04")]
-    assert doctor.catalog_key_for(gpus[0].name, gpus[0].memory_mib) == "h200"
+    assert gpu_key(gpus[0].name, gpus[0].memory_mib) == "h200"
     _name, _path, preset = load_preset("rtx4090-awq")
     check = doctor.check_driver(facts(smi), preset)
     assert check.status == doctor.PASS and "580.65.06" in check.detail

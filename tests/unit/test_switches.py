@@ -59,7 +59,8 @@ def _server_environments(files: dict[str, str]) -> dict[str, dict]:
         if path.startswith("compose") and path.endswith(".yaml"):
             for name, service in (yaml.safe_load(text) or {}).get("services", {}).items():
                 if "build" in service and "environment" in service and service.get("command"):
-                    found[f"{path}:{name}"] = service["environment"]
+                    # The kit's own values; a name with no value is one compose takes from .env (service_env.yaml).
+                    found[f"{path}:{name}"] = {k: v for k, v in service["environment"].items() if v is not None}
     return found
 
 
@@ -90,7 +91,7 @@ def test_the_kits_own_variable_names_the_field_that_sets_it():
     assert problems(["runtime.env.MY_SETTING=1"]) == []  # the user's own variables pass
 
 
-HUB_MODEL = ["model.id=Qwen/Qwen3-0.6B", "model.generate=null"]
+HUB_MODEL = ["model.id=Qwen/Qwen3-0.6B", "model.host_path=null", "model.generate=null"]
 
 
 def test_trust_remote_code_needs_a_pinned_commit():
@@ -148,9 +149,9 @@ def test_hub_ids_as_the_hub_takes_them(model_id):
                                       "https://huggingface.co/org/m"])
 def test_other_text_is_not_a_hub_id_and_is_refused(model_id):
     assert not is_hub_id(model_id)
-    result = validate(f"model.id={model_id}", "model.generate=null")
+    result = validate(f"model.id={model_id}", "model.host_path=null", "model.generate=null")
     assert result.exit_code == 1
-    assert "override model.id: is neither a hub id" in result.output or "override model.id:" in result.output
+    assert "override model.id: is not a hub id" in result.output or "override model.id:" in result.output
 
 
 @pytest.mark.parametrize("path", ["/", "/etc", "/etc/", "//etc", "/usr/lib/x", "/proc/self", "/root/m", "/var",
@@ -158,9 +159,39 @@ def test_other_text_is_not_a_hub_id_and_is_refused(model_id):
                                   "~", "~/", "~/..", "~root/m", ".."])
 def test_system_folders_and_escapes_are_refused_as_model_paths(path):
     assert model_path_problem(path), path
-    result = validate(f"model.id='{path}'", "model.generate=null")
+    result = validate(f"model.host_path='{path}'", "model.generate=null")
     assert result.exit_code == 1
-    assert "override model.id: " in result.output
+    assert "override model.host_path: " in result.output
+
+
+@pytest.mark.parametrize("path", ["./models/tiny-llama", "/srv/models/m", "~/models/m", "/etc", "../../etc"])
+def test_a_path_as_model_id_is_refused_with_the_field_to_use(path):
+    """Before, a model.id that was a path was bind-mounted; a host folder is now only taken by model.host_path."""
+    result = validate(f"model.id='{path}'", "model.host_path=null", "model.generate=null")
+    assert result.exit_code == 1
+    assert "override model.id: is a host path: a model folder goes in model.host_path (mounted read-only)" in result.output
+
+
+def test_host_path_must_be_a_path_and_generate_needs_it():
+    result = validate("model.host_path=models/m")
+    assert result.exit_code == 1 and "override model.host_path: must be a path" in result.output
+    result = validate("model.host_path=null")  # the cpu preset generates its model: it needs the folder
+    assert result.exit_code == 1 and "generate needs model.host_path" in result.output
+
+
+def test_model_swap_on_the_command_line_sets_the_field_for_a_folder(tmp_path):
+    from kit.deploy.record import model_overrides
+
+    assert model_overrides("./models/mine") == ("model.host_path=./models/mine", "model.id=mine",
+                                                "model.generate=null", "model.served_model_name=null")
+    assert model_overrides("Qwen/Qwen3-0.6B")[:2] == ("model.id=Qwen/Qwen3-0.6B", "model.host_path=null")
+    result = validate("model=/etc")
+    assert result.exit_code == 1 and "model.host_path: is a system folder (/etc)" in result.output
+    from kit.deploy.pipeline import prepare
+
+    d = prepare("cpu", list(model_overrides("/srv/models/mine"))).deployment
+    assert d.model_mount == ("/srv/models/mine", "/models/mine")
+    assert d.serve_args[d.serve_args.index("--served-model-name") + 1] == "mine"
 
 
 @pytest.mark.parametrize("path", ["./models/tiny-llama", "/srv/models/m", "/opt/models/m", "/home/me/models/m",

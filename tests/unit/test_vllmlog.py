@@ -12,6 +12,9 @@ import yaml
 
 from kit.config.modelinfo import load_model_spec
 from kit.memory import plan as planner
+from kit.memory import kv
+from kit.memory import inputs as plan_inputs
+from kit.memory import rules
 from kit.memory import vllmlog
 
 pytestmark = pytest.mark.unit
@@ -55,9 +58,9 @@ def test_v2_runner_for_dense_models_charges_no_graph_memory_and_v1_for_qwen3_moe
     moe = vllmlog.parse(text_of(case("h200-qwen3-30b-a3b-moe-graphs")))
     assert dense.model_runner == "V2" and not dense.cuda_graph_charged and dense.cuda_graph_gib > 0
     assert moe.model_runner == "V1" and moe.cuda_graph_charged and moe.cuda_graph_estimate_gib > 0
-    version = planner.parse_version("0.26.0")
-    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), version) == dense.model_runner
-    assert planner.model_runner_for(load_model_spec("Qwen/Qwen3-30B-A3B"), version) == moe.model_runner
+    version = rules.parse_version("0.26.0")
+    assert rules.model_runner_for(load_model_spec("Qwen/Qwen3-8B"), version) == dense.model_runner
+    assert rules.model_runner_for(load_model_spec("Qwen/Qwen3-30B-A3B"), version) == moe.model_runner
 
 
 def test_warm_compile_cache_starts_faster() -> None:
@@ -83,7 +86,7 @@ def test_planner_predicts_the_out_of_memory_start() -> None:
     entry = case("h200-qwen3-8b-16g-out-of-memory")
     log = vllmlog.parse(text_of(entry))
     result = planner.plan(_inputs(entry, log))
-    assert not result.fits and result.error == planner.NO_MEMORY_ERROR
+    assert not result.fits and result.error == kv.NO_MEMORY_ERROR
     assert result.kv_cache_gib == pytest.approx(log.kv_cache_gib, abs=0.1)
     assert result.suggestions  # the fixes kit probe prints
 
@@ -179,10 +182,10 @@ def test_033_v2_runner_charges_its_cuda_graph_estimate_for_every_model() -> None
     eager = vllmlog.parse(text_of(case("h200-033-qwen3-8b-80g")))
     assert graphs.model_runner == "V2" and graphs.cuda_graph_charged and graphs.cuda_graph_estimate_gib > 0.3
     assert eager.model_runner == "V2" and not eager.cuda_graph_charged and eager.cuda_graph_gib == 0
-    version = planner.parse_version("0.33.0")
+    version = rules.parse_version("0.33.0")
     for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V2-Lite-Chat"):
-        assert planner.model_runner_for(load_model_spec(model), version) == "V2"
-        assert planner.cuda_graphs_charged_by(load_model_spec(model), version)
+        assert rules.model_runner_for(load_model_spec(model), version) == "V2"
+        assert rules.cuda_graphs_charged_by(load_model_spec(model), version)
     entry = case("h200-033-qwen3-8b-48g-graphs")
     result = planner.plan(_inputs_033(entry, graphs))
     assert result.inputs["cuda_graph_charged"] is True
@@ -193,9 +196,9 @@ def test_033_sampler_state_is_non_torch_memory_that_grows_with_max_num_seqs() ->
     """The V2 runner's penalty state ([max_num_seqs, vocab] int32 and a bit mask) is in vLLM's consumed memory."""
     small = vllmlog.parse(text_of(case("h200-033-llama3.1-8b-24g")))  # 256 seqs, vocabulary 128256
     big = vllmlog.parse(text_of(case("h200-033-qwen3-8b-80g")))  # 1024 seqs, vocabulary 151936
-    state_small, state_big = (seqs * vocab * 4.125 / planner.GIB for seqs, vocab in ((256, 128256), (1024, 151936)))
+    state_small, state_big = (seqs * vocab * 4.125 / plan_inputs.GIB for seqs, vocab in ((256, 128256), (1024, 151936)))
     assert big.non_torch_gib - small.non_torch_gib == pytest.approx(state_big - state_small, abs=0.05)
-    rule = planner.memory_accounting(planner.parse_version("0.33.0"))
+    rule = rules.memory_accounting(rules.parse_version("0.33.0"))
     for log, state in ((small, state_small), (big, state_big)):
         assert log.non_torch_gib == pytest.approx(rule["non_torch_gib_single"] + state, abs=0.03)
 

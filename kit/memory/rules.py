@@ -1,0 +1,155 @@
+"""The planner's per-release rules of vLLM, read from kit/data/vllm.yaml and nowhere else.
+
+A release's rules fold, oldest first, every `rule_changes` entry (releases the kit does not pin) and every pinned
+release's `versions.X.defaults` at or below it: a later entry overrides an earlier one key by key, mappings merge,
+lists and values replace. The term modules (weights, activation, cudagraph, nontorch, kv) read what they need from
+the folded mapping; none keeps a per-release constant of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from kit.core.errors import PlanError
+from kit.core.versions import version as version_of
+
+DEFAULT_VLLM_VERSION = "0.33.0"
+
+
+def parse_version(text: str) -> Version:
+    try:
+        return version_of(text)
+    except InvalidVersion:
+        raise PlanError(f"vllm_version {text[:40]!r} is not a version", hint="write it like 0.19.0") from None
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _entries() -> tuple[tuple[Version, str, dict[str, Any]], ...]:
+    """(release, where, change) of every entry that may set a rule, oldest first."""
+    from kit.core.datafiles import vllm_table
+
+    table = vllm_table()
+    found = [(parse_version(str(name)), f"rule_changes.{name}", dict(change or {}))
+             for name, change in (table.get("rule_changes") or {}).items()]
+    found += [(parse_version(str(name)), f"versions.{name}.defaults", dict(entry.get("defaults") or {}))
+              for name, entry in (table.get("versions") or {}).items()]
+    found.sort(key=lambda item: item[0])
+    return tuple(found)
+
+
+@lru_cache(maxsize=64)
+def _rules_at(version: Version) -> dict[str, Any]:
+    rules: dict[str, Any] = {}
+    for release, _, change in _entries():
+        if release <= version:
+            rules = _merge(rules, change)
+    return rules
+
+
+def rules_for(version: str | Version) -> dict[str, Any]:
+    """The planner's rules of vLLM ``version`` (a copy: callers may not change the table)."""
+    ver = parse_version(version) if isinstance(version, str) else version
+    return copy.deepcopy(_rules_at(ver))
+
+
+def default_gpu_memory_utilization(vllm_version: str) -> float:
+    return float(rules_for(vllm_version)["gpu_memory_utilization"])
+
+
+def memory_accounting(version: Version) -> dict[str, Any]:
+    """The profile run's accounting at ``version`` (`memory_accounting`, folded over the releases)."""
+    return rules_for(version)["memory_accounting"]
+
+
+def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_name: str,
+                   entrypoint: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them: the first
+    `batch_tiers` tier the GPU matches."""
+    name = gpu_name.lower()
+    for tier in rules_for(version)["batch_tiers"]:
+        conditional = any(k in tier for k in ("min_memory_gib", "name_contains", "name_excludes"))
+        if conditional:
+            if device != "cuda" or memory_gib is None:
+                continue
+            if memory_gib < tier.get("min_memory_gib", 0):
+                continue
+            if "name_contains" in tier and not any(n in name for n in tier["name_contains"]):
+                continue
+            if any(n in name for n in tier.get("name_excludes", [])):
+                continue
+        tokens, seqs = tier["llm" if entrypoint == "llm" else "serve"]
+        return int(tokens), int(seqs)
+    raise PlanError(f"kit/data/vllm.yaml: no batch_tiers tier matches at vLLM {version}")
+
+
+def planned_versions() -> list[str]:
+    """The releases the kit's tables describe: the pinned ones (kit/data/vllm.yaml `versions`) and those whose real
+    start-ups the planner was checked on (kit/data/calibration.yaml). Oldest first."""
+    from kit.core.datafiles import load_yaml, vllm_table
+
+    known = {str(v) for v in vllm_table()["versions"]}
+    for point in load_yaml("calibration.yaml").get("cases") or []:
+        if isinstance(point, dict) and (point.get("inputs") or {}).get("vllm_version"):
+            known.add(str(point["inputs"]["vllm_version"]))
+    return sorted(known, key=version_of)
+
+
+def version_gate(text: str, approximate: bool) -> str | None:
+    """Refuse a release outside the kit's tables, or (``approximate``) say which known release's rules stand in.
+
+    Returns the note for the plan's `approximate` reason, or None when the release is in the tables."""
+    version = parse_version(text)
+    known = planned_versions()
+    if any(version_of(k) == version for k in known):
+        return None
+    older = [k for k in known if version_of(k) < version]
+    where = ("older than the oldest" if not older else
+             "newer than the newest" if version > version_of(known[-1]) else "between two")
+    if not approximate:
+        raise PlanError(f"vLLM {text[:40]} is not in the kit's tables ({where} of the releases it knows: "
+                        f"{', '.join(known)}); its defaults and memory rules are unknown, so it is not planned",
+                        hint=f"plan for one of {', '.join(known)}, or add --approximate-version to plan with the "
+                             "rules of the nearest older release, marked approximate")
+    nearest = f"the nearest older known release, {older[-1]}" if older else f"the oldest known, {known[0]}, a later one"
+    return (f"vLLM {text[:40]} is not in the kit's tables ({where} of the releases it knows): planned with rules and "
+            f"defaults borrowed from the rows the kit has for other releases ({nearest}), which it may not follow")
+
+
+def model_runner_for(model: Any, version: Version) -> str:
+    """"V2" where vLLM picks its V2 model runner, else "V1" (kit/data/vllm.yaml `model_runner_v2`, per release).
+
+    ``model`` is a kit.config.modelinfo.ModelSpec."""
+    rule = rules_for(version).get("model_runner_v2")
+    if not rule:
+        return "V1"
+    if model.is_hybrid:
+        return "V2" if rule.get("hybrid") else "V1"
+    if model.is_moe:
+        every = rule.get("moe") == "all"
+        return "V2" if every or model.architecture in rule.get("moe_architectures", []) else "V1"
+    return "V2" if rule.get("dense") else "V1"
+
+
+def cuda_graphs_charged_by(model: Any, version: Version) -> bool:
+    """Whether the model runner vLLM picks subtracts its CUDA-graph estimate from the KV budget (from 0.21): V1
+    always; V2 where the release's rule says so (0.26's V2 runner estimated 0, 0.32's and 0.33's capture and charge)."""
+    rules = rules_for(version)
+    if not rules["cuda_graph_memory_profiled"]:
+        return False
+    if model_runner_for(model, version) == "V1":
+        return True
+    return bool((rules.get("model_runner_v2") or {}).get("charges_cuda_graphs"))

@@ -1,0 +1,286 @@
+"""The planner by term: per-release rules read from kit/data/vllm.yaml only, each figure the sum (activation: the
+peak) of named terms citing their source, and those terms against vLLM 0.33.0's own start-up logs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import lzma
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kit.config.modelinfo import load_model_spec
+from kit.memory import inputs as plan_inputs
+from kit.memory import rules, vllmlog
+from kit.memory.plan import LoraInputs, PlanInputs, _compute, plan
+from kit.memory.terms import peak_bytes, peak_phase
+
+pytestmark = pytest.mark.unit
+
+GIB = plan_inputs.GIB
+DATA = Path(__file__).resolve().parents[2] / "kit" / "data"
+MEMORY = Path(__file__).resolve().parents[2] / "kit" / "memory"
+GPU_CASES = yaml.safe_load((DATA / "calibration.yaml").read_text())["gpu_cases"]
+STARTED_033 = [c for c in GPU_CASES if str(c["inputs"].get("vllm_version")) == "0.33.0"
+               and not c.get("expect_error") and not c.get("start_failed")]
+# 0.26.0's eager engines: no compile residual, so the logged peak is the forward pass or the sampler alone
+EAGER_026 = [c for c in GPU_CASES if "vllm_version" not in c["inputs"] and c["inputs"].get("enforce_eager")
+             and not c.get("expect_error") and not c.get("start_failed")]
+
+
+def gpu_inputs(model: str, **kw) -> PlanInputs:
+    kw.setdefault("gpu_name", "h200")
+    return PlanInputs(model=load_model_spec(model), **kw)
+
+
+# --------------------------------------------------------------------------- the rules reader
+def test_rules_fold_releases_oldest_first_and_merge_mappings():
+    assert rules.default_gpu_memory_utilization("0.19.0") == 0.90
+    assert rules.default_gpu_memory_utilization("0.21.0") == 0.92
+    assert rules.rules_for("0.19.0")["cuda_graph_memory_profiled"] is False
+    assert rules.rules_for("0.21.0")["cuda_graph_memory_profiled"] is True
+    # 0.32.0 records no accounting of its own: 0.26.0's measured figures, over the base entry's keys
+    at_026, at_032 = (rules.rules_for(v)["memory_accounting"] for v in ("0.26.0", "0.32.0"))
+    assert at_032 == at_026 and at_026["hidden_buffers"] == 4
+    assert at_026["cuda_graph_estimate"] == rules.rules_for("0.19.0")["memory_accounting"]["cuda_graph_estimate"]
+    at_033 = rules.rules_for("0.33.0")["memory_accounting"]
+    assert at_033["cuda_graph_estimate"]["base_gib"] != at_026["cuda_graph_estimate"]["base_gib"]
+    # a copy: a caller's change does not reach the next reader
+    at_033["hidden_buffers"] = 99
+    assert rules.rules_for("0.33.0")["memory_accounting"]["hidden_buffers"] == 4
+
+
+@pytest.mark.parametrize(("version", "memory", "name", "expected"), [
+    ("0.8.0", 79.19, "NVIDIA H100 80GB HBM3", (2048, 256)),
+    ("0.8.5", 79.19, "NVIDIA H100 80GB HBM3", (8192, 1024)),
+    ("0.8.5", 95.0, "NVIDIA RTX PRO 6000", (2048, 256)),  # by name before 0.9
+    ("0.9.0", 95.0, "NVIDIA RTX PRO 6000", (8192, 1024)),  # by memory from 0.9
+    ("0.9.0", 79.15, "NVIDIA A100 80GB", (2048, 256)),
+    ("0.26.0", 178.0, "NVIDIA B200", (8192, 1024)),
+    ("0.32.0", 178.0, "NVIDIA B200", (16384, 1024)),
+])
+def test_batch_defaults_follow_the_memory_tiers_of_each_release(version, memory, name, expected):
+    assert rules.batch_defaults(rules.parse_version(version), "cuda", memory, name, "serve") == expected
+    assert rules.batch_defaults(rules.parse_version(version), "cpu", None, "", "serve") == (2048, 256)
+
+
+def test_a_changed_vllm_yaml_changes_the_plan(monkeypatch):
+    """The figures come from the data file: raise 0.33.0's one-GPU non-torch figure there and the plan follows."""
+    from kit.core import datafiles
+
+    table = copy.deepcopy(datafiles.vllm_table())
+    table["versions"]["0.33.0"]["defaults"]["memory_accounting"]["non_torch_gib_single"] += 1.0
+    table["versions"]["0.33.0"]["defaults"]["gpu_memory_utilization"] = 0.5
+    args = {"gpu_memory_gib": 139.8, "max_model_len": 8192, "enforce_eager": True}
+    before = plan(gpu_inputs("Qwen/Qwen3-8B", **args))
+    monkeypatch.setattr(datafiles, "vllm_table", lambda: table)
+    rules._entries.cache_clear()
+    rules._rules_at.cache_clear()
+    try:
+        after = plan(gpu_inputs("Qwen/Qwen3-8B", **args))
+    finally:
+        monkeypatch.undo()
+        rules._entries.cache_clear()
+        rules._rules_at.cache_clear()
+    assert after.non_torch_gib - before.non_torch_gib == pytest.approx(1.0)
+    assert after.inputs["gpu_memory_utilization"] == 0.5 and before.inputs["gpu_memory_utilization"] == 0.92
+
+
+def test_no_per_release_constant_is_left_in_the_planner_code():
+    """Release comparisons live in kit/data/vllm.yaml: no module of kit/memory compares a version with a literal."""
+    for path in MEMORY.glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"release_at_least|_at_least\(|SINCE\b", text), path.name
+        assert not re.search(r"\(0, [1-9]\d*(, \d+)?\)", text), path.name  # a (0, 21)-style release tuple
+        assert not re.search(r"""parse_version\(["']\d""", text), path.name
+
+
+# The planner's modules in their one-way order: each imports only modules before it (vllmlog reads logs, apart).
+MEMORY_ORDER = ["rules", "inputs", "shape", "terms", "weights", "kv", "activation", "nontorch", "cudagraph",
+                "adapters", "plan", "preset_plan", "fit"]
+
+
+def test_planner_modules_import_only_earlier_ones():
+    import ast
+
+    assert {p.stem for p in MEMORY.glob("*.py")} - {"__init__", "vllmlog"} == set(MEMORY_ORDER)
+    for index, name in enumerate(MEMORY_ORDER):
+        tree = ast.parse((MEMORY / f"{name}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.startswith("kit.memory."):
+                    imported.add(node.module.removeprefix("kit.memory."))
+                elif node.module == "kit.memory":
+                    imported |= {alias.name for alias in node.names}
+        later = imported & set(MEMORY_ORDER[index:])
+        assert not later, f"kit/memory/{name}.py imports {sorted(later)}, which come after it"
+
+
+# --------------------------------------------------------------------------- terms add up to the figures
+PLANS = {
+    "dense 0.33 graphs": dict(model="Qwen/Qwen3-8B", gpu_memory_gib=139.8, max_model_len=8192),
+    "dense 0.19 tp2": dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu_memory_gib=79.19, max_model_len=8192,
+                           tensor_parallel_size=2, vllm_version="0.19.0"),
+    "moe 0.26": dict(model="Qwen/Qwen3-30B-A3B", gpu_memory_gib=139.8, max_model_len=8192, vllm_version="0.26.0"),
+    "pp2 0.33": dict(model="Qwen/Qwen3-8B", gpu_memory_gib=47.4, max_model_len=8192, pipeline_parallel_size=2),
+    "lora 0.33": dict(model="Qwen/Qwen3-8B", gpu_memory_gib=47.4, max_model_len=8192, lora=LoraInputs(max_loras=4)),
+    "pooling 0.33": dict(model="Qwen/Qwen3-8B", gpu_memory_gib=47.4, max_model_len=8192, runner="pooling"),
+}
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_every_figure_is_its_terms(name):
+    raw = dict(PLANS[name])
+    inputs = gpu_inputs(raw.pop("model"), **raw)
+    _, stages, _ = _compute(inputs)
+    for stage in stages:
+        by_figure = {f: [t for t in stage.terms if t.figure == f] for f in ("weights", "activation", "non_torch",
+                                                                           "cuda_graph")}
+        assert sum(t.bytes for t in by_figure["weights"]) == pytest.approx(stage.weights, rel=1e-12)
+        assert peak_bytes(by_figure["activation"]) == pytest.approx(stage.activation, rel=1e-12)
+        assert sum(t.bytes for t in by_figure["non_torch"]) == pytest.approx(stage.non_torch, rel=1e-12)
+        assert sum(t.bytes for t in by_figure["cuda_graph"]) == pytest.approx(stage.cuda_graph, rel=1e-12)
+        for term in stage.terms:
+            assert term.name and term.source and term.bytes >= 0, term
+            # a term that is not a fitted residual follows a named source: a file, or a shape of the config
+            assert term.fitted or re.search(r"\w\.(py|cpp|json)\b", term.source) or "[" in term.source, term
+    result = plan(inputs)
+    shown = result.to_json(explain=True)["terms"]  # the binding rank's terms
+    assert [t["name"] for t in shown] in [[t.name for t in s.terms] for s in stages]
+    assert sum(t["gib"] for t in shown if t["figure"] == "weights") == pytest.approx(result.weights_gib, abs=1e-3)
+    assert "terms" not in result.to_json()  # plain JSON keeps its keys
+
+
+def test_pooling_runner_has_no_sampler_terms_and_pp_only_the_last_stage_samples():
+    pooled = _compute(gpu_inputs("Qwen/Qwen3-8B", gpu_memory_gib=47.4, max_model_len=8192, runner="pooling"))[1]
+    assert not [t for t in pooled[0].terms if t.phase == "sampler"]
+    staged = _compute(gpu_inputs("Qwen/Qwen3-8B", gpu_memory_gib=47.4, max_model_len=8192,
+                                 pipeline_parallel_size=2))[1]
+    assert not [t for t in staged[0].terms if t.phase == "sampler"]
+    assert [t.name for t in staged[1].terms if t.phase == "sampler"] == [
+        "logits", "logits fp32 copy", "top-k masked logits", "top-k probabilities", "sampler buffers (fitted)"]
+
+
+def test_033_sampler_terms_scale_with_rows_vocab_and_dtype():
+    """[rows, vocab] per buffer: rows = min(max_num_seqs, max_num_batched_tokens), the logits in the model dtype."""
+    def sampler(**kw):
+        _, stages, _ = _compute(gpu_inputs("Qwen/Qwen3-8B", gpu_memory_gib=139.8, max_model_len=8192,
+                                           enforce_eager=True, **kw))
+        return {t.name: t.bytes for t in stages[0].terms if t.phase == "sampler"}
+
+    base = sampler(max_num_seqs=256, max_num_batched_tokens=8192)
+    vocab = load_model_spec("Qwen/Qwen3-8B").vocab_size
+    assert base["logits"] == 256 * vocab * 2 and base["logits fp32 copy"] == 256 * vocab * 4
+    assert base["top-k masked logits"] == base["top-k probabilities"] == 256 * vocab * 4
+    capped = sampler(max_num_seqs=1024, max_num_batched_tokens=512)  # 512 dummy requests at most
+    assert capped["logits fp32 copy"] == 512 * vocab * 4
+    as_fp32 = sampler(max_num_seqs=256, max_num_batched_tokens=8192, dtype="float32")
+    assert as_fp32["logits"] == 2 * base["logits"] and as_fp32["logits fp32 copy"] == base["logits fp32 copy"]
+
+
+# --------------------------------------------------------------------------- against vLLM 0.33.0's logs
+def _log(entry: dict) -> vllmlog.StartupLog:
+    with lzma.open(DATA / "calibration" / entry["log"], "rt", encoding="utf-8") as handle:
+        return vllmlog.parse(handle.read())
+
+
+@pytest.mark.parametrize("entry", STARTED_033, ids=[c["id"] for c in STARTED_033])
+def test_033_logged_peak_is_the_planned_peak_of_traced_terms(entry):
+    """vLLM 0.33.0's logged peak activation is the planner's peak: the dummy sampler run where its [rows, vocab]
+    buffers outweigh the forward pass (then the terms read from the source, not the fitted residual, are at least
+    95 % of it), the forward pass otherwise, and the forward pass with inductor's buffers on a cold compile cache."""
+    log = _log(entry)
+    raw = dict(entry["inputs"])
+    inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
+    _, stages, _ = _compute(inputs)
+    activation = [t for t in stages[0].terms if t.figure == "activation"]
+    assert peak_bytes(activation) / GIB == pytest.approx(log.peak_activation_gib, abs=0.05)
+    phase = peak_phase(activation)
+    if not inputs.enforce_eager and not inputs.compile_cache_warm:
+        assert phase == "mlp" and any(t.name.startswith("torch.compile, cold") for t in activation if t.phase == phase)
+    if phase == "sampler":
+        sampler = [t for t in activation if t.phase == "sampler"]
+        traced = sum(t.bytes for t in sampler if not t.fitted)
+        assert traced / sum(t.bytes for t in sampler) >= 0.95
+
+
+def test_033_sampler_phase_sets_the_peak_of_a_wide_batch():
+    """Eager at 256 rows of a 152k vocabulary: the sampler phase, not the forward pass, is the peak."""
+    entry = next(c for c in STARTED_033 if c["id"] == "h200-033-qwen3-8b-fp8-24g")
+    log = _log(entry)
+    raw = dict(entry["inputs"])
+    inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
+    _, stages, _ = _compute(inputs)
+    assert peak_phase([t for t in stages[0].terms if t.figure == "activation"]) == "sampler"
+
+
+def _activation_026(entry: dict) -> tuple[list, vllmlog.StartupLog]:
+    log = _log(entry)
+    raw = dict(entry["inputs"])
+    inputs = PlanInputs(model=load_model_spec(raw.pop("model")), gpu_name="h200", gpu_memory_gib=log.total_gib,
+                        vllm_version="0.26.0", **raw)
+    return [t for t in _compute(inputs)[1][0].terms if t.figure == "activation"], log
+
+
+@pytest.mark.parametrize("entry", EAGER_026, ids=[c["id"] for c in EAGER_026])
+def test_026_eager_peaks_match_the_terms(entry):
+    """vLLM 0.26.0 eager engines (no compile residual): the planned peak matches the logged one within 0.04 GiB."""
+    activation, log = _activation_026(entry)
+    assert peak_bytes(activation) / GIB == pytest.approx(log.peak_activation_gib, abs=0.04)
+
+
+def test_026_logs_check_both_the_forward_pass_and_the_sampler_phase():
+    """The eager runs exercise both phases: 2048-16384 batched tokens of 7-14B models peak in the MLP's buffers,
+    Qwen2.5-0.5B's 256 rows of a 151936-entry vocabulary in the sampler's."""
+    phases = {entry["id"]: peak_phase(_activation_026(entry)[0]) for entry in EAGER_026}
+    assert phases["h200-qwen3-8b-long-context"] == phases["h200-qwen2.5-14b-48g"] == "mlp"
+    assert phases["h200-qwen2.5-0.5b-bf16"] == "sampler"
+
+
+# --------------------------------------------------------------------------- kit plan --explain
+def test_cli_explain_prints_the_terms_by_name_and_in_json():
+    from kit.cli.main import cli
+
+    args = ["plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h200", "--max-model-len", "8192", "--explain"]
+    human = CliRunner().invoke(cli, args, env={"COLUMNS": "250"})
+    assert human.exit_code == 0, human.output
+    for name in ("MLP gate_up output", "logits fp32 copy", "top-k probabilities", "sampler per-request state",
+                 "graphs (fitted)", "parameters"):
+        assert name in human.stdout, name
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)["data"]
+    names = {t["name"]: t for t in data["terms"]}
+    assert names["MLP gate_up output"]["on_peak"] is False and names["logits"]["on_peak"] is True
+    assert names["torch.compile, cold cache (fitted)"]["fitted"] is True
+    activation = [t for t in data["terms"] if t["figure"] == "activation" and t["on_peak"]]
+    assert sum(t["gib"] for t in activation) == pytest.approx(data["activation_gib"], abs=0.01)
+    plain = json.loads(CliRunner().invoke(cli, args[:-1] + ["--json"]).stdout)["data"]
+    assert "terms" not in plain
+    both = CliRunner().invoke(cli, [*args, "--fit"])
+    assert both.exit_code == 2 and "--explain" in both.stderr
+
+
+def test_cli_explain_beside_a_preset():
+    from kit.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["plan", "preset=rtx4090-awq", "--explain", "--json"])
+    data = json.loads(result.stdout)["data"]
+    assert result.exit_code in (0, 1) and data["terms"], result.output
+    assert {t["figure"] for t in data["terms"]} >= {"weights", "activation", "non_torch"}
+    weights = sum(t["gib"] for t in data["terms"] if t["figure"] == "weights")
+    assert weights == pytest.approx(data["weights_gib"], abs=0.01)
+
+
+def test_lora_sizes_default_to_the_release_rules():
+    args = {"gpu_memory_gib": 47.4, "max_model_len": 8192}
+    defaulted = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(), **args))
+    spelled = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_loras=1, max_lora_rank=16), **args))
+    assert rules.rules_for("0.33.0")["lora_defaults"] == {"max_loras": 1, "max_lora_rank": 16}
+    assert defaulted.inputs["lora"]["max_loras"] == 1 and defaulted.inputs["lora"]["max_lora_rank"] == 16
+    assert defaulted.lora_gib == spelled.lora_gib > 0
+    wider = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_lora_rank=32), **args))
+    assert wider.lora_gib == pytest.approx(2 * defaulted.lora_gib)
