@@ -11,17 +11,16 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kit.config.preset import Preset, check_pinned_ref
-from kit.core.datafiles import gpu_catalog, load_yaml, prune_rules, vllm_table
+from kit.config.strategy import (  # noqa: F401 - the image layout's names, as the templates and callers know them
+    APP_HOME, APP_UID, APP_USER, FLASHINFER_JIT_PACKAGES, GPU_JIT_PACKAGES, VENV, VLLM_CACHE, RunUser, ImageStrategy,
+    strategy_for, strategy_of,
+)
+from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
 
 CONTAINER_PORT = 8000
-APP_USER = "vllm"
-APP_UID = 10001  # above the distro's 1000 (Ubuntu images ship a user there), numeric for runAsNonRoot
-APP_HOME = f"/home/{APP_USER}"
-VENV = "/opt/venv"
 MODELS_DIR = "/models"
 HF_HOME = f"{APP_HOME}/.cache/huggingface"
-VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 
 # Several nodes: the launcher (kit/launch/ray_node.py) is rendered beside the compose files and mounted
 # read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
@@ -61,21 +60,6 @@ NODE_ENV = {
     "NCCL_SOCKET_IFNAME": "the NIC NCCL uses between nodes, e.g. eth0 (on hosts with several NICs)",
     "GLOO_SOCKET_IFNAME": "the NIC Gloo (torch.distributed's CPU side) uses, usually the same as NCCL's",
 }
-
-
-@dataclass(frozen=True)
-class RunUser:
-    """Who the server runs as: the image's own user (official) or the kit's (venv strategies)."""
-
-    name: str
-    uid: int
-    gid: int
-    home: str
-    create: str  # never | if-missing | always: whether the Dockerfile makes the user
-
-    @property
-    def spec(self) -> str:
-        return f"{self.uid}:{self.gid}"
 
 
 @dataclass(frozen=True)
@@ -196,6 +180,10 @@ class Deployment:
     preset_shipped: bool = True
 
     @property
+    def image_strategy(self) -> ImageStrategy:
+        return strategy_for(self.strategy)
+
+    @property
     def gpus_total(self) -> int:
         hw = self.preset.hardware
         return 0 if hw.gpu is None else hw.count * hw.nodes
@@ -263,63 +251,30 @@ def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
     if not preset.engine.enforce_eager:
         seconds += 300
         parts.append("+300 s for torch.compile and CUDA graph capture on a cold cache")
-    if preset.image.strategy == "jetson":
-        seconds *= 2
-        parts.append("x2 on Jetson")
+    slower = strategy_of(preset).start_period_factor
+    if slower:
+        seconds *= slower[0]
+        parts.append(slower[1])
     return seconds, ", ".join(parts)
 
 
 def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
     """(base image, python version, CUDA, minimum driver) from the version table."""
-    table = vllm_table()
-    img, hw = preset.image, preset.hardware
-    release = table["versions"][img.vllm_version]
-    if img.strategy == "cpu":
-        return table["cpu"]["base_image"], table["cpu"]["python"], None, None
-    if img.strategy == "jetson":
-        l4t = table["jetson"]["l4t"][hw.l4t]
-        return l4t["base_image"], l4t["python"], l4t["cuda"], None
-    if img.strategy == "official" and hw.gpu is None:  # vLLM's own CPU image (vllm.yaml versions.X.cpu)
-        return release["cpu"]["official_image"], release["python"], None, None
-    cuda = img.cuda or release["cuda"]
-    cuda_row = table["cuda"][cuda]
-    if img.strategy == "official":
-        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
-        return ref, release["python"], cuda, cuda_row["min_driver"]
-    return cuda_row["base_image"], cuda_row["python"], cuda, cuda_row["min_driver"]
+    base = strategy_of(preset).base(preset)
+    return base.image, base.python, base.cuda, base.min_driver
 
 
 def requirements_for(preset: Preset) -> list[str]:
     """The pinned top-level packages the image installs from wheels."""
     table = vllm_table()
     img, eng = preset.image, preset.engine
-    release = table["versions"][img.vllm_version]
-    reqs: list[str] = []
-    if img.strategy == "cpu":
-        reqs += [release["cpu"]["pip"], f"torch=={release['cpu']['torch']}"]
-    elif img.strategy == "jetson":
-        # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
-        from kit.deploy.compat import jetson_build
-
-        build = jetson_build(img.vllm_version, preset.hardware.l4t) or release
-        reqs += [build["pip"], f"torch=={build['torch']}"]
-    elif img.strategy == "slim":
-        reqs += [release["pip"], f"torch=={release['torch']}"]
-        toolchain = jit_toolchain_for(preset)
-        if toolchain:
-            reqs.append(toolchain["pip"])
+    reqs = strategy_of(preset).packages(preset)
     if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
         reqs.append(table["ray"]["pip"])
     reqs += img.extra_pip
     return reqs
 
 
-# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
-# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
-GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
-# FlashInfer's JIT compiles C++ host code beside nvcc's device code (flashinfer/jit/cpp_ext.py: `c++`), and nvcc
-# itself runs the host compiler's cc1plus.
-FLASHINFER_JIT_PACKAGES = ["g++"]
 # Files of those packages no JIT runs or reads, deleted in the same layer: Triton's launcher and FlashInfer's
 # modules are shared objects compiled without link-time optimisation, against Python's headers, never linked
 # with libpython (triton/runtime/build.py, flashinfer/jit/cpp_ext.py).
@@ -330,54 +285,24 @@ GPU_JIT_TRIM = [
 
 
 def jit_toolchain_for(preset: Preset) -> dict[str, str] | None:
-    """The CUDA compiler wheels a slim image pins for FlashInfer's JIT ({pip, cuda_jit}), from kit/data/vllm.yaml.
-
-    Only for the release's own CUDA build: the pin is the toolkit of the torch wheel built for it (another CUDA,
-    image.cuda, brings another torch build and toolkit, and its wheels another layout).
-    """
-    if preset.image.strategy != "slim":
-        return None
-    release = vllm_table()["versions"][preset.image.vllm_version]
-    if (preset.image.cuda or release["cuda"]) != release["cuda"]:
-        return None
-    return release.get("jit_toolchain")
+    """The CUDA compiler wheels the image pins for FlashInfer's JIT ({pip, cuda_jit}), from kit/data/vllm.yaml."""
+    return strategy_of(preset).jit_toolchain(preset)
 
 
 def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
-    strategy = preset.image.strategy
-    if strategy == "cpu":
-        return list(vllm_table()["cpu"]["runtime_packages"]), "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image."
-    reason = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)"
-    if jit_toolchain_for(preset):
-        return GPU_JIT_PACKAGES + FLASHINFER_JIT_PACKAGES, reason + "; FlashInfer's JIT compiles C++ with g++."
-    if strategy in ("slim", "jetson"):
-        return list(GPU_JIT_PACKAGES), reason + "."
-    return [], ""
+    return strategy_of(preset).runtime_packages(preset)
 
 
 def prunes(preset: Preset) -> bool:
-    return preset.image.strategy in prune_rules()["applies_to"]
+    return strategy_of(preset).prunes()
 
 
 def exclude_packages_for(preset: Preset, cuda: str | None) -> list[str]:
-    if preset.image.strategy == "cpu":
-        return list(vllm_table()["cpu"]["exclude"])
-    if prunes(preset):
-        rules = prune_rules(cuda, preset.image.leave_out)
-        return [d["name"] for d in rules["distributions"]]
-    return []
+    return strategy_of(preset).exclude_packages(preset, cuda)
 
 
 def image_env_for(preset: Preset) -> dict[str, str]:
-    if preset.image.strategy == "cpu":
-        return dict(vllm_table()["cpu"].get("env", {}))
-    if jit_toolchain_for(preset):
-        # The compiler wheels, laid out by images/cuda_jit_layout.sh and linked at VENV/cuda by the builder stage:
-        # FlashInfer (and vLLM's has_flashinfer check) find nvcc through CUDA_HOME. FlashInfer keeps what it built
-        # under FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (flashinfer/jit/env.py; default: the home folder):
-        # on the vLLM cache volume, a new container does not compile the sampler again.
-        return {"CUDA_HOME": f"{VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": VLLM_CACHE}
-    return {}
+    return strategy_of(preset).image_env(preset)
 
 
 def served_name_for(preset: Preset) -> str:
@@ -412,7 +337,7 @@ def serve_args_for(preset: Preset, served_name: str, model_arg: str, server: Ser
 
 def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
     hw = preset.hardware
-    if hw.gpu is None or preset.image.strategy == "jetson":
+    if hw.gpu is None or strategy_of(preset).nvidia_runtime:
         return None
     if hw.gpu_runtime == "cdi":
         ids = [f"nvidia.com/gpu={i}" for i in (hw.device_ids or range(hw.count))]
@@ -455,37 +380,17 @@ def server_command_for(preset: Preset) -> ServerCommand:
 
     Venv strategies run the venv's own executables, by path, so a PATH change cannot pick another vLLM.
     """
-    table = vllm_table()
-    img = preset.image
-    spec = table["server"]
-    if img.strategy == "cpu":
-        spec = table["versions"][img.vllm_version]["cpu"].get("server", spec)
-    argv = list(spec["argv"])
-    if img.strategy != "official":
-        argv[0] = f"{VENV}/bin/{argv[0]}"
-    return ServerCommand(argv=argv, model_positional=spec["model"] == "positional")
+    strategy = strategy_of(preset)
+    spec = strategy.server_spec(preset)
+    return ServerCommand(argv=strategy.server_argv(preset), model_positional=spec["model"] == "positional")
 
 
 def official_layout_for(preset: Preset) -> dict[str, Any] | None:
-    if preset.image.strategy != "official":
-        return None
-    table = vllm_table()
-    release = table["versions"][preset.image.vllm_version]
-    name = release["cpu"]["official_layout"] if preset.hardware.gpu is None else release["official_layout"]
-    return dict(table["official_layouts"][name])
+    return strategy_of(preset).official_layout(preset)
 
 
 def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
-    """Official images: upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
-
-    A base given by --base-image / image.base may or may not have it, so the Dockerfile checks at build time.
-    """
-    layout = official_layout_for(preset)
-    if layout is None:
-        return RunUser(APP_USER, APP_UID, APP_UID, APP_HOME, create="always")
-    user = vllm_table()["official_user"]
-    create = "if-missing" if base_overridden or not layout["has_user"] else "never"
-    return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+    return strategy_of(preset).run_user(preset, base_overridden)
 
 
 def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
@@ -496,7 +401,7 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
     disk, a busy host) would otherwise be killed and start over for ever.
     """
     rules = load_yaml("hardening.yaml")
-    strategy = preset.image.strategy
+    cap_add, cap_add_reason = strategy_of(preset).cap_add()
     tmpfs, reasons = {}, {}
     for path, spec in rules["tmpfs"].items():
         where = home if path == "HOME" else path
@@ -507,14 +412,13 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
         "--failures", str(WATCHDOG_FAILURES), "--",
     ]
     return Hardening(
-        cap_add=list(rules["cap_add"].get(strategy, [])), cap_add_reason=rules["cap_add_reason"].get(strategy, ""),
+        cap_add=cap_add, cap_add_reason=cap_add_reason,
         tmpfs=tmpfs, tmpfs_reasons=reasons, pids_limit=int(rules["pids_limit"]), watchdog=watchdog,
     )
 
 
 def python_for(preset: Preset) -> str:
-    layout = official_layout_for(preset)
-    return layout["python"] if layout else f"{VENV}/bin/python"
+    return strategy_of(preset).python(preset)
 
 
 def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
@@ -641,8 +545,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     notes: list[str] = []
     if min_driver:
         notes.append(f"needs an NVIDIA driver >= {min_driver} on the host (CUDA {cuda} build)")
-    if img.strategy == "jetson":
-        notes.append(f"Jetson L4T {hw.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA runtime")
+    notes += strategy_of(preset).notes(preset, cuda)
     labels = {
         "org.opencontainers.image.title": f"vllm-kit {name}",
         "org.opencontainers.image.description": f"vLLM {img.vllm_version} ({img.strategy}) for preset {name}",
@@ -694,7 +597,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
-        jetson_runtime=img.strategy == "jetson",
+        jetson_runtime=strategy_of(preset).nvidia_runtime,
         healthcheck_start_period=start_period,
         healthcheck_reason=start_reason,
         environment=environment_for(preset),

@@ -186,7 +186,7 @@ def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: st
             packages.append(LockedPackage(name=key, version=version, file=wheel.name, sha256=sha))
         locked_names = {p.name for p in packages}
         excluded = sorted(n for n in index_hashes if n not in locked_names)
-    vllm_image = base if d.strategy == "official" else None
+    vllm_image = base if d.image_strategy.vllm_image else None
     return Lock(preset=prepared.name, overrides=list(overrides), base_image_option=base_image_option,
                 vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
                 inputs=render_inputs(prepared.files), base=base, vllm_image=vllm_image, target=target,
