@@ -143,6 +143,12 @@ class ImageStrategy(ABC):
         rules = load_yaml("hardening.yaml")
         return list(rules["cap_add"].get(self.name, [])), rules["cap_add_reason"].get(self.name, "")
 
+    def disk_gib(self) -> float:
+        """Disk the image takes while it is built (kit/data/host.yaml): images built from wheels keep the builder
+        stage next to the final image."""
+        host = load_yaml("host.yaml")
+        return float(host["image_gib"][self.name]) * (host["build_factor"] if self.owns_venv else 1)
+
     # ------------------------------------------------------------------------------------ the server
 
     def server_spec(self, preset: Preset) -> dict[str, Any]:

@@ -493,9 +493,7 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
     if preset is None:
         return float(table["default_need_gib"]), "an official image and a small model"
     strategy = strategy_of(preset)
-    image = float(table["image_gib"][strategy.name])
-    if strategy.owns_venv:  # built from wheels: the builder stage sits beside the image while building
-        image *= table["build_factor"]
+    image = strategy.disk_gib()
     weights, how = 0.0, "weights unknown"
     if not preset.model.is_local:
         from kit.core.errors import KitError
