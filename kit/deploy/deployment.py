@@ -6,7 +6,7 @@ base image, size /dev/shm or time a healthcheck live here, with their reasons, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -127,35 +127,46 @@ class ClusterPlan:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """The one typed context the templates receive."""
+class ImageSpec:
+    """What the image is made of. Two deployments whose specs are equal run from one build (side by side): the
+    compared fields are the image's inputs (the Dockerfile, requirements and build files follow from them, never
+    from the model or the flags); the others only describe the build (its labels, comments and repository)."""
 
-    preset_name: str
-    preset: Preset
     strategy: str
     vllm_version: str
     platform: str  # linux/amd64 | linux/arm64
     base_image: str  # FROM reference, with digest when pinned
-    base_image_default: str  # what the table picks, for the comment when overridden
-    base_overridden: bool
     python_version: str
     cuda: str | None
-    min_driver: str | None
     requirements: list[str]
     exclude_packages: list[str]  # resolved dependencies the image leaves out (kit/data/vllm.yaml, prune.yaml)
     prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
     prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
     cuda_jit: str | None  # folder of the CUDA compiler wheels under site-packages/nvidia (CUDA_HOME), slim images
     runtime_packages: list[str]  # distro packages the runtime stage needs
-    runtime_packages_reason: str
     runtime_trim: list[dict[str, str]]  # files of those packages the image deletes ({glob, what}), never run
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
     pip_index_url: str | None
-    image_repository: str
+    base_image_default: str = field(compare=False)  # what the table picks, for the comment when overridden
+    base_overridden: bool = field(compare=False)
+    min_driver: str | None = field(compare=False)
+    runtime_packages_reason: str = field(compare=False)
+    official_layout: dict[str, Any] | None = field(compare=False)  # official strategy: what the base image contains (vllm.yaml)
+    image_repository: str = field(compare=False)
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    notes: list[str] = field(default_factory=list, compare=False)
+
+    def differences(self, other: ImageSpec) -> list[str]:
+        """The compared fields whose values differ, in declaration order."""
+        return [f.name for f in fields(self) if f.compare and getattr(self, f.name) != getattr(other, f.name)]
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """How the server and its one-shot helpers start: commands, arguments, the container environment."""
+
     entrypoint: list[str]
     python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
-    run_user: RunUser
-    official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
     fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
@@ -164,20 +175,202 @@ class Deployment:
     model_make_command: list[str] | None
     serve_args: list[str]
     pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
+    environment: dict[str, str]
+    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """What the container runs with: its user, /dev/shm, GPU mapping, healthcheck timing and hardening."""
+
+    run_user: RunUser
     shm: ShmDecision
     gpu_devices: dict[str, Any] | None  # compose device request, None on CPU/Jetson
     jetson_runtime: bool
     healthcheck_start_period: int
     healthcheck_reason: str
-    environment: dict[str, str]
-    labels: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
     hardening: Hardening | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The one typed context the templates receive: the preset, and the image, serve and runtime parts planned
+    from it. The properties below the fields reach into the parts under their old flat names (a compatible path
+    for the templates and callers not yet moved to ``d.image.X`` / ``d.serve.X`` / ``d.runtime.X``)."""
+
+    preset_name: str
+    preset: Preset
+    image: ImageSpec
+    serve: ServeSpec
+    runtime: RuntimeSpec
     # A preset shipped with the kit: `preset=NAME` finds it from any folder, so the Dockerfile's build hint names it.
     # A preset file of the user's is named by the folder's record instead (vllm-kit.yaml, a path from the folder):
     # a path in the Dockerfile would depend on the directory the render ran in, and change the image's tag with it.
     preset_shipped: bool = True
+
+    @property
+    def strategy(self) -> str:
+        return self.image.strategy
+
+    @property
+    def vllm_version(self) -> str:
+        return self.image.vllm_version
+
+    @property
+    def platform(self) -> str:
+        return self.image.platform
+
+    @property
+    def base_image(self) -> str:
+        return self.image.base_image
+
+    @property
+    def python_version(self) -> str:
+        return self.image.python_version
+
+    @property
+    def cuda(self) -> str | None:
+        return self.image.cuda
+
+    @property
+    def requirements(self) -> list[str]:
+        return self.image.requirements
+
+    @property
+    def exclude_packages(self) -> list[str]:
+        return self.image.exclude_packages
+
+    @property
+    def prune(self) -> bool:
+        return self.image.prune
+
+    @property
+    def prune_arch(self) -> str | None:
+        return self.image.prune_arch
+
+    @property
+    def cuda_jit(self) -> str | None:
+        return self.image.cuda_jit
+
+    @property
+    def runtime_packages(self) -> list[str]:
+        return self.image.runtime_packages
+
+    @property
+    def runtime_trim(self) -> list[dict[str, str]]:
+        return self.image.runtime_trim
+
+    @property
+    def image_env(self) -> dict[str, str]:
+        return self.image.image_env
+
+    @property
+    def pip_index_url(self) -> str | None:
+        return self.image.pip_index_url
+
+    @property
+    def base_image_default(self) -> str:
+        return self.image.base_image_default
+
+    @property
+    def base_overridden(self) -> bool:
+        return self.image.base_overridden
+
+    @property
+    def min_driver(self) -> str | None:
+        return self.image.min_driver
+
+    @property
+    def runtime_packages_reason(self) -> str:
+        return self.image.runtime_packages_reason
+
+    @property
+    def official_layout(self) -> dict[str, Any] | None:
+        return self.image.official_layout
+
+    @property
+    def image_repository(self) -> str:
+        return self.image.image_repository
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.image.labels
+
+    @property
+    def notes(self) -> list[str]:
+        return self.image.notes
+
+    @property
+    def entrypoint(self) -> list[str]:
+        return self.serve.entrypoint
+
+    @property
+    def python(self) -> str:
+        return self.serve.python
+
+    @property
+    def fetch_command(self) -> list[str]:
+        return self.serve.fetch_command
+
+    @property
+    def served_model_name(self) -> str:
+        return self.serve.served_model_name
+
+    @property
+    def model_arg(self) -> str:
+        return self.serve.model_arg
+
+    @property
+    def model_mount(self) -> tuple[str, str] | None:
+        return self.serve.model_mount
+
+    @property
+    def model_make_command(self) -> list[str] | None:
+        return self.serve.model_make_command
+
+    @property
+    def serve_args(self) -> list[str]:
+        return self.serve.serve_args
+
+    @property
+    def pod_serve_args(self) -> list[str]:
+        return self.serve.pod_serve_args
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return self.serve.environment
+
+    @property
+    def cluster(self) -> ClusterPlan | None:
+        return self.serve.cluster
+
+    @property
+    def run_user(self) -> RunUser:
+        return self.runtime.run_user
+
+    @property
+    def shm(self) -> ShmDecision:
+        return self.runtime.shm
+
+    @property
+    def gpu_devices(self) -> dict[str, Any] | None:
+        return self.runtime.gpu_devices
+
+    @property
+    def jetson_runtime(self) -> bool:
+        return self.runtime.jetson_runtime
+
+    @property
+    def healthcheck_start_period(self) -> int:
+        return self.runtime.healthcheck_start_period
+
+    @property
+    def healthcheck_reason(self) -> str:
+        return self.runtime.healthcheck_reason
+
+    @property
+    def hardening(self) -> Hardening | None:
+        return self.runtime.hardening
 
     @property
     def image_strategy(self) -> ImageStrategy:
@@ -461,19 +654,12 @@ def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
     return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
 
 
-# What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
-# from one build, as the image never depends on the model or the flags.
-IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-                "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
-                "pip_index_url")
-
-
 def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
     """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
     problems: list[tuple[str, str]] = []
     if other.cluster is not None or primary.cluster is not None:
         problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
-    differ = [f for f in IMAGE_INPUTS if getattr(primary, f) != getattr(other, f)]
+    differ = primary.image.differences(other.image)
     if differ:
         problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
                                   "side-by-side servers run from one build"))
@@ -561,33 +747,34 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     if gpu:
         labels["io.vllm-kit.gpu"] = hw.gpu or ""
 
-    return Deployment(
-        preset_name=name,
-        preset=preset,
+    image = ImageSpec(
         strategy=img.strategy,
         vllm_version=img.vllm_version,
         platform=f"linux/{hw.arch}",
         base_image=base,
-        base_image_default=table_base,
-        base_overridden=chosen is not None,
         python_version=python_version,
         cuda=cuda,
-        min_driver=min_driver,
         requirements=requirements_for(preset),
         exclude_packages=exclude_packages_for(preset, cuda),
         prune=prunes(preset),
         prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
         cuda_jit=(jit_toolchain_for(preset) or {}).get("cuda_jit"),
         runtime_packages=runtime_packages,
-        runtime_packages_reason=runtime_packages_reason,
         runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
         image_env=image_env_for(preset),
         pip_index_url=img.pip_index_url,
+        base_image_default=table_base,
+        base_overridden=chosen is not None,
+        min_driver=min_driver,
+        runtime_packages_reason=runtime_packages_reason,
+        official_layout=official_layout_for(preset),
         image_repository=repository,
+        labels=labels,
+        notes=notes,
+    )
+    serve = ServeSpec(
         entrypoint=entrypoint,
         python=python,
-        run_user=run_user,
-        official_layout=official_layout_for(preset),
         fetch_command=fetch_command_for(preset, python, model_arg),
         served_model_name=served,
         model_arg=model_arg,
@@ -595,15 +782,17 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         model_make_command=model_make_command_for(preset, python, model_arg),
         serve_args=serve_args,
         pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
+        environment=environment_for(preset),
+        cluster=cluster,
+    )
+    runtime = RuntimeSpec(
+        run_user=run_user,
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
         jetson_runtime=strategy_of(preset).nvidia_runtime,
         healthcheck_start_period=start_period,
         healthcheck_reason=start_reason,
-        environment=environment_for(preset),
-        labels=labels,
-        notes=notes,
-        cluster=cluster,
         hardening=hardening_for(preset, python, run_user.home, start_period),
-        preset_shipped=preset_shipped,
     )
+    return Deployment(preset_name=name, preset=preset, image=image, serve=serve, runtime=runtime,
+                      preset_shipped=preset_shipped)

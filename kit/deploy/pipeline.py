@@ -70,7 +70,7 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
             raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
                               problems=[Problem(f"{where}: {f}", message) for f, message in problems])
         # It runs on the primary's image: same inputs (checked above), so the same tag.
-        d = replace(d, image_repository=primary.image_repository)
+        d = replace(d, image=replace(d.image, image_repository=primary.image.image_repository))
         companions.append(Prepared(name, path, preset, report, d, {}))
     return companions
 
