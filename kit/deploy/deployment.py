@@ -657,7 +657,7 @@ def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
 def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
     """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
     problems: list[tuple[str, str]] = []
-    if other.cluster is not None or primary.cluster is not None:
+    if other.serve.cluster is not None or primary.serve.cluster is not None:
         problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
     differ = primary.image.differences(other.image)
     if differ:
@@ -670,7 +670,7 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
     if shared:
         from kit.memory.rules import default_gpu_memory_utilization
 
-        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.image.vllm_version)
                         for d in (other, primary))
         if mine + theirs > 1:
             # Each server requests its fraction of the card's total and refuses to start when less is free

@@ -92,7 +92,7 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
         if companions and preset.runtime.replicas > 1:
             raise PresetError(f"{display_path(path)}: runtime.replicas: --with-preset and replicas behind a router "
                               "are not combined yet", hint="render the replicated preset on its own")
-        if companions and (target != "compose" or deployment.cluster is not None):
+        if companions and (target != "compose" or deployment.serve.cluster is not None):
             raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
         if profiles and preset.runtime.replicas > 1:
             raise PresetError(f"{display_path(path)}: runtime.replicas: --with {profiles[0]} and replicas behind a "

@@ -49,9 +49,9 @@ def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
     context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", wheelhouse)
-    tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
+    tags = [prepared.image_ref, f"{d.image.image_repository}:{d.image.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
-                           platform=d.platform if d.platform != "linux/amd64" else None)
+                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
     return build_image(request, out_dir / KIT_DIR, progress=progress)
 
 
@@ -127,7 +127,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
-    deadline = timeout or prepared.deployment.healthcheck_start_period + 120
+    deadline = timeout or prepared.deployment.runtime.healthcheck_start_period + 120
     try:
         if progress:
             progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")

@@ -97,7 +97,7 @@ def test_orin_image_is_arm64_and_matches_the_lock(orin_built, docker_client):
     image = docker_client.images.get(built.image_id)
     assert image.attrs["Architecture"] == "arm64" and image.attrs["Os"] == "linux"
     assert built.machine == "aarch64"
-    found = installed_in(built.image_id, prepared.deployment.python)
+    found = installed_in(built.image_id, prepared.deployment.serve.python)
     installed = {k.lower(): v for k, v in found["packages"].items()}
     assert found["machine"] == "aarch64"
     assert {p.name: installed.get(p.name) for p in lock.packages} == {p.name: p.version for p in lock.packages}

@@ -52,7 +52,7 @@ def test_the_scan_finds_the_switches_it_is_for():
     source = """
 if img.strategy == "official": pass
 if preset.image.strategy not in ("cpu", "jetson"): pass
-if "slim" != d.strategy: pass
+if "slim" != d.image.strategy: pass
 x = table["image_gib"][strategy]
 y = rules["cap_add"].get(preset.image.strategy, [])
 if inputs.device == "cpu": pass  # a device, not a strategy
@@ -100,17 +100,17 @@ def test_a_shipped_preset_s_strategy_answers_what_its_deployment_lays_out(name):
     _, _, preset = load_preset(name)
     s = strategy_of(preset)
     d = plan_deployment(name, preset)
-    assert s.name == d.strategy == preset.image.strategy
+    assert s.name == d.image.strategy == preset.image.strategy
     assert d.image_strategy is s
     base = s.base(preset)
     assert (base.image, base.python, base.cuda, base.min_driver) == base_image_for(preset)
-    assert (d.base_image_default, d.python_version, d.cuda) == (base.image, base.python, base.cuda)
-    assert d.entrypoint == s.server_argv(preset)
-    assert d.entrypoint[0].startswith("/opt/venv/bin/") == s.owns_venv
-    assert d.run_user == s.run_user(preset, False)
-    assert (d.official_layout is not None) == s.vllm_image
-    assert d.jetson_runtime == s.nvidia_runtime == (d.gpu_devices is None and preset.hardware.gpu is not None)
-    assert d.requirements[:len(s.packages(preset))] == s.packages(preset)
+    assert (d.image.base_image_default, d.image.python_version, d.image.cuda) == (base.image, base.python, base.cuda)
+    assert d.serve.entrypoint == s.server_argv(preset)
+    assert d.serve.entrypoint[0].startswith("/opt/venv/bin/") == s.owns_venv
+    assert d.runtime.run_user == s.run_user(preset, False)
+    assert (d.image.official_layout is not None) == s.vllm_image
+    assert d.runtime.jetson_runtime == s.nvidia_runtime == (d.runtime.gpu_devices is None and preset.hardware.gpu is not None)
+    assert d.image.requirements[:len(s.packages(preset))] == s.packages(preset)
 
 
 def test_official_on_a_cpu_preset_builds_on_vllm_s_cpu_image():
@@ -154,3 +154,38 @@ def test_platform_rules_per_strategy():
     assert "not known to publish linux/arm64" in strategy_of(variant).platform_rows(variant)[0][2]
     _, _, slim = load_preset("rtx4090-awq", ["hardware.arch=arm64"])
     assert strategy_of(slim).platform_rows(slim) == []
+
+
+# ------------------------------------------------------------------------------------- the deployment's parts
+
+
+def test_the_image_inputs_are_the_compared_fields_of_the_image_spec():
+    from dataclasses import fields
+
+    from kit.deploy.deployment import ImageSpec
+
+    assert [f.name for f in fields(ImageSpec) if f.compare] == [
+        "strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
+        "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
+        "pip_index_url"]
+
+
+def test_two_presets_share_an_image_when_their_specs_compare_equal():
+    cpu, embed, gpu = (plan_deployment(name, load_preset(name)[2]) for name in ("cpu", "cpu-embed", "rtx4090-awq"))
+    assert cpu.image.labels != embed.image.labels  # the preset's name: describes the build, not its content
+    assert cpu.image == embed.image and cpu.image.differences(embed.image) == []
+    differ = cpu.image.differences(gpu.image)  # in declaration order; both build for linux/amd64
+    assert differ[0] == "strategy" and "requirements" in differ and "platform" not in differ
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_flat_names_still_reach_the_parts(name):
+    from dataclasses import fields
+
+    d = plan_deployment(name, load_preset(name)[2])
+    seen: set[str] = set()
+    for part in (d.image, d.serve, d.runtime):
+        names = {f.name for f in fields(part)}
+        assert not names & seen
+        seen |= names
+        assert all(getattr(d, n) is getattr(part, n) for n in names)
