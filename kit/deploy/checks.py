@@ -185,13 +185,12 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
     """Switches that open the server or load code (kit/data/switches.yaml), in runtime.env and engine flags alike,
     and runtime.env naming a variable the kit sets itself (it would silently replace the kit's value)."""
     from kit.core.datafiles import load_yaml
-    from kit.deploy import deployment as dep
 
     rules = load_yaml("switches.yaml")
     errors: list[Problem] = []
     warnings: list[Problem] = []
     user_env = preset.runtime.env
-    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in dep.image_env_for(preset)}}
+    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in strategy_of(preset).image_env(preset)}}
     for name in user_env:
         rule = rules["env"].get(name)
         if rule:

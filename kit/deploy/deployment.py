@@ -11,10 +11,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kit.config.preset import Preset, check_pinned_ref
-from kit.config.strategy import (  # noqa: F401 - the image layout's names, as the templates and callers know them
-    APP_HOME, APP_UID, APP_USER, FLASHINFER_JIT_PACKAGES, GPU_JIT_PACKAGES, VENV, VLLM_CACHE, RunUser, ImageStrategy,
-    strategy_for, strategy_of,
-)
+from kit.config.strategy import APP_HOME, VLLM_CACHE, ImageStrategy, RunUser, strategy_for, strategy_of
+from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
 
@@ -477,27 +475,6 @@ GPU_JIT_TRIM = [
 ]
 
 
-def jit_toolchain_for(preset: Preset) -> dict[str, str] | None:
-    """The CUDA compiler wheels the image pins for FlashInfer's JIT ({pip, cuda_jit}), from kit/data/vllm.yaml."""
-    return strategy_of(preset).jit_toolchain(preset)
-
-
-def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
-    return strategy_of(preset).runtime_packages(preset)
-
-
-def prunes(preset: Preset) -> bool:
-    return strategy_of(preset).prunes()
-
-
-def exclude_packages_for(preset: Preset, cuda: str | None) -> list[str]:
-    return strategy_of(preset).exclude_packages(preset, cuda)
-
-
-def image_env_for(preset: Preset) -> dict[str, str]:
-    return strategy_of(preset).image_env(preset)
-
-
 def served_name_for(preset: Preset) -> str:
     # A host folder's model answers to its model.id (model= sets it to the folder's name), as a hub model does.
     return preset.model.served_model_name or preset.model.id
@@ -578,14 +555,6 @@ def server_command_for(preset: Preset) -> ServerCommand:
     return ServerCommand(argv=strategy.server_argv(preset), model_positional=spec["model"] == "positional")
 
 
-def official_layout_for(preset: Preset) -> dict[str, Any] | None:
-    return strategy_of(preset).official_layout(preset)
-
-
-def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
-    return strategy_of(preset).run_user(preset, base_overridden)
-
-
 def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
     """Capabilities per strategy, tmpfs paths (HOME resolved to the run user's), the pids limit, the watchdog.
 
@@ -608,10 +577,6 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
         cap_add=cap_add, cap_add_reason=cap_add_reason,
         tmpfs=tmpfs, tmpfs_reasons=reasons, pids_limit=int(rules["pids_limit"]), watchdog=watchdog,
     )
-
-
-def python_for(preset: Preset) -> str:
-    return strategy_of(preset).python(preset)
 
 
 def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
@@ -714,24 +679,25 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     else:
         model_mount, model_arg = None, preset.model.id
 
+    strategy = strategy_of(preset)
     server = server_command_for(preset)
     entrypoint = server.argv
-    python = python_for(preset)
+    python = strategy.python(preset)
 
     start_period, start_reason = healthcheck_start_period_for(preset)
-    runtime_packages, runtime_packages_reason = runtime_packages_for(preset)
+    runtime_packages, runtime_packages_reason = strategy.runtime_packages(preset)
     serve_args = serve_args_for(preset, served, model_arg, server)
     cluster = cluster_plan_for(preset, python, entrypoint, serve_args)
     if cluster is not None:
         start_period += cluster.join_timeout
         start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
     repository = img.repository or f"vllm-kit/{name}"
-    run_user = run_user_for(preset, chosen is not None)
+    run_user = strategy.run_user(preset, chosen is not None)
     gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
     notes: list[str] = []
     if min_driver:
         notes.append(f"needs an NVIDIA driver >= {min_driver} on the host (CUDA {cuda} build)")
-    notes += strategy_of(preset).notes(preset, cuda)
+    notes += strategy.notes(preset, cuda)
     labels = {
         "org.opencontainers.image.title": f"vllm-kit {name}",
         "org.opencontainers.image.description": f"vLLM {img.vllm_version} ({img.strategy}) for preset {name}",
@@ -755,19 +721,19 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         python_version=python_version,
         cuda=cuda,
         requirements=requirements_for(preset),
-        exclude_packages=exclude_packages_for(preset, cuda),
-        prune=prunes(preset),
-        prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
-        cuda_jit=(jit_toolchain_for(preset) or {}).get("cuda_jit"),
+        exclude_packages=strategy.exclude_packages(preset, cuda),
+        prune=strategy.prunes(),
+        prune_arch=str(gpu["compute_capability"]) if gpu and strategy.prunes() else None,
+        cuda_jit=(strategy.jit_toolchain(preset) or {}).get("cuda_jit"),
         runtime_packages=runtime_packages,
         runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
-        image_env=image_env_for(preset),
+        image_env=strategy.image_env(preset),
         pip_index_url=img.pip_index_url,
         base_image_default=table_base,
         base_overridden=chosen is not None,
         min_driver=min_driver,
         runtime_packages_reason=runtime_packages_reason,
-        official_layout=official_layout_for(preset),
+        official_layout=strategy.official_layout(preset),
         image_repository=repository,
         labels=labels,
         notes=notes,
@@ -789,7 +755,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         run_user=run_user,
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
-        jetson_runtime=strategy_of(preset).nvidia_runtime,
+        jetson_runtime=strategy.nvidia_runtime,
         healthcheck_start_period=start_period,
         healthcheck_reason=start_reason,
         hardening=hardening_for(preset, python, run_user.home, start_period),
