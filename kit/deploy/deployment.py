@@ -193,8 +193,9 @@ class RuntimeSpec:
 @dataclass(frozen=True)
 class Deployment:
     """The one typed context the templates receive: the preset, and the image, serve and runtime parts planned
-    from it. The properties below the fields reach into the parts under their old flat names (a compatible path
-    for the templates and callers not yet moved to ``d.image.X`` / ``d.serve.X`` / ``d.runtime.X``)."""
+    from it. The properties below the fields reach into the parts under their old flat names: a compatible path
+    for the callers not yet moved to ``d.image.X`` / ``d.serve.X`` / ``d.runtime.X`` (compose, k8s, the router and
+    render.py); drop each once nothing reads it."""
 
     preset_name: str
     preset: Preset
@@ -223,10 +224,6 @@ class Deployment:
         return self.image.base_image
 
     @property
-    def python_version(self) -> str:
-        return self.image.python_version
-
-    @property
     def cuda(self) -> str | None:
         return self.image.cuda
 
@@ -235,64 +232,16 @@ class Deployment:
         return self.image.requirements
 
     @property
-    def exclude_packages(self) -> list[str]:
-        return self.image.exclude_packages
-
-    @property
     def prune(self) -> bool:
         return self.image.prune
-
-    @property
-    def prune_arch(self) -> str | None:
-        return self.image.prune_arch
 
     @property
     def cuda_jit(self) -> str | None:
         return self.image.cuda_jit
 
     @property
-    def runtime_packages(self) -> list[str]:
-        return self.image.runtime_packages
-
-    @property
-    def runtime_trim(self) -> list[dict[str, str]]:
-        return self.image.runtime_trim
-
-    @property
-    def image_env(self) -> dict[str, str]:
-        return self.image.image_env
-
-    @property
-    def pip_index_url(self) -> str | None:
-        return self.image.pip_index_url
-
-    @property
-    def base_image_default(self) -> str:
-        return self.image.base_image_default
-
-    @property
-    def base_overridden(self) -> bool:
-        return self.image.base_overridden
-
-    @property
-    def min_driver(self) -> str | None:
-        return self.image.min_driver
-
-    @property
-    def runtime_packages_reason(self) -> str:
-        return self.image.runtime_packages_reason
-
-    @property
-    def official_layout(self) -> dict[str, Any] | None:
-        return self.image.official_layout
-
-    @property
     def image_repository(self) -> str:
         return self.image.image_repository
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return self.image.labels
 
     @property
     def notes(self) -> list[str]:
