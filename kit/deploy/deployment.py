@@ -398,12 +398,6 @@ def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
     return seconds, ", ".join(parts)
 
 
-def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
-    """(base image, python version, CUDA, minimum driver) from the version table."""
-    base = strategy_of(preset).base(preset)
-    return base.image, base.python, base.cuda, base.min_driver
-
-
 def requirements_for(preset: Preset) -> list[str]:
     """The pinned top-level packages the image installs from wheels."""
     table = vllm_table()
@@ -606,7 +600,9 @@ def _gpu_ids(d: Deployment) -> list[str]:
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
                     preset_shipped: bool = True) -> Deployment:
     img, hw = preset.image, preset.hardware
-    table_base, python_version, cuda, min_driver = base_image_for(preset)
+    strategy = strategy_of(preset)
+    picked = strategy.base(preset)  # the version table's choice; --base-image or image.base may replace it
+    table_base, python_version, cuda, min_driver = picked.image, picked.python, picked.cuda, picked.min_driver
     chosen = base_image or img.base
     if chosen is not None:
         try:
@@ -628,7 +624,6 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     else:
         model_mount, model_arg = None, preset.model.id
 
-    strategy = strategy_of(preset)
     server = server_command_for(preset)
     entrypoint = server.argv
     python = strategy.python(preset)

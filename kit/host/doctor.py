@@ -290,8 +290,6 @@ def _smi_missing(facts: HostFacts) -> str:
 
 
 def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
-    from kit.deploy.deployment import base_image_for
-
     name = "nvidia driver"
     if preset is not None and preset.hardware.gpu is None:
         return Check(name, PASS, "not needed: the preset runs on the CPU")
@@ -305,7 +303,8 @@ def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
     driver = gpus[0].driver
     if preset is None:
         return Check(name, PASS, f"driver {driver}")
-    _, _, cuda, min_driver = base_image_for(preset)
+    base = strategy_of(preset).base(preset)
+    cuda, min_driver = base.cuda, base.min_driver
     if min_driver and cuda and version_key(driver) < version_key(min_driver):  # a CUDA base names both
         options, note = driver_alternatives(driver, cuda, preset, gpus)
         fix = f"upgrade the driver to >= {min_driver}" + "".join(f", or {o}" for o in options)
