@@ -45,6 +45,6 @@ def build_router_image(d: Deployment, out_dir: Path, wheelhouse: Path | None,
         for source in [*wheels_for_lock(wheelhouse), wheelhouse / LOCK_NAME]:
             shutil.copy2(source, context / "wheels" / source.name)
     request = BuildRequest(context_dir=context, tags=[ref], offline=wheelhouse is not None,
-                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
+                           platform=d.platform if d.platform != "linux/amd64" else None)
     build_image(request, out_dir / KIT_DIR / "router", progress=progress)
     return ref

@@ -49,9 +49,9 @@ def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
     context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", wheelhouse)
-    tags = [prepared.image_ref, f"{d.image.image_repository}:{d.image.vllm_version}", *(extra_tags or [])]
+    tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
-                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
+                           platform=d.platform if d.platform != "linux/amd64" else None)
     return build_image(request, out_dir / KIT_DIR, progress=progress)
 
 
