@@ -25,7 +25,8 @@ def router_wheelhouse(d: Deployment, directory: Path, progress: Callable[[str], 
     """The router's wheels for the stack's base (its Python, glibc and arch), downloaded on the host."""
     if not (directory / LOCK_NAME).is_file():
         spec = router_spec(d.preset)
-        build_wheelhouse(replace(d, requirements=[spec.requirement], exclude_packages=[], pip_index_url=None),
+        image = replace(d.image, requirements=[spec.requirement], exclude_packages=[], pip_index_url=None)
+        build_wheelhouse(replace(d, image=image),
                          directory, progress=progress)
     return directory
 

@@ -202,7 +202,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         checks.append(Check(name, bool(ok), detail))
 
     def non_root():
-        pids = server_pids(host, server_marker(d.entrypoint))
+        pids = server_pids(host, server_marker(d.serve.entrypoint))
         if not pids:
             return False, "no API server process found"
         server_uids = sorted({uid_of(host, pid) for pid in pids})
@@ -215,10 +215,10 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
 
     def shm():
-        want = d.shm.shm_size
+        want = d.runtime.shm.shm_size
         got = shm_kib(host)
         if want is None:
-            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.shm.ipc})"
+            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.runtime.shm.ipc})"
         return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
 
     def health():
@@ -228,7 +228,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def models():
         status, text = http("GET", f"{base}/v1/models", key=key)
         ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
-        return d.served_model_name in ids, f"HTTP {status}, models {ids}"
+        return d.serve.served_model_name in ids, f"HTTP {status}, models {ids}"
 
     def auth():
         if not key:
@@ -238,13 +238,13 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
 
     def completion():
         status, text = http("POST", f"{base}/v1/completions", key=key, body={
-            "model": d.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
+            "model": d.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
         tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
         return tokens > 0, f"HTTP {status}, {tokens} tokens"
 
     def chat():
         status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
-            "model": d.served_model_name, "max_tokens": 8, "temperature": 0,
+            "model": d.serve.served_model_name, "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": "Say hello."}]})
         tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
         return tokens > 0, f"HTTP {status}, {tokens} tokens"
@@ -252,7 +252,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def embeddings():
         inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
         status, text = http("POST", f"{base}/v1/embeddings", key=key, body={
-            "model": d.served_model_name, "input": inputs})
+            "model": d.serve.served_model_name, "input": inputs})
         vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
         dims = sorted({len(v) for v in vectors})
         want = spec.hidden_size if spec is not None else None
@@ -263,7 +263,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def rerank():
         documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
         status, text = http("POST", f"{base}/rerank", key=key, body={
-            "model": d.served_model_name, "query": "What does the cache store?", "documents": documents})
+            "model": d.serve.served_model_name, "query": "What does the cache store?", "documents": documents})
         results = json.loads(text).get("results", []) if status == 200 else []
         indices = sorted(r.get("index") for r in results)
         scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)

@@ -128,7 +128,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
-    deadline = timeout or prepared.deployment.healthcheck_start_period + 120
+    deadline = timeout or prepared.deployment.runtime.healthcheck_start_period + 120
     try:
         if progress:
             progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")

@@ -35,7 +35,7 @@ def test_ps_status_and_logs_of_the_running_stack(cpu_stack):
     code, env = kit_json("status", "--out", out)
     data = env["data"]
     assert code == 0 and env["ok"] is True and data["health"] == "ok"
-    assert data["model"] == cpu_stack.prepared.deployment.served_model_name
+    assert data["model"] == cpu_stack.prepared.deployment.serve.served_model_name
     assert isinstance(data["kv_cache_usage_perc"], float) and 0.0 <= data["kv_cache_usage_perc"] <= 1.0
     assert data["requests_running"] is not None and data["url"] == f"http://127.0.0.1:{cpu_stack.port}"
 
