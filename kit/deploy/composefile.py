@@ -306,8 +306,12 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     if deploy:
         node["deploy"] = deploy
     rt = d.preset.runtime
+    # One project on one Docker host (bridge networking) overlays both files (`-f compose.head.yaml -f
+    # compose.worker.yaml`): the head's fetch fills the shared cache volume for both, and a second definition of
+    # the same service would be merged by compose, its lists (security_opt) concatenated into duplicates it refuses.
+    fetches = head or cl.host_network
     doc = {
-        "services": {ctx.fetch_service: fetch_service(ctx), name: node},
+        "services": {**({ctx.fetch_service: fetch_service(ctx)} if fetches else {}), name: node},
         "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}},
     }
     profile_comments = _merge_profiles(ctx, doc)
