@@ -86,5 +86,5 @@ def test_compose_resolves_the_side_by_side_include(tmp_path):
     write(prepare("cpu", with_presets=["cpu-embed"]).files, tmp_path)
     out = subprocess.run([docker, "compose", "config", "--services"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr  # four services, no clash
-    assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "model-make",
-                                          "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
+    assert sorted(out.stdout.split()) == ["door", "door-cpu-embed", "model-fetch", "model-fetch-cpu-embed",
+                                          "model-make", "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
