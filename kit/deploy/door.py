@@ -21,6 +21,8 @@ from kit.core.safevalue import check_text
 SERVICE = "door"
 DIR = "door"
 KEY_ENV = "VLLM_API_KEY"
+# A site's mirror of the pinned image (or a stand-in), from .env or the environment by compose interpolation.
+IMAGE_ENV = "VLLM_KIT_DOOR_IMAGE"
 
 
 @cache
@@ -145,7 +147,8 @@ def door_service(*, backend_service: str, published_port: str, restart: str, suf
     only once its backend is healthy (depends_on), so `docker compose up --wait` still waits for a serving stack."""
     data = door_data()
     return {
-        "image": image_ref(),
+        # Fixed text, compose interpolation meant: the pinned image unless VLLM_KIT_DOOR_IMAGE names a mirror of it.
+        "image": f"${{{IMAGE_ENV}:-{image_ref()}}}",
         "depends_on": {backend_service: {"condition": "service_healthy"}},
         "entrypoint": ["haproxy", "-db", "-f", data["config_path"]],
         "command": [],
