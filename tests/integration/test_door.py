@@ -19,7 +19,13 @@ pytestmark = pytest.mark.integration
 
 def test_the_door_passes_the_inference_api_only(cpu_stack):
     key = cpu_stack.env["VLLM_API_KEY"]
-    seen = assert_door_closed(cpu_stack.port, key, cpu_stack.prepared.deployment.served_model_name)
+    try:
+        seen = assert_door_closed(cpu_stack.port, key, cpu_stack.prepared.deployment.served_model_name)
+    except Exception:
+        door = cpu_stack.stack.container(SERVICE)  # what the door said, for the failure report
+        door.reload()
+        session_progress(f"door {door.status}: {door.logs(tail=30).decode(errors='replace')}")
+        raise
     session_progress("door, single server: " + "; ".join(f"{k} -> {v}" for k, v in seen.items()))
 
 
