@@ -191,6 +191,9 @@ def door_request(port: int, method: str, path: str, *, key: str | None = None,
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode(errors="replace")
 
 
+DOOR_START_S = 30
+
+
 def assert_door_closed(port: int, key: str, model: str) -> dict[str, int]:
     """What the front door must do on a stack's published port (kit/deploy/door.py); returns the statuses seen."""
     seen: dict[str, int] = {}
@@ -199,7 +202,19 @@ def assert_door_closed(port: int, key: str, model: str) -> dict[str, int]:
         seen[label] = door_request(port, *args, **kwargs)[0]
         return seen[label]
 
-    assert status("GET /health, no key", "GET", "/health") == 200
+    # The door starts once its backend is healthy, so it may still be binding when the backend's health returns
+    # (seen behind the router: the first request was reset). Poll it with a deadline.
+    import time
+
+    deadline = time.monotonic() + DOOR_START_S
+    while True:
+        try:
+            if status("GET /health, no key", "GET", "/health") == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"the door on 127.0.0.1:{port} did not answer /health in {DOOR_START_S} s"
+        time.sleep(0.5)
     assert status("GET /v1/models, no key", "GET", "/v1/models") == 401
     assert status("GET /v1/models, wrong key", "GET", "/v1/models", key=key + "x") == 401
     assert status("GET /v1/models, key", "GET", "/v1/models", key=key) == 200
