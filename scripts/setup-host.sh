@@ -19,10 +19,12 @@
 #   7. Debian's prometheus package, downloaded (not installed) into
 #      $KIT_CACHE_DIR/debs: the monitoring test builds a Prometheus stand-in
 #      image from it, since prom/prometheus cannot be pulled.
+#   8. Debian's haproxy package and three libraries, downloaded into
+#      $KIT_CACHE_DIR/debs/haproxy: the front door's stand-in image.
 #
 # Environment:
 #   KIT_SETUP_SKIP       steps to skip, comma- or space-separated:
-#                        docker, compose, hadolint, base, arm64, registry, prometheus
+#                        docker, compose, hadolint, base, arm64, registry, prometheus, haproxy
 #                        (default: none)
 #   KIT_BASE_IMAGE       tag of the base image            (default: vllm-kit/base:bookworm)
 #   KIT_BASE_SUITE       Debian suite of the base image   (default: bookworm; python3.11)
@@ -308,8 +310,28 @@ setup_prometheus() {
     (cd "$debs" && apt-get download -q prometheus >&2)
 }
 
+# --- 8. HAProxy for the front door's stand-in -------------------------------
+# The haproxy package and the libraries it needs beyond the base image (tests/integration/standins/haproxy/).
+HAPROXY_DEBS="haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1"
+setup_haproxy() {
+    local debs="${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs/haproxy"
+    if compgen -G "$debs/haproxy_*.deb" >/dev/null; then
+        log "haproxy .debs present in $debs"
+        return 0
+    fi
+    mkdir -p "$debs"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update (reading the package lists)"
+        as_root apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get download $HAPROXY_DEBS -> $debs (about 3 MB)"
+    # shellcheck disable=SC2086 # a list of package names
+    (cd "$debs" && apt-get download -q $HAPROXY_DEBS >&2)
+}
+
 main() {
-    log "steps: docker compose hadolint base arm64 registry prometheus; skipped: ${KIT_SETUP_SKIP:-none}"
+    log "steps: docker compose hadolint base arm64 registry prometheus haproxy; skipped: ${KIT_SETUP_SKIP:-none}"
     skipped docker   || setup_docker
     skipped compose  || setup_compose
     skipped hadolint || setup_hadolint
@@ -317,6 +339,7 @@ main() {
     skipped arm64    || setup_arm64
     skipped registry || setup_registry
     skipped prometheus || setup_prometheus
+    skipped haproxy || setup_haproxy
     log "done in ${SECONDS}s"
 }
 

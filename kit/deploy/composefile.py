@@ -211,7 +211,6 @@ def compose_file(ctx: RenderContext) -> str:
     assert d.hardening is not None
     server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
     server["command"] = [_s(a) for a in d.serve_args]
-    server["ports"] = [_s(ctx.published_port)]
     server["environment"] = _environment({k: _s(v) for k, v in d.environment.items()}, "server", ctx)
     server["volumes"] = [*_volumes(ctx, compile_cache=True), _s(ctx.watchdog_mount)]
     _shm_and_caps(ctx, server)
@@ -237,6 +236,15 @@ def compose_file(ctx: RenderContext) -> str:
         doc["services"] = {**({make: doc["services"][make]} if make else {}), fetch: doc["services"][fetch],
                            **services}
         doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
+    # The front door (kit/deploy/door.py): the API's one published port, in front of the server or the router.
+    from kit.deploy import door
+    from kit.deploy.router import ROUTER_SERVICE
+
+    backend = ROUTER_SERVICE if rt.replicas > 1 else serve
+    door_name = door.service_name(ctx.service_suffix)
+    doc["services"][door_name] = door.door_service(
+        backend_service=backend, published_port=_s(ctx.published_port), restart=rt.restart, suffix=ctx.service_suffix)
+    door_comments = door.door_comments(("services", door_name), backend, door.door_routes(d.preset), ctx.service_suffix)
     profile_comments = _merge_profiles(ctx, doc)
     comments: dict[Path, list[str]] = {
         ("include",): ["Servers of other presets in this stack, on the same image, with their own ports, volumes "
@@ -254,6 +262,7 @@ def compose_file(ctx: RenderContext) -> str:
             "tini as PID 1: if the server dies or hangs (the watchdog exits), the container exits and the restart",
             "policy brings it back."],
         **_runtime_comments(ctx, ("services", serve)),
+        **door_comments,
         **profile_comments,
     }
     if replica_comments:  # the server's comments go to the first replica, which has the same keys

@@ -572,6 +572,10 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
         problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
                                   "side-by-side servers run from one build"))
     p_rt, o_rt = primary.preset.runtime, other.preset.runtime
+    if o_rt.replicas > 1:
+        # One router per stack (kit/deploy/router.py names its service `router`); the primary may have replicas.
+        problems.append(("runtime.replicas", f"replicas of a server beside {primary.preset_name}'s are not rendered; "
+                                             "give the replicated preset first (it may have --with-preset beside it)"))
     if o_rt.port == p_rt.port:
         problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
     shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))

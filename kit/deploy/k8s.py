@@ -417,6 +417,11 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
     ]
+    # The compose stacks' front door (kit/deploy/door.py) is not rendered here: vLLM's key guards /v1, /v2, /inference
+    # and /cohere only (vllm/entrypoints/serve/middleware/authenticate.py).
+    lines.append("No front door here: the Service reaches every route of vLLM, and its key guards only /v1, /v2, "
+                 "/inference and /cohere (/invocations, /tokenize answer without it): keep the Service cluster-internal "
+                 "behind an ingress that passes only the inference routes.")
     if d.preset.runtime.k8s_runtime_class:
         lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
                      "the cluster needs that RuntimeClass.")

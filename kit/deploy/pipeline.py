@@ -89,14 +89,8 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
         deployment = plan_deployment(name, preset, base_image=base_image, preset_shipped=is_shipped(path))
         companions = companions_for(deployment, list(with_presets or []), base_image=base_image,
                                     allow_no_fit=allow_no_fit)
-        if companions and preset.runtime.replicas > 1:
-            raise PresetError(f"{display_path(path)}: runtime.replicas: --with-preset and replicas behind a router "
-                              "are not combined yet", hint="render the replicated preset on its own")
         if companions and (target != "compose" or deployment.serve.cluster is not None):
             raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
-        if profiles and preset.runtime.replicas > 1:
-            raise PresetError(f"{display_path(path)}: runtime.replicas: --with {profiles[0]} and replicas behind a "
-                              "router are not combined yet", hint="render the replicated preset on its own")
         if profiles and target != "compose":
             raise PresetError(f"--with {profiles[0]}: profiles add compose services; --target {target} has none")
         files = render(deployment, plan_lines=report.plan_lines, target=target, plan=report.plan,

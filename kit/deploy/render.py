@@ -51,6 +51,7 @@ class RenderContext:
     service_suffix: str = ""  # a server beside another preset's in one stack: "-<preset>"
     included_by: str = ""  # that stack's main file, for the header
     includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
+    door: bool = False  # the API behind the front door (kit/deploy/door.py): a one-node compose stack
     profile_parts: tuple[Any, ...] = ()  # kit.deploy.profiles.ProfileParts of `--with PROFILE`, merged into compose.yaml
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
@@ -58,6 +59,12 @@ class RenderContext:
     ray_worker_ports: tuple[int, int] = dep.RAY_WORKER_PORTS
     ray_client_port: int = dep.RAY_CLIENT_PORT
     ray_dashboard_agent_port: int = dep.RAY_DASHBOARD_AGENT_PORT
+
+    @property
+    def door_paths(self) -> str:
+        from kit.deploy.door import door_routes
+
+        return ", ".join(r.path for r in door_routes(self.d.preset) if not r.open)
 
     @property
     def service(self) -> str:
@@ -177,6 +184,29 @@ def tiny_model_text() -> str:
     return resources.files("kit.config").joinpath("tinymodel.py").read_text(encoding="utf-8")
 
 
+def _api_servers(ctx: RenderContext) -> list[str]:
+    """The compose services that run vLLM's API server for this preset: the server, or its replicas."""
+    n = ctx.d.preset.runtime.replicas
+    if n > 1:
+        from kit.deploy.router import replica_service
+
+        return [replica_service(ctx.server_service, i) for i in range(1, n + 1)]
+    return [ctx.server_service]
+
+
+def door_files(ctx: RenderContext) -> dict[str, str]:
+    """The front door's HAProxy config for this server (kit/deploy/door.py): to the router with replicas."""
+    from kit.deploy import door
+    from kit.deploy.router import ROUTER_SERVICE, router_spec
+
+    if ctx.d.preset.runtime.replicas > 1:
+        backend, port = ROUTER_SERVICE, router_spec(ctx.d.preset).container_port
+    else:
+        backend, port = ctx.server_service, ctx.port
+    text = door.door_config(backend, port, door.door_routes(ctx.d.preset), f"preset {ctx.d.preset_name}")
+    return {door.config_file(ctx.service_suffix): text}
+
+
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
            plan: Plan | None = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
@@ -191,10 +221,6 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
     if profiles and target != "compose":
         raise ValueError("profiles need the compose target")
-    if companions and d.preset.runtime.replicas > 1:
-        raise ValueError("side-by-side servers and replicas behind a router are not combined yet")
-    if profiles and d.preset.runtime.replicas > 1:
-        raise ValueError("profiles (--with) and replicas behind a router are not combined yet")
     template = d.image_strategy.dockerfile_template
 
     requirements = requirements_text(d)
@@ -208,10 +234,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan_lines=list(plan_lines or []),
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
+        door=target == "compose" and d.cluster is None,
     )
     if profiles:
         # The API servers of the stack: with several nodes only the head serves (workers run Ray alone).
-        servers = [ctx.server_service] + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
+        servers = _api_servers(ctx) + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
         profile_ctx = ctx if d.cluster is None else replace(ctx, role="head")
         ctx = replace(ctx, profile_parts=build_profiles(profile_ctx, profiles, servers))
     files = {
@@ -228,6 +255,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         files.update(render_manifests(ctx, launcher_text()))
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
+        files.update(door_files(ctx))
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
         if d.model_make_command or any(c.d.model_make_command for c in companions):
             files[dep.TINY_MODEL_FILE] = tiny_model_text()
@@ -242,6 +270,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
             other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profile_parts=(),
                             service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
             files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
+            files.update(door_files(other))
     else:
         for role in ("head", "worker"):  # profiles' services run on the head's host, in its stack
             files[f"compose.{role}.yaml"] = cluster_compose_file(

@@ -3,7 +3,8 @@
 Building that image is the image stage's: kit/image/router_image.py.
 
 A preset with ``runtime.replicas`` N > 1 renders N servers (``vllm-1`` .. ``vllm-N``, published nowhere) and the
-vLLM project's router (``vllm-router``; kit/data/router.yaml says why that one) published on ``runtime.port``.
+vLLM project's router (``vllm-router``; kit/data/router.yaml says why that one), published nowhere either: the
+front door (kit/deploy/door.py) publishes ``runtime.port`` and passes only the inference routes to the router.
 CPU replicas share the host's cores; GPU replicas get disjoint GPUs, tensor x pipeline parallel each, in order
 out of ``hardware.device_ids`` (or ids 0 .. count-1). The router runs from its own small image, built from the
 stack's base with the kit's wheelhouse path (no index inside the build), and is hardened like the servers.
@@ -215,7 +216,6 @@ def replicated_services(ctx: RenderContext, server: dict[str, Any],
         # Started once every replica is healthy: the router refuses to serve before all its workers answer.
         "depends_on": {name: {"condition": "service_healthy"} for name in names},
         "command": [s(a) for a in router_args(spec, urls, int(d.healthcheck_start_period))],
-        "ports": [s(f"{rt.bind_address}:{rt.port}:{spec.container_port}")],
     }
     # Hardened like the servers; the router needs no capability and writes nothing but /tmp.
     router["cap_drop"] = ["ALL"]
@@ -231,13 +231,14 @@ def replicated_services(ctx: RenderContext, server: dict[str, Any],
     services[ROUTER_SERVICE] = router
     comments: dict[tuple[str, ...], list[str]] = {
         ("services", ROUTER_SERVICE): [
-            f"The one endpoint: vLLM's router ({spec.requirement}, kit/data/router.yaml) in front of {rt.replicas} "
-            f"replicas, policy {spec.policy}.",
+            f"vLLM's router ({spec.requirement}, kit/data/router.yaml) in front of {rt.replicas} replicas, policy "
+            f"{spec.policy}; published nowhere: its /add_worker, /remove_worker and /flush_cache take no key, so only",
+            "the front door (door) reaches it, and passes the inference routes alone.",
             f"It checks each replica's /health every {spec.health_check_interval_secs} s and stops sending to one "
             f"after {spec.health_failure_threshold} failures.",
         ],
         ("services", names[0]): [
-            f"Replica 1 of {rt.replicas}: published nowhere (the router is the endpoint); its own compile cache"
+            f"Replica 1 of {rt.replicas}: published nowhere (the router, behind the door, is the endpoint); its own compile cache"
             + ("; GPUs " + ", ".join(gpu_split[0]) if gpu_split[0] else "; CPU replicas share the host's cores") + "."],
     }
     return services, volumes, comments

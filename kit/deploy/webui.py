@@ -60,12 +60,16 @@ def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     if ctx.d.serve.cluster is not None:
         raise PresetError("--with webui: the chat front end needs a one-node preset (hardware.nodes=1)")
     data = webui_data()
-    server = servers[0]
-    port = int(data["container_port"])
+    server, server_port = servers[0], ctx.port
     rt = ctx.d.preset.runtime
+    if rt.replicas > 1:  # replicas: the router is the stack's one endpoint (kit/deploy/router.py)
+        from kit.deploy.router import ROUTER_SERVICE, router_spec
+
+        server, server_port = ROUTER_SERVICE, router_spec(ctx.d.preset).container_port
+    port = int(data["container_port"])
     environment = {
         # The server's service name resolves on the stack's network; its container port, not the published one.
-        "OPENAI_API_BASE_URL": _s(f"http://{server}:{ctx.port}/v1"),
+        "OPENAI_API_BASE_URL": _s(f"http://{server}:{server_port}/v1"),
         **{k: _s(v) for k, v in data["environment"].items()},
     }
     if data["auto_tool_flag"] not in ctx.d.serve.serve_args:

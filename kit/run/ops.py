@@ -22,6 +22,7 @@ from kit.core.errors import KitError
 # What a render writes: one node, or the two roles of a multi-node cluster (kit/deploy/render.py).
 COMPOSE_FILES = ("compose.yaml", "compose.head.yaml", "compose.worker.yaml")
 SERVER_SERVICE = "vllm"  # the API server's service, in compose.yaml and compose.head.yaml alike
+DOOR_SERVICE = "door"  # the front door that publishes a one-node stack's API (kit/deploy/door.py SERVICE)
 # Labels Compose v2 sets on every container it creates (docker/compose pkg/api/labels.go).
 LABEL_PROJECT = "com.docker.compose.project"
 LABEL_WORKING_DIR = "com.docker.compose.project.working_dir"
@@ -237,7 +238,9 @@ def _server_service(compose_file: Path | None) -> dict[str, Any]:
     if compose_file is None or not compose_file.is_file():
         return {}
     doc = yaml.load(compose_file.read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}  # noqa: S506 - safe loader
-    return (doc.get("services") or {}).get(SERVER_SERVICE) or {}
+    services = doc.get("services") or {}
+    # A one-node stack publishes the API through its front door (kit/deploy/door.py); a cluster's head itself.
+    return services.get(DOOR_SERVICE) or services.get(SERVER_SERVICE) or {}
 
 
 def _command_port(service: Mapping[str, Any]) -> int | None:
@@ -295,7 +298,8 @@ def status(out_dir: Path) -> dict[str, Any]:
     server = next((r for r in rows if r["service"] == SERVER_SERVICE), None)
     files = rendered_compose_files(out_dir)
     head = next((f for f in files if f.name in ("compose.yaml", "compose.head.yaml")), None)
-    url = server_url(server, head)
+    door = next((r for r in rows if r["service"] == DOOR_SERVICE), None)
+    url = server_url(door or server, head)
     data = {"out": str(out_dir), "project": server["project"] if server else None,
             "container": server["container"] if server else None,
             "state": server["state"] if server else None,

@@ -274,6 +274,13 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         status, text = http("GET", f"{base}/metrics", key=key)
         return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
 
+    def door_closed():
+        # Routes vLLM serves without its key (vllm/entrypoints/serve/middleware/authenticate.py guards /v1 only):
+        # the front door must refuse them, with the key and without.
+        got = {path: http("POST", f"{base}{path}", key=key, body={"model": d.served_model_name, "prompt": "x"})[0]
+               for path in ("/invocations", "/tokenize", "/v1/load_lora_adapter")}
+        return all(status in (401, 403) for status in got.values()), ", ".join(f"{p} {c}" for p, c in got.items())
+
     def plan_matches():
         plan = prepared.report.plan
         logs = container.logs().decode("utf-8", errors="replace")
@@ -307,6 +314,8 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         record_or_skip(name, api[name], skip)
     record_or_skip(MANIFEST, lambda: manifest_check(container, d.fetch_command), manifest_skip(prepared))
     record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
+    if prepared.files.get("door/haproxy.cfg" if service is None else f"door/haproxy{service.removeprefix('vllm')}.cfg"):
+        record("the front door refuses routes beyond the inference API", door_closed)
     record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
     return checks
 

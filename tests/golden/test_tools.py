@@ -104,8 +104,8 @@ def test_compose_resolves_the_side_by_side_include(tmp_path):
     write(prepare("cpu", with_presets=["cpu-embed"]).files, tmp_path)
     out = subprocess.run([docker, "compose", "config", "--services"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr  # four services, no clash
-    assert sorted(out.stdout.split()) == ["model-fetch", "model-fetch-cpu-embed", "model-make",
-                                          "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
+    assert sorted(out.stdout.split()) == ["door", "door-cpu-embed", "model-fetch", "model-fetch-cpu-embed",
+                                          "model-make", "model-make-cpu-embed", "vllm", "vllm-cpu-embed"]
 
 
 def test_compose_gives_each_service_only_its_names_from_env(tmp_path):
@@ -121,13 +121,14 @@ def test_compose_gives_each_service_only_its_names_from_env(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     services = json.loads(result.stdout)["services"]
-    assert set(services) == {"model-make", "model-fetch", "vllm", "prometheus", "grafana", "webui"}
+    assert set(services) == {"model-make", "model-fetch", "vllm", "door", "prometheus", "grafana", "webui"}
     seen = {name: {k for k, v in (svc.get("environment") or {}).items() if v in secrets.values()}
             for name, svc in services.items()}
     assert seen["model-fetch"] == {"HF_TOKEN"}
     assert seen["vllm"] == {"VLLM_API_KEY"}
     assert seen["grafana"] == {"GF_SECURITY_ADMIN_PASSWORD"}
     assert seen["webui"] == {"OPENAI_API_KEY", "WEBUI_SECRET_KEY", "WEBUI_ADMIN_EMAIL", "WEBUI_ADMIN_PASSWORD"}
+    assert seen["door"] == {"VLLM_API_KEY"}
     assert seen["model-make"] == seen["prometheus"] == set()
     assert "stray" not in result.stdout
     # Names a service lists but .env lacks stay unset (null), never an empty value.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kit.deploy.pipeline import Prepared, prepare
-from kit.image.build import BuildRequest  # noqa: F401 - re-exported for tests
+from kit.image.build import BuildRequest
 from kit.run.stack import Stack, write_smoke_env
 from kit.run.workflow import build, render_into, start
 from tests.conftest import missing
@@ -48,7 +48,46 @@ def docker_client():
         client.images.get(BASE_IMAGE)
     except Exception:  # noqa: BLE001
         pytest.fail(f"base image {BASE_IMAGE} is missing; run scripts/setup-host.sh")
+    # Every rendered one-node stack has a front door; its pinned image cannot be pulled here, so each stack the
+    # tests start (and each `kit up` they run) uses the stand-in, through the variable the door's image reads.
+    from kit.deploy.door import IMAGE_ENV
+
+    os.environ[IMAGE_ENV] = door_standin_image(client)
     return client
+
+
+DOOR_STANDIN_DIR = Path(__file__).parent / "standins" / "haproxy"
+HAPROXY_DEBS = CACHE / "debs" / "haproxy"  # scripts/setup-host.sh: apt-get download haproxy and three libraries
+
+
+def door_standin_image(client) -> str:
+    """Built once per content (Dockerfile + .debs + base) and kept, like the Prometheus stand-in."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from kit.image.build import build_image
+
+    debs = sorted(HAPROXY_DEBS.glob("*.deb"))
+    if not any(d.name.startswith("haproxy_") for d in debs):
+        pytest.fail(f"no haproxy .deb in {HAPROXY_DEBS}; run scripts/setup-host.sh")
+    dockerfile = (DOOR_STANDIN_DIR / "Dockerfile").read_bytes()
+    digest = hashlib.sha256(b"\0".join([dockerfile, BASE_IMAGE.encode(), *(d.read_bytes() for d in debs)]))
+    tag = f"vllm-kit/standin-haproxy:{digest.hexdigest()[:12]}"
+    try:
+        client.images.get(tag)
+        return tag
+    except Exception:  # noqa: BLE001 - not built yet
+        pass
+    with tempfile.TemporaryDirectory() as context, tempfile.TemporaryDirectory() as logs:
+        shutil.copy2(DOOR_STANDIN_DIR / "Dockerfile", Path(context) / "Dockerfile")
+        (Path(context) / "debs").mkdir()
+        for deb in debs:
+            shutil.copy2(deb, Path(context) / "debs" / deb.name)
+        build_image(BuildRequest(context_dir=Path(context), tags=[tag], base_image=BASE_IMAGE), Path(logs),
+                    progress=session_progress)
+    session_progress(f"front door stand-in {tag} built")
+    return tag
 
 
 def session_progress(message: str) -> None:
@@ -130,3 +169,70 @@ def cpu_stack(cpu_image, cpu_wheelhouse, tmp_path_factory):
         yield Running(stack, prepared, out, port, env, ready)
     finally:
         stack.down(volumes=True)
+
+
+def door_request(port: int, method: str, path: str, *, key: str | None = None,
+                 headers: dict[str, str] | None = None, body: dict | None = None) -> tuple[int, dict[str, str], str]:
+    """One request to a stack's published port on 127.0.0.1, no proxy: (status, lower-cased headers, body)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+    for name, value in {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {}),
+                        **({"Content-Type": "application/json"} if body is not None else {})}.items():
+        request.add_header(name, value)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode(errors="replace")
+
+
+DOOR_START_S = 30
+
+
+def assert_door_closed(port: int, key: str, model: str) -> dict[str, int]:
+    """What the front door must do on a stack's published port (kit/deploy/door.py); returns the statuses seen."""
+    seen: dict[str, int] = {}
+
+    def status(label: str, *args, **kwargs) -> int:
+        seen[label] = door_request(port, *args, **kwargs)[0]
+        return seen[label]
+
+    # The door starts once its backend is healthy, so it may still be binding when the backend's health returns
+    # (seen behind the router: the first request was reset). Poll it with a deadline.
+    import time
+
+    deadline = time.monotonic() + DOOR_START_S
+    while True:
+        try:
+            if status("GET /health, no key", "GET", "/health") == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"the door on 127.0.0.1:{port} did not answer /health in {DOOR_START_S} s"
+        time.sleep(0.5)
+    assert status("GET /v1/models, no key", "GET", "/v1/models") == 401
+    assert status("GET /v1/models, wrong key", "GET", "/v1/models", key=key + "x") == 401
+    assert status("GET /v1/models, key", "GET", "/v1/models", key=key) == 200
+    completion = {"model": model, "prompt": "Hello", "max_tokens": 4}
+    assert status("POST /v1/completions, no key", "POST", "/v1/completions", body=completion) == 401
+    # Routes vLLM answers without its key, and the router's own API: refused with the key and without.
+    for path in ("/invocations", "/tokenize", "/detokenize", "/v1/load_lora_adapter", "/add_worker?url=http://x",
+                 "/remove_worker?url=http://x", "/flush_cache", "/reset_prefix_cache"):
+        for with_key in (None, key):
+            label = f"POST {path}, {'key' if with_key else 'no key'}"
+            assert status(label, "POST", path, key=with_key, body=completion) == 403, label
+    assert status("GET /workers, key", "GET", "/workers", key=key) == 403
+    # CORS closed: no preflight, and a foreign Origin gets no grant.
+    assert status("OPTIONS preflight", "OPTIONS", "/v1/completions", headers={
+        "Origin": "http://elsewhere.invalid", "Access-Control-Request-Method": "POST"}) == 403
+    code, headers, text = door_request(port, "POST", "/v1/completions", key=key, body=completion,
+                                       headers={"Origin": "http://elsewhere.invalid"})
+    assert code == 200 and '"completion_tokens"' in text, text[:300]
+    assert not [h for h in headers if h.startswith("access-control-")], headers
+    seen["POST /v1/completions, key, foreign Origin"] = code
+    return seen

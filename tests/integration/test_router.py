@@ -21,7 +21,8 @@ from kit.deploy.router import ROUTER_SERVICE, ROUTER_VENV, replica_service, rout
 from kit.run.smoke import http
 from kit.run.stack import write_smoke_env
 from kit.run.workflow import render_into, start
-from tests.integration.conftest import BASE_IMAGE, free_port, removed_after, session_progress
+from kit.deploy.door import SERVICE as DOOR_SERVICE
+from tests.integration.conftest import BASE_IMAGE, assert_door_closed, free_port, removed_after, session_progress
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +48,14 @@ def router_retries(router) -> int:
     code, output = router.exec_run([f"{ROUTER_VENV}/bin/python", "-c", probe])
     assert code == 0, output.decode(errors="replace")[-500:]
     return int(sum(float(v) for v in RETRIES.findall(output.decode())))
+
+
+def router_workers(router, port: int) -> dict[str, bool]:
+    probe = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/workers', timeout=10).read().decode())"
+    code, output = router.exec_run([f"{ROUTER_VENV}/bin/python", "-c", probe])
+    if code != 0:
+        return {}
+    return {w["url"]: w["is_healthy"] for w in json.loads(output.decode())["workers"]}
 
 
 def send(port: int, key: str, count: int) -> list[int]:
@@ -86,8 +95,13 @@ def test_two_replicas_behind_the_router_survive_one_killed(docker_client, cpu_im
             attrs = router.attrs["HostConfig"]
             assert attrs["ReadonlyRootfs"] and attrs["CapDrop"] == ["ALL"] and attrs["PidsLimit"] == spec.pids_limit
             assert router.attrs["Config"]["User"] not in ("", "0", "root")
-            ports = router.attrs["NetworkSettings"]["Ports"]
+            # The router publishes nothing: its /add_worker takes no key. The front door publishes the port.
+            published = router.attrs["NetworkSettings"]["Ports"] or {}
+            assert all(bindings is None for bindings in published.values()), published
+            ports = stack.container(DOOR_SERVICE).attrs["NetworkSettings"]["Ports"]
             assert [p["HostIp"] for p in ports["8000/tcp"]] == ["127.0.0.1"]
+            seen = assert_door_closed(port, env["VLLM_API_KEY"], d.served_model_name)
+            session_progress("door, router: " + "; ".join(f"{k} -> {v}" for k, v in seen.items()))
             for name in (one, two):  # the replicas publish nothing (EXPOSE only): the router is the one endpoint
                 published = stack.container(name).attrs["NetworkSettings"]["Ports"] or {}
                 assert all(bindings is None for bindings in published.values()), published
@@ -108,9 +122,8 @@ def test_two_replicas_behind_the_router_survive_one_killed(docker_client, cpu_im
                 + spec.health_check_timeout_secs + 30
             noticed = None
             while time.monotonic() - killed_at < bound:
-                # The router's own view of its workers (GET /workers on its published port).
-                status, text = http("GET", f"http://127.0.0.1:{port}/workers", timeout=10)
-                health = {w["url"]: w["is_healthy"] for w in json.loads(text)["workers"]} if status == 200 else {}
+                # The router's own view of its workers (GET /workers inside its container: the door refuses it).
+                health = router_workers(router, spec.container_port)
                 if health.get(f"http://{two}:8000") is False:
                     noticed = time.monotonic() - killed_at
                     session_progress(f"router marked {two} unhealthy {noticed:.0f} s after the kill: {health}")

@@ -185,11 +185,17 @@ def test_side_by_side_stack_runs_both_servers_on_one_image():
     files = prepared.files
     main, other = yaml.safe_load(files["compose.yaml"]), yaml.safe_load(files["compose.cpu-embed.yaml"])
     assert main["include"] == ["compose.cpu-embed.yaml"]
-    assert set(other["services"]) == {"model-make-cpu-embed", "model-fetch-cpu-embed", "vllm-cpu-embed"}
+    assert set(other["services"]) == {"model-make-cpu-embed", "model-fetch-cpu-embed", "vllm-cpu-embed",
+                                      "door-cpu-embed"}
     server = other["services"]["vllm-cpu-embed"]
     assert server["image"] == main["services"]["vllm"]["image"] == prepared.image_ref
     assert server["depends_on"] == {"model-fetch-cpu-embed": {"condition": "service_completed_successfully"}}
-    assert server["ports"] == ["127.0.0.1:8001:8000"] and "/health" in server["healthcheck"]["test"][-1]
+    # Its own front door publishes its port; the server publishes none (kit/deploy/door.py).
+    assert "ports" not in server and "/health" in server["healthcheck"]["test"][-1]
+    assert other["services"]["door-cpu-embed"]["ports"] == ["127.0.0.1:8001:8000"]
+    door_cfg = files["door/haproxy-cpu-embed.cfg"]
+    assert "server api vllm-cpu-embed:8000" in door_cfg and "path /v1/embeddings" in door_cfg
+    assert "path /v1/completions" not in door_cfg
     assert set(other["volumes"]) == {"hf-cache-cpu-embed", "vllm-cache-cpu-embed"}
     assert not set(other["volumes"]) & set(main["volumes"])
     companion = prepared.companions[0]
@@ -238,4 +244,5 @@ def test_side_by_side_on_one_gpu_must_share_its_memory(tmp_path):
     assert any("engine.gpu_memory_utilization" in line and "0.4 plus rtx4090-awq's 0.9" in line
                for line in info.value.lines())
     fits = prepare("rtx4090-awq", ["engine.gpu_memory_utilization=0.6"], with_presets=[str(second)])
-    assert set(yaml.safe_load(fits.files["compose.second.yaml"])["services"]) == {"model-fetch-second", "vllm-second"}
+    assert set(yaml.safe_load(fits.files["compose.second.yaml"])["services"]) == {
+        "model-fetch-second", "vllm-second", "door-second"}

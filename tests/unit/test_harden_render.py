@@ -41,8 +41,14 @@ def assert_hardened(svc: dict, home: str, cap_add: list[str]) -> None:
 def test_every_preset_runs_hardened(preset):
     p = prepare(preset)
     cap_add = ["SYS_NICE"] if p.deployment.image.strategy == "cpu" else []
-    (svc,) = services(p.files).values()
+    found = services(p.files)
+    svc = found["compose.yaml:vllm"]
     assert_hardened(svc, p.deployment.runtime.run_user.home, cap_add)
+    # The front door beside it: no capability, no privilege gain, read-only root, a pids limit.
+    door = found["compose.yaml:door"]
+    assert set(found) == {"compose.yaml:vllm", "compose.yaml:door"}
+    assert door["cap_drop"] == ["ALL"] and "cap_add" not in door and door["read_only"] is True
+    assert door["security_opt"] == ["no-new-privileges:true"] and door["pids_limit"] > 0
     # The watchdog runs the image's own server argv; compose appends the serve args after it.
     watchdog = [p.deployment.serve.python, f"{LAUNCHER_DIR}/{WATCHDOG_FILE}"]
     assert svc["entrypoint"][:2] == watchdog

@@ -118,14 +118,18 @@ def test_healthcheck_restart_volumes_port(rendered):
         assert int(svc["healthcheck"]["start_period"].rstrip("s")) >= 300
         assert svc["restart"] == "unless-stopped"
         port = rendered[name].preset.runtime.port  # 8000, or 8001 for a server meant to run beside it (cpu-embed)
-        assert svc["ports"] == [f"127.0.0.1:{port}:8000"]
+        # The server publishes nothing; its front door publishes the API (kit/deploy/door.py).
+        assert "ports" not in svc
+        door = yaml.safe_load(rendered[name].files["compose.yaml"])["services"]["door"]
+        assert door["ports"] == [f"127.0.0.1:{port}:8000"]
+        assert door["depends_on"] == {"vllm": {"condition": "service_healthy"}}
         vols = [v.split(":")[0] for v in svc["volumes"]]
         assert "hf-cache" in vols and "vllm-cache" in vols
 
 
 def test_bind_address_is_opt_in():
-    svc = compose_of(prepare("cpu", ["runtime.bind_address=0.0.0.0", "runtime.port=9000"]).files)
-    assert svc["ports"] == ["0.0.0.0:9000:8000"]
+    files = prepare("cpu", ["runtime.bind_address=0.0.0.0", "runtime.port=9000"]).files
+    assert yaml.safe_load(files["compose.yaml"])["services"]["door"]["ports"] == ["0.0.0.0:9000:8000"]
 
 
 def test_serve_arguments_are_a_list_with_served_name(rendered):

@@ -28,16 +28,21 @@ def gpu_ids(service: dict) -> list[str]:
 
 def test_one_replica_renders_no_router():
     doc, files = compose()
-    assert set(doc["services"]) == {"model-make", "model-fetch", "vllm"}  # cpu generates its tiny model
+    assert set(doc["services"]) == {"model-make", "model-fetch", "vllm", "door"}  # cpu generates its tiny model
     assert not any(rel.startswith("router/") for rel in files)
 
 
 def test_cpu_replicas_sit_behind_the_router_on_the_preset_port():
     doc, files = compose("runtime.replicas=3", "runtime.port=8100")
     services = doc["services"]
-    assert list(services) == ["model-make", "model-fetch", "vllm-1", "vllm-2", "vllm-3", "router"]
+    assert list(services) == ["model-make", "model-fetch", "vllm-1", "vllm-2", "vllm-3", "router", "door"]
     router = services["router"]
-    assert router["ports"] == [f"127.0.0.1:8100:{ROUTER['container_port']}"]
+    # The router's own API (/add_worker, /remove_worker, /flush_cache) takes no key: it publishes nothing, and the
+    # front door, which passes the inference routes only, publishes the preset's port (kit/deploy/door.py).
+    assert "ports" not in router
+    assert services["door"]["ports"] == ["127.0.0.1:8100:8000"]
+    assert services["door"]["depends_on"] == {"router": {"condition": "service_healthy"}}
+    assert f"server api router:{ROUTER['container_port']} " in files["door/haproxy.cfg"]
     for i in (1, 2, 3):
         replica = services[f"vllm-{i}"]
         assert "ports" not in replica  # the router is the one endpoint
@@ -132,13 +137,41 @@ def test_policy_choice_reaches_the_router():
     assert argv[argv.index("--policy") + 1] == "power_of_two"
 
 
-def test_k8s_target_and_side_by_side_are_refused():
+def test_k8s_target_is_refused():
     with pytest.raises(KitError) as caught:
         prepare("cpu", ["runtime.replicas=2"], target="k8s")
     assert "runtime.replicas" in str(caught.value.problems)
+
+
+def test_replicas_compose_with_a_server_beside_them():
+    """One door per API: the replicas' router behind `door`, the companion's server behind `door-cpu-embed`."""
+    doc, files = compose("runtime.replicas=2", with_presets=["cpu-embed"])
+    other = yaml.safe_load(files["compose.cpu-embed.yaml"])["services"]
+    assert doc["services"]["door"]["ports"] == ["127.0.0.1:8000:8000"]
+    assert other["door-cpu-embed"]["ports"] == ["127.0.0.1:8001:8000"]
+    assert "ports" not in other["vllm-cpu-embed"] and "ports" not in doc["services"]["router"]
+    assert "server api vllm-cpu-embed:8000 " in files["door/haproxy-cpu-embed.cfg"]
+
+
+def test_a_companion_with_replicas_is_refused(tmp_path):
+    from kit.core.datafiles import PRESETS_DIR
+
+    text = (PRESETS_DIR / "cpu-embed.yaml").read_text(encoding="utf-8")
+    companion = tmp_path / "embed2.yaml"
+    companion.write_text(text.replace("runtime:\n", "runtime:\n  replicas: 2\n", 1), encoding="utf-8")
     with pytest.raises(KitError) as caught:
-        prepare("cpu", ["runtime.replicas=2"], with_presets=["cpu-embed"])
-    assert "runtime.replicas" in caught.value.message
+        prepare("cpu", with_presets=[str(companion)])
+    assert "runtime.replicas" in str(caught.value.problems)
+
+
+def test_replicas_compose_with_monitoring_and_webui():
+    doc, files = compose("runtime.replicas=2", with_profiles=["monitoring", "webui"])
+    prometheus = yaml.safe_load(files["monitoring/prometheus.yml"])
+    # Prometheus scrapes each replica on the stack network, not through the door.
+    assert prometheus["scrape_configs"][0]["static_configs"][0]["targets"] == ["vllm-1:8000", "vllm-2:8000"]
+    webui = doc["services"]["webui"]
+    assert webui["environment"]["OPENAI_API_BASE_URL"] == f"http://router:{ROUTER['container_port']}/v1"
+    assert webui["depends_on"] == {"router": {"condition": "service_healthy"}}
 
 
 def test_cli_refuses_too_many_gpu_replicas_in_one_line(tmp_path):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 # Secrets in .env and the only services that may name them (a server includes its replicas and companions).
 SECRET_READERS = {
     "HF_TOKEN": re.compile(r"model-fetch(-.+)?"),
-    "VLLM_API_KEY": re.compile(r"vllm(-.+)?|webui"),
+    "VLLM_API_KEY": re.compile(r"vllm(-.+)?|webui|door(-.+)?"),  # the door checks it (kit/deploy/door.py)
     "GRAFANA_ADMIN_PASSWORD": re.compile(r"grafana"),
     "WEBUI_SECRET_KEY": re.compile(r"webui"),
     "WEBUI_ADMIN_PASSWORD": re.compile(r"webui"),

@@ -1,0 +1,174 @@
+"""The front door: one authenticating HAProxy publishes a compose stack's API (kit/data/door.yaml says why).
+
+Public entry points: ``door_routes(preset)`` (what the door passes, from the server's task), ``door_config(...)``
+(the HAProxy config text) and ``door_service(...)`` (its compose service). Pure, like the rest of the render.
+
+The key never reaches a rendered file: the config says ``"Bearer ${VLLM_API_KEY}"``, which HAProxy expands from its
+own environment when it reads the config (HAProxy configuration manual, "Environment variables"), and compose sets
+that variable from .env by interpolation. With no key in .env the inference routes are open, as the server itself
+is without a key; every other route stays refused either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kit.core.datafiles import load_yaml
+from kit.core.safevalue import check_text
+
+SERVICE = "door"
+DIR = "door"
+KEY_ENV = "VLLM_API_KEY"
+# A site's mirror of the pinned image (or a stand-in), from .env or the environment by compose interpolation.
+IMAGE_ENV = "VLLM_KIT_DOOR_IMAGE"
+
+
+@cache
+def door_data() -> dict[str, Any]:
+    return load_yaml("door.yaml")
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    methods: tuple[str, ...]
+    open: bool = False  # no key needed
+
+
+def image_ref() -> str:
+    image = door_data()["image"]
+    return f"{image['repository']}:{image['tag']}@{image['digest']}"
+
+
+def config_file(suffix: str = "") -> str:
+    """The config's path beside compose.yaml: one door per API server (a side-by-side server's has its suffix)."""
+    return f"{DIR}/haproxy{suffix}.cfg"
+
+
+def service_name(suffix: str = "") -> str:
+    return SERVICE + suffix
+
+
+def door_routes(preset: Any) -> list[Route]:
+    """The open routes, /v1/models, and the routes of what the server runs: text generation, or its pooling task
+    (and the score routes of tasks that may serve them; kit/data/pooling.yaml)."""
+    from kit.config.pooling import pooling_profile, pooling_table
+
+    try:
+        from kit.config.modelinfo import load_model_spec
+
+        spec = load_model_spec(preset.model.id)
+    except Exception:  # noqa: BLE001 - a model the catalog does not know: the flags alone decide
+        spec = None
+    profile = pooling_profile(preset.engine.flags(), spec)
+    table = door_data()["routes"]
+    groups = ["always"]
+    if not profile.pooling:
+        groups.append("generate")
+    else:
+        task = profile.task or "embed"
+        groups.append(task)
+        if pooling_table()["tasks"][task].get("score"):
+            groups.append("score")
+    routes = [Route(r["path"], tuple(r["methods"]), open=True) for r in table["open"]]
+    routes += [Route(r["path"], tuple(r["methods"])) for g in groups for r in table[g]]
+    return routes
+
+
+def _acl_name(index: int) -> str:
+    return f"route_{index}"
+
+
+def door_config(backend: str, backend_port: int, routes: list[Route], title: str) -> str:
+    """HAProxy's config: the allow-list, the key check, CORS closed, one backend (the server or the router)."""
+    data = door_data()
+    t = data["timeouts"]
+    check_text(title, "a door title")
+    backend = check_text(backend, "a backend host")
+    lines = [
+        f"# Rendered by vllm-kit for {title} (the front door, kit/deploy/door.py); `kit render` rewrites it.",
+        "# Only the routes below pass; each but the open ones needs 'Authorization: Bearer <VLLM_API_KEY>'.",
+        "# The key is read from the door's environment (.env) when HAProxy starts: it is not in this file.",
+        "global",
+        "    log stdout format raw local0 info",
+        f"    maxconn {int(data['maxconn'])}",
+        "",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option httplog",
+        f"    timeout connect {t['connect']}",
+        f"    timeout http-request {t['http_request']}",
+        f"    timeout client {t['idle']}",
+        f"    timeout server {t['idle']}",
+        "",
+        "# The stack network's DNS (Docker's resolver, from the container's resolv.conf): a restarted server",
+        "# container may come back on another address.",
+        "resolvers stack",
+        "    parse-resolv-conf",
+        "    hold valid 10s",
+        "",
+        "frontend door",
+        f"    bind :{int(data['container_port'])}",
+        "    # CORS closed: no preflight, no Origin reaches the server, no grant leaves the door.",
+        "    http-request deny deny_status 403 if METH_OPTIONS",
+        "    http-request del-header Origin",
+        *[f"    http-response del-header {h}" for h in data["cors_response_headers"]],
+    ]
+    allowed = []
+    for index, route in enumerate(routes):
+        name = _acl_name(index)
+        lines.append(f"    acl {name} path {check_text(route.path, 'a route')}")
+        lines.append(f"    acl {name}_method method {' '.join(route.methods)}")
+        allowed.append(f"{name} {name}_method")
+    open_routes = [_acl_name(i) for i, r in enumerate(routes) if r.open]
+    lines += [
+        "    # Exact paths and methods only; anything else is 403 before the key is looked at.",
+        "    http-request deny deny_status 403 unless " + " || ".join(allowed),
+        f"    acl key_configured env({KEY_ENV}) -m len gt 0",
+        f'    acl key_given req.fhdr(authorization) -m str "Bearer ${{{KEY_ENV}}}"',
+        "    acl one_authorization req.hdr_cnt(authorization) le 1",
+        "    http-request deny deny_status 401 unless one_authorization",
+        f"    http-request deny deny_status 401 if key_configured !key_given !{' !'.join(open_routes)}"
+        if open_routes else "    http-request deny deny_status 401 if key_configured !key_given",
+        "    default_backend api",
+        "",
+        "backend api",
+        f"    server api {backend}:{int(backend_port)} resolvers stack init-addr libc,none",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def door_service(*, backend_service: str, published_port: str, restart: str, suffix: str = "") -> dict[str, Any]:
+    """The door's compose service: the only published port of the API, the config read-only, hardened like the
+    servers. No healthcheck: neither the official image nor a minimal one has an HTTP client, and the door starts
+    only once its backend is healthy (depends_on), so `docker compose up --wait` still waits for a serving stack."""
+    data = door_data()
+    return {
+        # Fixed text, compose interpolation meant: the pinned image unless VLLM_KIT_DOOR_IMAGE names a mirror of it.
+        "image": f"${{{IMAGE_ENV}:-{image_ref()}}}",
+        "depends_on": {backend_service: {"condition": "service_healthy"}},
+        "entrypoint": ["haproxy", "-db", "-f", data["config_path"]],
+        "command": [],
+        # Fixed text, compose interpolation meant: the key from .env, never from this file.
+        "environment": {KEY_ENV: f"${{{KEY_ENV}:-}}"},
+        "ports": [published_port],
+        "volumes": [f"./{config_file(suffix)}:{data['config_path']}:ro"],
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "read_only": True,
+        "pids_limit": int(data["pids_limit"]),
+        "restart": restart,
+    }
+
+
+def door_comments(path: tuple[str, ...], backend_service: str, routes: list[Route], suffix: str = "") -> dict[
+        tuple[str, ...], list[str]]:
+    paths = ", ".join(r.path for r in routes)
+    return {path: [
+        f"The front door (HAProxy, kit/data/door.yaml): the only published port of this API; {backend_service} "
+        "answers on this network only.",
+        f"It passes {paths}; each but /health needs the key (VLLM_API_KEY in .env); CORS closed ({config_file(suffix)}).",
+    ]}
