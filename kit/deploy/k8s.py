@@ -211,7 +211,7 @@ def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, l
         # /dev/shm: Docker's and Kubernetes' default 64 MiB is far too small (NCCL, Ray's object store).
         vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(d.shm.shm_size)}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    if d.model_mount:
+    if d.local_model_dir:
         vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": True}})
         mounts.append({"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True})
     writable, writable_mounts = writable_volumes(d)
@@ -424,6 +424,9 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
         lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
+    elif d.model_volume and d.preset.model.generate:
+        lines.append(f"Generated model: make it (python -m kit.config.tinymodel DIR --kind {d.preset.model.generate}) and "
+                     f"copy it into the {app_name(d)}-models claim at {d.model_arg} (kubectl cp).")
     return comment_lines(lines)
 
 
@@ -437,7 +440,7 @@ def render_manifests(ctx: RenderContext, launcher: str) -> dict[str, str]:
     d: dep.Deployment = ctx.d
     plan = ctx.plan
     docs = single_node(d, ctx.image_ref, plan) if d.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
-    if d.model_mount:
+    if d.local_model_dir:
         # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
         docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
                                         "ReadOnlyMany" if d.cluster else "ReadWriteOnce")

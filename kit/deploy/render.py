@@ -249,5 +249,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         for parts in ctx.profile_parts:
             files.update(parts.files)
         files[dep.LAUNCHER_FILE] = launcher_text()
+        if d.model_make_command:
+            files[dep.TINY_MODEL_FILE] = tiny_model_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files

@@ -190,7 +190,7 @@ def test_side_by_side_stack_runs_both_servers_on_one_image():
     assert server["image"] == main["services"]["vllm"]["image"] == prepared.image_ref
     assert server["depends_on"] == {"model-fetch-cpu-embed": {"condition": "service_completed_successfully"}}
     assert server["ports"] == ["127.0.0.1:8001:8000"] and "/health" in server["healthcheck"]["test"][-1]
-    assert set(other["volumes"]) == {"hf-cache-cpu-embed", "vllm-cache-cpu-embed"}
+    assert set(other["volumes"]) == {"hf-cache-cpu-embed", "vllm-cache-cpu-embed", "models-cpu-embed"}
     assert not set(other["volumes"]) & set(main["volumes"])
     companion = prepared.companions[0]
     assert companion.name == "cpu-embed" and companion.files is files

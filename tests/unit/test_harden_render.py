@@ -8,6 +8,7 @@ import yaml
 
 from kit.config.preset import preset_names
 from kit.core.datafiles import load_yaml
+from kit.deploy import deployment as dep
 from kit.deploy.deployment import LAUNCHER_DIR, WATCHDOG_FILE
 from kit.deploy.pipeline import prepare
 
@@ -87,3 +88,46 @@ def test_k8s_containers_are_read_only_with_writable_empty_dirs(preset, overrides
             assert sec["capabilities"]["drop"] == ["ALL"] and sec["capabilities"].get("add") == cap_add
             writable = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in empty_dirs}
             assert {"/tmp", p.deployment.run_user.home} <= set(writable), container["name"]
+
+
+def one_shots(files: dict[str, str]) -> dict[str, dict]:
+    return {f"{rel}:{name}": svc for rel, text in files.items() if rel.startswith("compose") and rel.endswith(".yaml")
+            for name, svc in yaml.safe_load(text)["services"].items() if name.startswith(("model-fetch", "model-make"))}
+
+
+@pytest.mark.parametrize("overrides", [[], CLUSTER, ["runtime.replicas=2"]], ids=["one", "nodes2", "replicas2"])
+@pytest.mark.parametrize("preset", ["cpu", "cpu-embed"])
+def test_model_make_runs_non_root_hardened_into_the_kits_volume_read_only_to_the_server(preset, overrides):
+    """Issue 23 item 5: the generated model is made as the server's uid, with no capability, in the stack's own named
+    volume, which the fetch and the server mount read-only; nothing writes into a host folder."""
+    prepared = prepare(preset, overrides)
+    d, volume = prepared.deployment, prepared.preset.runtime.models_volume
+    shots = one_shots(prepared.files)
+    makes = [svc for name, svc in shots.items() if ":model-make" in name]
+    assert makes and len(makes) == len([f for f in prepared.files if f.startswith("compose") and f.endswith(".yaml")])
+    for make in makes:
+        assert make["user"] == f"{d.run_user.uid}:{d.run_user.gid}" != "0:0" and d.run_user.uid != 0
+        assert make["cap_drop"] == ["ALL"] and "cap_add" not in make
+        assert make["security_opt"] == ["no-new-privileges:true"] and make["read_only"] is True
+        assert make["tmpfs"] == ["/tmp:size=2g"] and make["pids_limit"] > 0 and make["network_mode"] == "none"
+        model_mount, script = make["volumes"]
+        assert model_mount == f"{volume}:{dep.MODEL_MAKE_DIR}" and script.endswith(":ro")
+        assert make["entrypoint"][2] == f"{dep.MODEL_MAKE_DIR}/{d.model_arg.rsplit('/', 1)[1]}"
+    readers = [svc for name, svc in shots.items() if ":model-fetch" in name] + list(services(prepared.files).values())
+    for svc in readers:  # the fetch, servers, Ray nodes; the router and profiles' services do not mount it at all
+        model = [m for m in svc.get("volumes", []) if m.split(":", 1)[0] == volume]
+        if svc.get("image", "").startswith(d.image_repository):
+            assert model == [f"{volume}:{dep.MODELS_DIR}:ro"], svc["volumes"]
+        assert not any(m.startswith(("./models", "/")) for m in svc.get("volumes", []))  # no host model folder
+    for rel, text in prepared.files.items():
+        if rel.startswith("compose") and rel.endswith(".yaml"):
+            assert volume in yaml.safe_load(text)["volumes"]
+
+
+def test_a_host_folder_model_stays_a_read_only_bind_mount_with_no_model_make(tmp_path):
+    prepared = prepare("cpu", ["model.host_path=./models/mine", "model.id=mine", "model.generate=null"])
+    doc = yaml.safe_load(prepared.files["compose.yaml"])
+    assert set(doc["services"]) == {"model-fetch", "vllm"} and set(doc["volumes"]) == {"hf-cache", "vllm-cache"}
+    for svc in doc["services"].values():
+        assert "./models/mine:/models/mine:ro" in svc["volumes"]
+    assert "tinymodel.py" not in prepared.files
