@@ -7,6 +7,7 @@ Each function cleans up what it started when it fails.
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,6 +101,18 @@ def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -
     if not (path / "config.json").is_file():
         raise KitError(f"model.host_path {model.local_path}: no config.json in {path}",
                        hint="point model= at a model directory")
+
+
+def make_generated_model(prepared: Prepared, stack: Stack, progress: Progress | None) -> None:
+    """The stack's own model-make, on its own (`kit fetch` runs model-fetch without its dependencies): the same
+    service `compose up` runs first, so there is one way the generated model is made."""
+    if not prepared.deployment.model_make_command:
+        return
+    from kit.deploy.render import MODEL_MAKE_SERVICE
+
+    if progress:
+        progress(f"making the generated model if it is missing: {shlex.join(stack.argv('run', '--rm', '--no-deps', '-T', MODEL_MAKE_SERVICE))}")
+    stack.run("run", "--rm", "--no-deps", "-T", MODEL_MAKE_SERVICE)
 
 
 @dataclass
