@@ -225,7 +225,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     if target == "k8s":
         from kit.deploy.k8s import render_manifests
 
-        files.update(render_manifests(ctx, launcher_text()))
+        files.update(render_manifests(ctx, launcher_text(), tiny_model_text() if d.model_make_command else None))
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)

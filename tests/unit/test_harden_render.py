@@ -85,7 +85,8 @@ def test_k8s_containers_are_read_only_with_writable_empty_dirs(preset, overrides
         for container in pod["containers"] + pod.get("initContainers", []):
             sec = container["securityContext"]
             assert sec["readOnlyRootFilesystem"] is True and sec["allowPrivilegeEscalation"] is False
-            assert sec["capabilities"]["drop"] == ["ALL"] and sec["capabilities"].get("add") == cap_add
+            wanted = None if container["name"] == "model-make" else cap_add  # it binds nothing to NUMA nodes
+            assert sec["capabilities"]["drop"] == ["ALL"] and sec["capabilities"].get("add") == wanted
             writable = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in empty_dirs}
             assert {"/tmp", p.deployment.run_user.home} <= set(writable), container["name"]
 
@@ -131,3 +132,25 @@ def test_a_host_folder_model_stays_a_read_only_bind_mount_with_no_model_make(tmp
     for svc in doc["services"].values():
         assert "./models/mine:/models/mine:ro" in svc["volumes"]
     assert "tinymodel.py" not in prepared.files
+
+
+def test_k8s_makes_a_generated_model_in_an_init_container_read_only_to_the_rest():
+    p = prepare("cpu", target="k8s")
+    pod = yaml.safe_load(p.files["k8s/deployment.yaml"])["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    make, fetch = pod["initContainers"]
+    assert (make["name"], fetch["name"]) == ("model-make", "model-fetch")
+    assert make["command"][2] == p.deployment.model_arg and make["command"][-1] == "--if-missing"
+    assert make["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert not any("valueFrom" in e for e in make["env"])  # no secret reaches it
+    assert {"name": "models", "mountPath": dep.MODELS_DIR} in make["volumeMounts"]
+    for container in [fetch, *pod["containers"]]:
+        assert {"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True} in container["volumeMounts"]
+    script = yaml.safe_load(p.files["k8s/model-make-configmap.yaml"])
+    assert "def make_tiny_model" in script["data"][dep.TINY_MODEL_FILE]
+    assert "model-make-configmap.yaml" in yaml.safe_load(p.files["k8s/kustomization.yaml"])["resources"]
+    # A host folder stays a read-only claim, filled by hand, with no init container to write it.
+    folder = prepare("cpu", ["model.host_path=./models/mine", "model.id=mine", "model.generate=null"], target="k8s")
+    pod = yaml.safe_load(folder.files["k8s/deployment.yaml"])["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["model-fetch"]
+    assert next(v for v in pod["volumes"] if v["name"] == "models")["persistentVolumeClaim"]["readOnly"] is True
