@@ -88,7 +88,7 @@ def main() -> int:
             stack.down(volumes=False)
             say("restart with the volumes kept")
             stack.up()
-            again = stack.wait_healthy(run.deployment.healthcheck_start_period + 120)
+            again = stack.wait_healthy(run.deployment.runtime.healthcheck_start_period + 120)
         finally:
             Stack(out3, project).down(volumes=True)
         rows.append(("time to ready, first start", f"{first:.1f} s"))

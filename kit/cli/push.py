@@ -34,7 +34,7 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
     source = prepared.image_ref
     tag = source.rsplit(":", 1)[1]
     status(f"pushing {source} to {registry}")
-    pushed = push_image(source, registry, prepared.deployment.image_repository, tag, progress=status)
+    pushed = push_image(source, registry, prepared.deployment.image.image_repository, tag, progress=status)
     repository = pushed.ref.rsplit(":", 1)[0]
     pin = [f"image.repository={repository}", f"image.pin_digest={pushed.digest}"]
     record = {"source": source, "pushed": pushed.ref, "digest": pushed.digest, "pinned": pushed.pinned,

@@ -44,7 +44,7 @@ def next_step(prepared, out_dir: Path) -> str:  # noqa: ANN001 - kit.deploy.pipe
     if "k8s/kustomization.yaml" in prepared.files:
         return (f"next: see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, "
                 f"kubectl apply -k {shlex.quote(str(out_dir / 'k8s'))})")
-    if prepared.deployment.cluster is not None and "CLUSTER.md" in prepared.files:
+    if prepared.deployment.serve.cluster is not None and "CLUSTER.md" in prepared.files:
         return f"next: {out_dir / 'CLUSTER.md'} says what to run on which host"
     return f"next: cd {where} && docker compose up -d --wait"
 

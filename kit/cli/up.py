@@ -39,7 +39,7 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 
     with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
         ready = stack_up(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)
-    rt, name = prepared.preset.runtime, prepared.deployment.served_model_name
+    rt, name = prepared.preset.runtime, prepared.deployment.serve.served_model_name
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
                    "url": f"http://{rt.bind_address}:{rt.port}", "ready_seconds": round(ready, 1)})

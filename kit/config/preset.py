@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.config.flags import UnreadInteger, load_snapshot, read_engine_integers
+from kit.config.strategy import strategy_for
 from kit.config.preset_files import all_presets, find_named, looks_like_path, preset_folders, shipped_names
 from kit.config.vllmint import AUTO
 from kit.core.datafiles import PRESETS_DIR, load_yaml, prune_rules, vllm_table
@@ -551,39 +552,21 @@ class Preset(Strict):
     @model_validator(mode="after")
     def _jetson_runtime_class(self) -> Preset:
         # Jetson runs under the NVIDIA runtime (compose: `runtime: nvidia`); on Kubernetes that is a RuntimeClass.
-        if self.image.strategy == "jetson" and self.runtime.k8s_runtime_class is None:
+        if strategy_for(self.image.strategy).nvidia_runtime and self.runtime.k8s_runtime_class is None:
             self.runtime.k8s_runtime_class = load_yaml("k8s.yaml")["jetson_runtime_class"]
         return self
 
     @model_validator(mode="after")
     def _consistent(self) -> Preset:
         hw, img = self.hardware, self.image
-        if img.strategy == "cpu" and hw.gpu is not None:
-            raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
-        cpu_build = vllm_table()["versions"][img.vllm_version].get("cpu") or {}
-        if img.strategy == "official" and hw.gpu is None and not cpu_build.get("official_image"):
-            raise ValueError(f"vLLM {img.vllm_version} has no official CPU image in the version table; add "
-                             "hardware.gpu, or use strategy cpu")
-        if img.strategy not in ("cpu", "official") and hw.gpu is None:
-            raise ValueError(f"image.strategy {img.strategy} needs hardware.gpu (or use strategy cpu)")
-        if img.strategy == "official" and hw.gpu is None and img.cuda is not None:
-            raise ValueError("image.cuda does not apply to vLLM's CPU image (no hardware.gpu)")
-        if img.strategy == "jetson" and hw.arch != "arm64":
-            raise ValueError("image.strategy jetson builds for arm64; set hardware.arch: arm64")
-        if img.strategy == "jetson" and not hw.l4t:
-            raise ValueError("image.strategy jetson needs hardware.l4t (the board's L4T release, e.g. r36.4)")
+        strategy = strategy_for(img.strategy)
+        strategy.check_hardware(img, hw)
         if hw.l4t and hw.l4t not in vllm_table()["jetson"]["l4t"]:
             raise ValueError(f"hardware.l4t {hw.l4t} is unknown (known: {', '.join(vllm_table()['jetson']['l4t'])})")
-        if img.strategy == "cpu" and "cpu" not in vllm_table()["versions"][img.vllm_version]:
-            raise ValueError(f"vLLM {img.vllm_version} has no CPU build in the version table")
-        if img.cuda is not None and img.strategy in ("cpu", "jetson"):
-            raise ValueError(f"image.cuda does not apply to strategy {img.strategy}")
+        strategy.check_build(img)
         if img.cuda is not None and img.cuda not in vllm_table()["cuda"]:
             raise ValueError(f"image.cuda {img.cuda} is unknown (known: {', '.join(vllm_table()['cuda'])})")
-        if img.strategy == "official" and img.cuda is not None:
-            release = vllm_table()["versions"][img.vllm_version]
-            if img.cuda != release["cuda"] and img.cuda not in release.get("official_variants", {}):
-                raise ValueError(f"vLLM {img.vllm_version} has no official image for CUDA {img.cuda}")
+        strategy.check_variant(img)
         return self
 
 

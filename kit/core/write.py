@@ -453,6 +453,13 @@ def recover(out_dir: Path, steps: Callable[[], None] = lambda: None) -> str | No
 
 def _apply(out_dir: Path, journal: _Journal, steps: Callable[[], None]) -> None:
     staging = out_dir / STAGING
+    with contextlib.suppress(FileNotFoundError):  # absent: every move was done before the interruption
+        mode = os.lstat(staging).st_mode
+        if not stat.S_ISDIR(mode):
+            # A link here would have recovery move files from wherever it points into the folder.
+            raise WriteError(f"{staging}: is {file_kind(mode)}; the kit stages its writes in a folder of its own "
+                             "here and does not follow links", hint=f"if no kit command is running, delete {JOURNAL} "
+                             f"and {STAGING} and render again")
     parents = set()
     # Removals first, then the folders they empty, then the moves: no move ever lands in a folder removed
     # here (the plan never lists a folder a rendered file lives in), and the manifest stays the last move.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.config.preset import Preset, display_path
+from kit.config.strategy import strategy_of
 from kit.core.errors import Problem
 from kit.deploy.compat import check_compat, model_spec_or_none
 
@@ -184,13 +185,12 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
     """Switches that open the server or load code (kit/data/switches.yaml), in runtime.env and engine flags alike,
     and runtime.env naming a variable the kit sets itself (it would silently replace the kit's value)."""
     from kit.core.datafiles import load_yaml
-    from kit.deploy import deployment as dep
 
     rules = load_yaml("switches.yaml")
     errors: list[Problem] = []
     warnings: list[Problem] = []
     user_env = preset.runtime.env
-    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in dep.image_env_for(preset)}}
+    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in strategy_of(preset).image_env(preset)}}
     for name in user_env:
         rule = rules["env"].get(name)
         if rule:
@@ -218,7 +218,7 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
                 f"{where}: engine.{flag}",
                 f"refused with {pinned}: it {rule['reason']} ({rule['source']})",
                 "pin model.revision to the commit you reviewed (its 40-hex id, from the model's commit history on the "
-                "hub), or drop trust_remote_code"))
+                "hub; `kit lock --out DIR` records the commit a branch is at now), or drop trust_remote_code"))
         else:
             warnings.append(Problem(f"{where}: engine.{flag}", f"loads code or opens files: it {rule['reason']} "
                                     f"({rule['source']})", "set it only with code and folders you control"))
@@ -303,7 +303,7 @@ def feature_use(feature: str, preset: Preset) -> str | None:
 def leave_out_warnings(where: str, preset: Preset) -> list[Problem]:
     """leave_out on another strategy does nothing: a warning, not an error, so the documented switch of a slim preset
     (`image.strategy=official image.cuda=12.9` for an older driver) works as one override."""
-    if preset.image.leave_out and preset.image.strategy != "slim":
+    if preset.image.leave_out and not strategy_of(preset).honours_leave_out:
         return [Problem(f"{where}: image.leave_out",
                         f"has no effect: only slim images are cut to the floor (this one is {preset.image.strategy})",
                         "nothing to do; it applies again with image.strategy=slim")]
@@ -312,7 +312,7 @@ def leave_out_warnings(where: str, preset: Preset) -> list[Problem]:
 
 def check_leave_out(where: str, preset: Preset) -> list[Problem]:
     """A slim image may leave a feature's packages out only when the preset does not use the feature."""
-    if preset.image.strategy != "slim":
+    if not strategy_of(preset).honours_leave_out:
         return []
     problems = []
     for index, feature in enumerate(preset.image.leave_out):

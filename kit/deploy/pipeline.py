@@ -70,7 +70,7 @@ def companions_for(primary: Deployment, refs: list[str], *, base_image: str | No
             raise PresetError(f"{where}: cannot run beside {primary.preset_name}",
                               problems=[Problem(f"{where}: {f}", message) for f, message in problems])
         # It runs on the primary's image: same inputs (checked above), so the same tag.
-        d = replace(d, image_repository=primary.image_repository)
+        d = replace(d, image=replace(d.image, image_repository=primary.image.image_repository))
         companions.append(Prepared(name, path, preset, report, d, {}))
     return companions
 
@@ -92,7 +92,7 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
         if companions and preset.runtime.replicas > 1:
             raise PresetError(f"{display_path(path)}: runtime.replicas: --with-preset and replicas behind a router "
                               "are not combined yet", hint="render the replicated preset on its own")
-        if companions and (target != "compose" or deployment.cluster is not None):
+        if companions and (target != "compose" or deployment.serve.cluster is not None):
             raise PresetError("--with-preset: side-by-side servers need the compose target of a one-node preset")
         if profiles and preset.runtime.replicas > 1:
             raise PresetError(f"{display_path(path)}: runtime.replicas: --with {profiles[0]} and replicas behind a "

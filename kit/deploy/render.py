@@ -195,7 +195,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         raise ValueError("side-by-side servers and replicas behind a router are not combined yet")
     if profiles and d.preset.runtime.replicas > 1:
         raise ValueError("profiles (--with) and replicas behind a router are not combined yet")
-    template = "official.Dockerfile.j2" if d.strategy == "official" else "venv.Dockerfile.j2"
+    template = d.image_strategy.dockerfile_template
 
     requirements = requirements_text(d)
     script = fetch_script()

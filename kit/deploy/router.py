@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kit.config.strategy import strategy_of
 from kit.core.datafiles import load_yaml
 from kit.core.errors import Problem
 from kit.deploy.composefile import BUILT_PULL_POLICY
@@ -84,7 +85,7 @@ def replica_gpu_ids(preset: Preset) -> list[list[str]]:
     """Each replica's GPU ids (disjoint, in order); [] per replica on CPU. Assumes replica_problems() passed."""
     hw, eng = preset.hardware, preset.engine
     n = preset.runtime.replicas
-    if hw.gpu is None or preset.image.strategy == "jetson":
+    if hw.gpu is None or strategy_of(preset).nvidia_runtime:
         return [[] for _ in range(n)]
     ids = [str(i) for i in (hw.device_ids or range(hw.count))]
     per = eng.tp * eng.pp

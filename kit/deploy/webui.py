@@ -57,7 +57,7 @@ def webui_exposure(where: str, preset: Preset) -> list[Problem]:
 
 def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     """Open WebUI wired to the stack's first server over the compose network; its port on the server's bind address."""
-    if ctx.d.cluster is not None:
+    if ctx.d.serve.cluster is not None:
         raise PresetError("--with webui: the chat front end needs a one-node preset (hardware.nodes=1)")
     data = webui_data()
     server = servers[0]
@@ -68,7 +68,7 @@ def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
         "OPENAI_API_BASE_URL": _s(f"http://{server}:{ctx.port}/v1"),
         **{k: _s(v) for k, v in data["environment"].items()},
     }
-    if data["auto_tool_flag"] not in ctx.d.serve_args:
+    if data["auto_tool_flag"] not in ctx.d.serve.serve_args:
         # No tool parser on the server: Open WebUI's native tool calls would be refused (kit/data/webui.yaml).
         mode = data["function_calling_without_tool_parser"]
         environment["DEFAULT_MODEL_PARAMS"] = _s(json.dumps({"function_calling": mode}))

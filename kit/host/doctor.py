@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kit.config.strategy import strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.gpus import gpu_key
 from kit.core.versions import version_or_oldest
@@ -199,7 +200,7 @@ def check_docker(facts: HostFacts, preset: Preset | None) -> Check:
                      "user may use it (the docker group)")
     version = info["ServerVersion"]
     detail = f"Docker {version} ({info.get('OperatingSystem', '?')}, {info.get('Architecture', '?')})"
-    gpu = preset is not None and preset.hardware.gpu is not None and preset.image.strategy != "jetson"
+    gpu = preset is not None and preset.hardware.gpu is not None and not strategy_of(preset).nvidia_runtime
     cdi = gpu and preset is not None and preset.hardware.gpu_runtime == "cdi"
     if cdi and version_key(version) < version_key(table["min_cdi"]):
         return Check("docker engine", FAIL, f"{detail}: compose `driver: cdi` needs Docker {table['min_cdi']}+",
@@ -244,7 +245,7 @@ def check_gpu_runtime(facts: HostFacts, preset: Preset | None) -> Check:
     cdi, hooks = facts.cdi_specs, facts.device_hooks
     configure = ("install the NVIDIA Container Toolkit (its nvidia-container-runtime-hook on the daemon's PATH serves "
                  "GPU requests), then `nvidia-ctk runtime configure --runtime=docker` and restart Docker")
-    if preset is not None and preset.image.strategy == "jetson":
+    if preset is not None and strategy_of(preset).nvidia_runtime:
         # The Jetson stack says `runtime: nvidia`: that name must be registered; a hook alone does not do.
         if has_nvidia:
             return Check(name, PASS, "docker runtime `nvidia` registered (compose.yaml uses `runtime: nvidia`)")
@@ -288,12 +289,10 @@ def _smi_missing(facts: HostFacts) -> str:
 
 
 def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
-    from kit.deploy.deployment import base_image_for
-
     name = "nvidia driver"
     if preset is not None and preset.hardware.gpu is None:
         return Check(name, PASS, "not needed: the preset runs on the CPU")
-    if preset is not None and preset.image.strategy == "jetson":
+    if preset is not None and strategy_of(preset).nvidia_runtime:
         return Check(name, PASS, f"Jetson: the driver and CUDA come with L4T {preset.hardware.l4t}")
     gpus = _smi_gpus(facts)
     if not gpus:
@@ -303,7 +302,8 @@ def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
     driver = gpus[0].driver
     if preset is None:
         return Check(name, PASS, f"driver {driver}")
-    _, _, cuda, min_driver = base_image_for(preset)
+    base = strategy_of(preset).base(preset)
+    cuda, min_driver = base.cuda, base.min_driver
     if min_driver and cuda and version_key(driver) < version_key(min_driver):  # a CUDA base names both
         options, note = driver_alternatives(driver, cuda, preset, gpus)
         fix = f"upgrade the driver to >= {min_driver}" + "".join(f", or {o}" for o in options)
@@ -321,6 +321,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
     from kit.core.datafiles import vllm_table
 
     table, img = vllm_table(), preset.image
+    on_vllm_image = strategy_of(preset).vllm_image
     have = version_key(driver)
 
     def runs(build_cuda: str) -> bool:
@@ -330,7 +331,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
     options: list[str] = []
     for other, ref in (release.get("official_variants") or {}).items():
         if other != cuda and runs(other):
-            switch = "" if img.strategy == "official" else "image.strategy=official "  # overrides, as typed
+            switch = "" if on_vllm_image else "image.strategy=official "  # overrides, as typed
             from kit.deploy.compat import variant_caveat
 
             options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
@@ -345,7 +346,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
         note = (f"CUDA forward compatibility is not offered on R{have.major}: NVIDIA has ended that driver branch"
                 + (f" ({when})" if when != "ended" else "") + f"; supported branches are {live} "
                 f"(as of {compat['branches_checked']})")
-    elif rule and have.major in rule["branches"] and img.strategy == "official" \
+    elif rule and have.major in rule["branches"] and on_vllm_image \
             and version_key(img.vllm_version) >= version_key(compat["since"]):
         kinds = {gpu_catalog()[g.catalog_key].get("kind") if g.catalog_key else None for g in gpus}
         switch = (f"set {compat['env']}={compat['value']} in the stack's .env (vLLM's CUDA {cuda} image then loads CUDA's "
@@ -366,7 +367,7 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
         if usable:
             build = usable[0]
             extra = "" if build == older["cuda"] else (
-                f" image.cuda={build}" + ("" if img.strategy == "official" else " image.strategy=official"))
+                f" image.cuda={build}" + ("" if on_vllm_image else " image.strategy=official"))
             from kit.deploy.compat import variant_caveat
 
             caveat = "" if build == older["cuda"] else variant_caveat(version, build)
@@ -392,7 +393,7 @@ def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -
     name = "gpus"
     if preset is not None and preset.hardware.gpu is None:
         return [Check(name, PASS, "not needed: the preset runs on the CPU")]
-    if preset is not None and preset.image.strategy == "jetson":
+    if preset is not None and strategy_of(preset).nvidia_runtime:
         return [Check(name, PASS, "Jetson: the integrated GPU is used through the NVIDIA runtime")]
     gpus = _smi_gpus(facts)
     if not gpus:
@@ -489,10 +490,8 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
     table = host_table()
     if preset is None:
         return float(table["default_need_gib"]), "an official image and a small model"
-    strategy = preset.image.strategy
-    image = float(table["image_gib"][strategy])
-    if strategy != "official":
-        image *= table["build_factor"]
+    strategy = strategy_of(preset)
+    image = strategy.disk_gib()
     weights, how = 0.0, "weights unknown"
     if not preset.model.is_local:
         from kit.core.errors import KitError
@@ -514,7 +513,7 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
                 how = "planner's weight estimate"
     else:
         how = "local model (on the host already)"
-    return image + weights, f"image ~{image:.0f} GiB ({strategy}) + weights {weights:.1f} GiB ({how})"
+    return image + weights, f"image ~{image:.0f} GiB ({strategy.name}) + weights {weights:.1f} GiB ({how})"
 
 
 def check_disk(facts: HostFacts, preset: Preset | None) -> Check:

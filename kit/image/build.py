@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.core.docker_engine import docker_client
+from kit.core.safepaths import WORK_DIR, open_nofollow, refuse_link
 from kit.core.errors import BuildError, KitError
 from kit.core.secretrules import redact
 from kit.deploy.deployment import BUILD_FILES, FETCH_FILE
 from kit.image.wheelhouse import LOCK_NAME
 
 # The kit's own working folder inside a rendered directory (build contexts, build records, router context).
-KIT_DIR = ".kit"
+KIT_DIR = WORK_DIR  # the deployment folder's work folder (kit/core/safepaths.py)
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
 OPTIONAL_CONTEXT_FILES = BUILD_FILES  # rendered for images that prune or lay out a CUDA_HOME
@@ -110,6 +111,8 @@ def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Pat
     for name in CONTEXT_FILES:
         if not (rendered_dir / name).is_file():
             raise KitError(f"{rendered_dir / name}: missing; run `kit render` first")
+    if os.path.islink(context_dir):
+        raise refuse_link(context_dir, "the build context")
     if context_dir.exists():
         shutil.rmtree(context_dir)
     context_dir.mkdir(parents=True)
@@ -198,16 +201,17 @@ def build_image(request: BuildRequest, log_dir: Path,
                 progress: Callable[[str], None] | None = None) -> BuildResult:
     """Build with the Docker SDK, streaming the log to ``log_dir/build.log`` and steps to ``progress``."""
     client = docker_client()
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)  # callers pass a safepaths.work_folder, made without following links
     log_path = log_dir / "build.log"
     script_path = log_dir / "build.sh"
-    script_path.write_text(request.script())
-    script_path.chmod(0o755)
+    with open_nofollow(script_path) as script:
+        script.write(request.script())
+        os.fchmod(script.fileno(), 0o755)
     lines: list[str] = []
     image_id = None
     cached = total = 0
     started = time.monotonic()
-    with log_path.open("w", encoding="utf-8") as log:
+    with open_nofollow(log_path) as log:
         log.write(redact("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command())) + "\n")
         stream = client.api.build(
             path=str(request.context_dir),

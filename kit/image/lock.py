@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.core.docker_engine import docker_client
 from kit.core.errors import BuildError, KitError, Problem
+from kit.core.safepaths import open_nofollow, work_folder
 from kit.deploy.pipeline import Prepared
 from kit.image.build import (
-    KIT_DIR,
     BuildRequest,
     BuildResult,
     build_image,
@@ -147,7 +147,7 @@ def _wheelhouse_fits(prepared: Prepared, wheelhouse: Path, header: str) -> bool:
         if item.get("requested"):
             requested.add(f"{_normalise(item['metadata']['name'])}=={item['metadata']['version']}")
     wanted = set()
-    for req in prepared.deployment.requirements:
+    for req in prepared.deployment.image.requirements:
         name, _, version = req.partition("==")
         wanted.add(f"{_normalise(name.split('[')[0])}=={version}")
     return requested == wanted
@@ -158,15 +158,15 @@ def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: st
               refresh: bool = False, progress: Progress | None = None) -> Lock:
     say = progress or (lambda _m: None)
     d = prepared.deployment
-    if d.requirements and wheelhouse is None:
+    if d.image.requirements and wheelhouse is None:
         raise KitError(f"preset {prepared.name}: locking its Python packages needs --wheelhouse DIR",
                        hint="the wheels are downloaded there and hashed")
-    say(f"resolving the base image {d.base_image} ({'local image' if offline else 'registry'})")
-    base = _locked_base(resolve_base_digest(d.base_image, offline=offline))
+    say(f"resolving the base image {d.image.base_image} ({'local image' if offline else 'registry'})")
+    base = _locked_base(resolve_base_digest(d.image.base_image, offline=offline))
     packages: list[LockedPackage] = []
     excluded: list[str] = []
     target = None
-    if d.requirements:
+    if d.image.requirements:
         assert wheelhouse is not None
         t = target_for(d, python_version, glibc)
         target = LockedTarget(python=t.python_version, glibc=t.glibc, machine=t.machine)
@@ -186,9 +186,9 @@ def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: st
             packages.append(LockedPackage(name=key, version=version, file=wheel.name, sha256=sha))
         locked_names = {p.name for p in packages}
         excluded = sorted(n for n in index_hashes if n not in locked_names)
-    vllm_image = base if d.strategy == "official" else None
+    vllm_image = base if d.image_strategy.vllm_image else None
     return Lock(preset=prepared.name, overrides=list(overrides), base_image_option=base_image_option,
-                vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
+                vllm_version=d.image.vllm_version, strategy=d.image.strategy, platform=d.image.platform,
                 inputs=render_inputs(prepared.files), base=base, vllm_image=vllm_image, target=target,
                 packages=packages, excluded=excluded)
 
@@ -221,9 +221,9 @@ def lock_drift(lock: Lock, prepared: Prepared, where: str) -> list[Problem]:
         f" with {' '.join(lock.overrides)}" if lock.overrides else "") + (
         f" --base-image {lock.base_image_option}" if lock.base_image_option else "")
     problems = []
-    for field, locked, now in (("preset", lock.preset, prepared.name), ("vllm_version", lock.vllm_version, d.vllm_version),
-                               ("strategy", lock.strategy, d.strategy), ("platform", lock.platform, d.platform),
-                               ("base.ref", lock.base.ref, d.base_image)):
+    for field, locked, now in (("preset", lock.preset, prepared.name), ("vllm_version", lock.vllm_version, d.image.vllm_version),
+                               ("strategy", lock.strategy, d.image.strategy), ("platform", lock.platform, d.image.platform),
+                               ("base.ref", lock.base.ref, d.image.base_image)):
         if locked != now:
             problems.append(Problem(f"{where}: {field}", f"locked {locked}, the preset now gives {now}", made_with))
     current = render_inputs(prepared.files)
@@ -364,22 +364,22 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
             raise KitError(f"{where}: the lock pins {len(lock.packages)} wheels; pass --wheelhouse DIR")
         wheels = verify_wheels(lock, wheelhouse, where)
         say(f"{len(wheels)} wheels match their locked sha256")
-    context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", None)
+    context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", None)
     if wheels:
         (context / "wheels").mkdir()
         for wheel in wheels:
             _link_or_copy(wheel, context / "wheels" / wheel.name)
         (context / "wheels" / LOCK_NAME).write_text(locked_requirements_text(lock))
-    building = f"{d.image_repository}:kit-building-{secrets.token_hex(4)}"
+    building = f"{d.image.image_repository}:kit-building-{secrets.token_hex(4)}"
     # Every strategy checks hashes: the venv's pip reads PIP_REQUIRE_HASHES itself, the official image's uv is
     # given --require-hashes by the Dockerfile when the arg is set.
     extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}
     request = BuildRequest(context_dir=context, tags=[building], base_image=pinned, no_cache=no_cache,
-                           offline=bool(wheels), platform=d.platform if d.platform != "linux/amd64" else None,
+                           offline=bool(wheels), platform=d.image.platform if d.image.platform != "linux/amd64" else None,
                            extra_args=extra)
-    result = build_image(request, out_dir / KIT_DIR, progress=say)
+    result = build_image(request, work_folder(out_dir), progress=say)
     try:
-        found = installed_in(building, d.python)
+        found = installed_in(building, d.serve.python)
         mismatches = check_installed(lock, found) + base_mismatch(client, lock, result.image_id)
         if mismatches:
             raise BuildError(f"built image does not match {where}: {'; '.join(mismatches[:5])}",
@@ -387,7 +387,7 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     except BaseException:
         client.api.remove_image(building)
         raise
-    release = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
+    release = [prepared.image_ref, f"{d.image.image_repository}:{d.image.vllm_version}", *(extra_tags or [])]
     image = client.images.get(result.image_id)
     for tag in release:
         repo, _, name = tag.rpartition(":")
@@ -396,5 +396,6 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     image.reload()
     record = {"image_id": image.id, "tags": sorted(image.tags), "lock_sha256": sha256_file(lock_path),
               "base": pinned, "machine": found["machine"], "packages_checked": len(lock.packages)}
-    (out_dir / KIT_DIR / "locked-build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    with open_nofollow(work_folder(out_dir) / "locked-build.json") as handle:
+        handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return LockedBuild(result, image.id, sorted(image.tags), found["machine"], len(lock.packages))

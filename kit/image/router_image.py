@@ -12,8 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kit.core.safepaths import work_folder
 from kit.deploy.router import ROUTER_DIR, router_image_ref, router_spec
-from kit.image.build import KIT_DIR, BuildRequest, build_image, wheels_for_lock
+from kit.image.build import BuildRequest, build_image, wheels_for_lock
 from kit.image.wheelhouse import LOCK_NAME, build_wheelhouse
 
 if TYPE_CHECKING:
@@ -24,7 +25,8 @@ def router_wheelhouse(d: Deployment, directory: Path, progress: Callable[[str], 
     """The router's wheels for the stack's base (its Python, glibc and arch), downloaded on the host."""
     if not (directory / LOCK_NAME).is_file():
         spec = router_spec(d.preset)
-        build_wheelhouse(replace(d, requirements=[spec.requirement], exclude_packages=[], pip_index_url=None),
+        image = replace(d.image, requirements=[spec.requirement], exclude_packages=[], pip_index_url=None)
+        build_wheelhouse(replace(d, image=image),
                          directory, progress=progress)
     return directory
 
@@ -35,7 +37,7 @@ def build_router_image(d: Deployment, out_dir: Path, wheelhouse: Path | None,
     rendered = out_dir / ROUTER_DIR
     files = {f"{ROUTER_DIR}/{p.name}": p.read_text() for p in rendered.iterdir() if p.is_file()}
     ref = router_image_ref(d, files)
-    context = out_dir / KIT_DIR / "router-context"
+    context = work_folder(out_dir) / "router-context"
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(rendered, context)
@@ -45,5 +47,5 @@ def build_router_image(d: Deployment, out_dir: Path, wheelhouse: Path | None,
             shutil.copy2(source, context / "wheels" / source.name)
     request = BuildRequest(context_dir=context, tags=[ref], offline=wheelhouse is not None,
                            platform=d.platform if d.platform != "linux/amd64" else None)
-    build_image(request, out_dir / KIT_DIR / "router", progress=progress)
+    build_image(request, work_folder(out_dir, "router"), progress=progress)
     return ref

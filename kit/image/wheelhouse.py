@@ -66,12 +66,12 @@ class WheelhouseResult:
 
 
 def target_for(d: Deployment, python_version: str | None = None, glibc: str | None = None) -> Target:
-    base = d.base_image.lower()
+    base = d.image.base_image.lower()
     table_glibc = next((g for key, g in GLIBC_BY_BASE if key in base), None)
     if table_glibc is None:
-        table_glibc = next((g for key, g in GLIBC_BY_BASE if key in d.base_image_default.lower()), DEFAULT_GLIBC)
-    machine = ARCH_MACHINE[d.platform.split("/")[1]]
-    return Target(python_version or d.python_version, glibc or table_glibc, machine)
+        table_glibc = next((g for key, g in GLIBC_BY_BASE if key in d.image.base_image_default.lower()), DEFAULT_GLIBC)
+    machine = ARCH_MACHINE[d.image.platform.split("/")[1]]
+    return Target(python_version or d.image.python_version, glibc or table_glibc, machine)
 
 
 def probe_base_image(ref: str) -> tuple[str, str] | None:
@@ -182,11 +182,11 @@ def resolve(d: Deployment, target: Target, workdir: Path, log: Path,
             progress: Callable[[str], None] | None = None) -> dict[str, str]:
     """Resolve the image's requirements for ``target``: {normalised name: version}."""
     requirements = workdir / "requirements.txt"
-    requirements.write_text("\n".join(d.requirements) + "\n")
+    requirements.write_text("\n".join(d.image.requirements) + "\n")
     report = workdir / "report.json"
     args = ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off", "--report", str(report),
             "--target", str(workdir / "unused-target"), *target.pip_args(), "-r", str(requirements)]
-    _run_pip(args, log, _resolve_progress(progress) if progress else None, env=index_env(d.pip_index_url))
+    _run_pip(args, log, _resolve_progress(progress) if progress else None, env=index_env(d.image.pip_index_url))
     data = json.loads(report.read_text())
     return {_normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in data["install"]}
 
@@ -211,16 +211,16 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     target = target_for(d, python_version, glibc)
     log = directory / "wheelhouse.log"
     log.write_text("")
-    say(f"resolving {', '.join(d.requirements)} for CPython {target.python_version}, "
+    say(f"resolving {', '.join(d.image.requirements)} for CPython {target.python_version}, "
         f"glibc {target.glibc}, {target.machine}")
     with tempfile.TemporaryDirectory(prefix="kit-wheelhouse-") as tmp:
         pins = resolve(d, target, Path(tmp), log, say)
         shutil.copyfile(Path(tmp) / "report.json", directory / REPORT_NAME)
-    excluded = sorted(n for n in pins if n in {_normalise(x) for x in d.exclude_packages})
+    excluded = sorted(n for n in pins if n in {_normalise(x) for x in d.image.exclude_packages})
     kept = {n: v for n, v in sorted(pins.items()) if n not in excluded}
     lock = directory / LOCK_NAME
     header = [
-        f"# Resolved by `kit wheelhouse` for preset {d.preset_name}: vLLM {d.vllm_version}, CPython "
+        f"# Resolved by `kit wheelhouse` for preset {d.preset_name}: vLLM {d.image.vllm_version}, CPython "
         f"{target.python_version}, glibc {target.glibc}, {target.machine}.",
         f"# Installed with --no-deps. Left out on purpose: {', '.join(excluded) or 'nothing'}.",
     ]
@@ -228,7 +228,7 @@ def build_wheelhouse(d: Deployment, directory: Path, *, python_version: str | No
     lock.write_text(lock_text)
     say(f"downloading {len(kept)} wheels into {directory} (wheels already there are reused)")
     args = ["download", "--no-deps", "--progress-bar", "off", "-d", str(directory), *target.pip_args(), "-r", str(lock)]
-    _run_pip(args, log, _download_progress(say, len(kept)), env=index_env(d.pip_index_url))
+    _run_pip(args, log, _download_progress(say, len(kept)), env=index_env(d.image.pip_index_url))
     missing = missing_wheels(directory, kept)
     if missing:
         raise KitError(f"{directory}: wheels missing after download: {', '.join(missing[:5])}", hint=f"see {log}")

@@ -7,6 +7,13 @@ library to import; huggingface_hub (in every vLLM image) is imported when a hub 
 It downloads what vLLM will read and nothing else, one file at a time with a progress line per file
 on stderr, so the server can start with HF_HUB_OFFLINE=1. The kit imports `select_files` for its tests.
 
+Every artefact is fetched at one commit (the hub's answer for the revision asked, model_info's `sha`). Each file is
+hashed as it lies on disk after the download and compared with the hub's tree listing at that commit: an LFS file's
+`lfs.oid` (its sha256), any other file's git blob id (sha1 of "blob SIZE\\0" + content). A mismatch removes that
+revision's snapshot folder and the bad blob, and fails as "corrupt". A sound fetch writes vllm-kit-manifest.json
+(revision, sha256 and size of every file) into the snapshot folder; `--verify SPEC` checks it again (kit smoke, in
+the server's container).
+
 A failure is told by kind in the last line (stdout), one entry per artefact: "not found" (no such repo, revision
 or file), "gated" (the hub wants HF_TOKEN of an account that accepted the model's licence), "unreachable" (5xx,
 429, a timeout, a refused or dropped connection), or "missing" for a local path. Only "unreachable" is worth
@@ -17,6 +24,7 @@ KIT_FETCH_RETRY_S seconds apart, doubling (default 5). A 404 or a 401 is final a
 """
 
 import fnmatch
+import hashlib
 import json
 import os
 import sys
@@ -156,14 +164,73 @@ def _with_retries(call, what):
     raise AssertionError("not reached")
 
 
+MANIFEST = "vllm-kit-manifest.json"
+MANIFEST_FORMAT = "vllm-kit/model-manifest/1"
+_COMMIT_CHARS = set("0123456789abcdef")
+
+
+def is_commit(revision):
+    return bool(revision) and len(revision) == 40 and set(revision) <= _COMMIT_CHARS
+
+
+def file_digests(path):
+    """(sha256, git blob sha1, size) of a file, read once. The git blob id is sha1 of "blob SIZE\\0" + content."""
+    size = os.path.getsize(path)
+    # git names a non-LFS file by sha1 only, and that id is all the hub lists for it; the manifest keeps sha256
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)  # noqa: S324
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return sha256.hexdigest(), sha1.hexdigest(), size
+
+
+def expected_digest(entry):
+    """("sha256" | "git-sha1", hex) the hub's tree listing gives for a file: an LFS file's lfs.sha256 (RepoFile.lfs,
+    huggingface_hub hf_api.py BlobLfsInfo), else the git blob id (RepoFile.blob_id, the listing's "oid")."""
+    lfs = getattr(entry, "lfs", None)
+    if lfs is not None:
+        return "sha256", lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
+    return "git-sha1", entry.blob_id
+
+
+def _discard_snapshot(snapshot, bad_file):
+    """A file did not match: remove that blob and the revision's snapshot folder, so nothing half-checked stays
+    where vLLM (HF_HUB_OFFLINE=1) would load it. The other blobs stay as cache; only the checked snapshot links them."""
+    import shutil
+
+    blobs = os.path.join(os.path.realpath(os.path.dirname(os.path.dirname(snapshot))), "blobs") + os.sep
+    blob = os.path.realpath(bad_file)
+    if blob.startswith(blobs) and os.path.isfile(blob):
+        os.unlink(blob)
+
+    shutil.rmtree(snapshot, ignore_errors=True)
+
+
+def _write_manifest(snapshot, manifest):
+    target = os.path.join(snapshot, MANIFEST)
+    temporary = target + ".tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(temporary, flags, 0o644), "w") as handle:
+        json.dump(manifest, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    os.replace(temporary, target)
+
+
 def _fetch_hub(art, spec):
     import huggingface_hub
     from huggingface_hub.hf_api import RepoFile
 
     api = huggingface_hub.HfApi()
-    ref, rev = art["ref"], art.get("revision") or None
-    tree = api.list_repo_tree(ref, revision=rev, recursive=True)
-    sizes = {e.path: e.size or 0 for e in tree if isinstance(e, RepoFile)}
+    ref, asked = art["ref"], art.get("revision") or None
+    # One commit for the listing, the downloads and the manifest: a branch that moves mid-fetch cannot mix two.
+    info = _with_retries(lambda: api.model_info(ref, revision=asked), "model info")
+    rev = info.sha
+    if not is_commit(rev) or (is_commit(asked) and rev != asked):
+        raise FetchFailed("failed", "the hub answered commit %r for revision %r" % (rev, asked))
+    tree = _with_retries(lambda: list(api.list_repo_tree(ref, revision=rev, recursive=True)), "file list")
+    entries = {e.path: e for e in tree if isinstance(e, RepoFile)}
+    sizes = {path: e.size or 0 for path, e in entries.items()}
     weight_map = None
     index = spec["rules"]["safetensors_index"]
     if art["mode"] == "weights" and index in sizes:
@@ -172,14 +239,112 @@ def _fetch_hub(art, spec):
     chosen, note = select_files(list(sizes), spec["rules"], art["mode"], spec.get("load_format", "auto"),
                                 spec.get("ignore_patterns"), weight_map)
     total = sum(sizes[f] for f in chosen)
-    _say("%s %s: %d of %d files, %s (%s)" % (art["role"], ref, len(chosen), len(sizes), _mib(total), note))
-    done, start = 0, time.monotonic()
+    _say("%s %s@%s: %d of %d files, %s (%s)" % (art["role"], ref, rev[:12], len(chosen), len(sizes), _mib(total),
+                                                  note))
+    done, start, files, snapshot = 0, time.monotonic(), {}, None
     for number, name in enumerate(chosen, 1):
-        _with_retries(lambda name=name: huggingface_hub.hf_hub_download(ref, name, revision=rev), name)
+        path = _with_retries(lambda name=name: huggingface_hub.hf_hub_download(ref, name, revision=rev), name)
+        snapshot = path[: -len(name)].rstrip("/")
+        sha256, git_sha1, size = file_digests(path)
+        kind, expected = expected_digest(entries[name])
+        got = sha256 if kind == "sha256" else git_sha1
+        if got != expected:
+            _discard_snapshot(snapshot, path)
+            raise FetchFailed("corrupt", "%s: %s %s, the hub's listing says %s" % (name, kind, got, expected))
+        files[name] = {"sha256": sha256, "size": size, "checked": kind}
         done += sizes[name]
         rate = done / max(time.monotonic() - start, 1e-3)
-        _say("  [%d/%d] %s %s (%s of %s, %s/s)" % (number, len(chosen), name, _mib(sizes[name]), _mib(done),
-                                                   _mib(total), _mib(rate)))
+        _say("  [%d/%d] %s %s (%s of %s, %s/s) %s ok" % (number, len(chosen), name, _mib(sizes[name]), _mib(done),
+                                                        _mib(total), _mib(rate), kind))
+    if snapshot is not None:
+        _write_manifest(snapshot, {"format": MANIFEST_FORMAT, "repo": ref, "revision": rev, "asked": asked,
+                                   "files": files})
+        _say("  manifest %s: %d files, sha256 each" % (MANIFEST, len(files)))
+        if not is_commit(asked):
+            _point_ref(snapshot, asked or "main", rev)
+
+
+def _point_ref(snapshot, revision, commit):
+    """refs/REVISION -> commit, as hf_hub_download does for a branch (file_download.py
+    _cache_commit_hash_for_specific_revision), written only once every file checked: vLLM offline asks for "main"."""
+    ref = os.path.join(os.path.dirname(os.path.dirname(snapshot)), "refs", revision)
+    os.makedirs(os.path.dirname(ref), exist_ok=True)
+    temporary = "%s.%d.tmp" % (ref, os.getpid())
+    with open(temporary, "w") as handle:
+        handle.write(commit)
+    os.replace(temporary, ref)
+
+
+def hub_cache():
+    """huggingface_hub's HF_HUB_CACHE as its constants.py derives it, so --verify needs only the standard library."""
+    home = os.path.expandvars(os.path.expanduser(os.getenv(
+        "HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
+                                "huggingface"))))
+    legacy = os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub"))
+    return os.path.expandvars(os.path.expanduser(os.getenv("HF_HUB_CACHE", legacy)))
+
+
+def snapshot_folder(ref, revision):
+    """The HF cache's snapshot folder of a repo at a revision (a commit, or a ref the cache recorded), or None."""
+    repo = os.path.join(hub_cache(), "models--" + ref.replace("/", "--"))
+    revision = revision or "main"
+    if not is_commit(revision):
+        try:
+            with open(os.path.join(repo, "refs", revision)) as handle:
+                revision = handle.read().strip()
+        except OSError:
+            return None
+    return os.path.join(repo, "snapshots", revision)
+
+
+def verify_manifest(snapshot):
+    """Problems (empty when sound) of a snapshot against its manifest: every file there, sha256 as recorded."""
+    try:
+        with open(os.path.join(snapshot, MANIFEST)) as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return ["%s: no readable manifest (%s)" % (os.path.join(snapshot, MANIFEST), type(exc).__name__)]
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        return ["%s: not a manifest the fetch wrote (no files)" % os.path.join(snapshot, MANIFEST)]
+    problems = []
+    if manifest.get("revision") != os.path.basename(snapshot):
+        problems.append("%s: manifest names revision %r" % (snapshot, manifest.get("revision")))
+    for name, want in sorted(files.items()):
+        want = want.get("sha256") if isinstance(want, dict) else None
+        if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] in ("..", ""):
+            problems.append("%r: not a path inside the snapshot" % name)
+            continue
+        path = os.path.join(snapshot, name)
+        if not os.path.isfile(path):
+            problems.append("%s: missing" % name)
+            continue
+        sha256 = file_digests(path)[0]
+        if sha256 != want:
+            problems.append("%s: sha256 %s, the manifest says %s" % (name, sha256, want))
+    return problems
+
+
+def verify(spec):
+    """`--verify SPEC`: check every hub artefact's snapshot against its manifest (kit smoke runs this in the server's
+    container). Local paths were never fetched and have no manifest."""
+    failed = []
+    for art in spec["artefacts"]:
+        ref = art["ref"]
+        if ref.startswith(("/", "./", "../", "~")):
+            print("%s %s: local path, no manifest" % (art["role"], ref))
+            continue
+        snapshot = snapshot_folder(ref, art.get("revision"))
+        problems = verify_manifest(snapshot) if snapshot else ["%s: not in the HF cache" % ref]
+        if problems:
+            failed.append("%s (%s): %s" % (ref, art["field"], "; ".join(problems)))
+        else:
+            print("%s %s@%s: manifest ok" % (art["role"], ref, os.path.basename(snapshot)))
+    if failed:
+        print("manifest check failed: " + " | ".join(failed))
+        return 1
+    print("manifest ok")
+    return 0
 
 
 def _reason(failure):
@@ -189,6 +354,9 @@ def _reason(failure):
         return "gated: set HF_TOKEN (.env) to a token of an account that accepted its licence on the hub"
     if failure.kind == "refused":
         return "refused (%s): check HF_TOKEN" % failure.detail
+    if failure.kind == "corrupt":
+        return ("refused: %s (that revision's snapshot was removed; check HF_ENDPOINT, the mirror may serve other "
+                "files)" % failure.detail)
     if failure.kind == "unreachable":
         tries = "after %d attempts" % failure.attempts if failure.attempts > 1 else "no retry"
         return "hub unreachable (%s, %s): check HF_ENDPOINT and the network" % (failure.detail, tries)
@@ -196,6 +364,8 @@ def _reason(failure):
 
 
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--verify":
+        return verify(json.loads(argv[2]))
     spec = json.loads(argv[1])
     failed = []
     for art in spec["artefacts"]:
@@ -218,7 +388,8 @@ def main(argv):
                 raise FetchFailed(kind, detail or type(exc).__name__) from exc
         except FetchFailed as failure:  # one entry per artefact: the user sees which flag names the broken one
             cause = failure.__cause__
-            _say("%s %s: %s: %s" % (art["role"], ref, type(cause).__name__, _first_line(cause)))
+            _say("%s %s: %s" % (art["role"], ref, "%s: %s" % (type(cause).__name__, _first_line(cause)) if cause
+                                 else failure.detail))
             failed.append("%s (%s): %s" % (ref, art["field"], _reason(failure)))
     if failed:
         print("model not fetched: " + "; ".join(failed))

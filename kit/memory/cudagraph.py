@@ -30,9 +30,10 @@ def cuda_graph_terms(r: Resolved) -> list[Term]:
         return []
     estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
     count = cuda_graph_count(r.max_num_seqs, r.vllm_version)
+    fixed = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
+                  fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate["base_gib"] else []
     return [
-        Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
-             fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib"),
+        *fixed,
         Term(figure="cuda_graph", name=f"graph pool, {count} graphs (fitted)",
              bytes=estimate["per_graph_gib"] * count * GIB, fitted=True,
              source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "

@@ -66,16 +66,40 @@ def deployment_compose_files(out_dir: Path) -> tuple[Path, ...]:
     removes containers, and acts only on a deployment the kit made."""
     from kit.core.write import MANIFEST, read_manifest
 
+    from kit.deploy.record import RECORD_FILE, read_record
+
     files = rendered_compose_files(out_dir)
     listed = read_manifest(out_dir)
     kit_made = tuple(f for f in files if f.name in listed)
+    hint = ("pass the --out directory `kit render` or `kit up` wrote (copy the whole folder, "
+            f"{MANIFEST} and {RECORD_FILE} included, to another host); to stop a stack the kit did not render: "
+            "docker compose -f FILE down")
     if not kit_made:
         names = ", ".join(f.name for f in files)
         raise NotADeployment(f"{out_dir}: not a vllm-kit deployment ({names} here, but no {MANIFEST} that lists it)",
-                             hint="pass the --out directory `kit render` or `kit up` wrote (copy the whole folder, "
-                                  f"{MANIFEST} included, to another host); to stop a stack the kit did not render: "
-                                  "docker compose -f FILE down")
+                             hint=hint)
+    # The record is written in the same all-or-nothing write as the compose files: both, or it is not the kit's.
+    if RECORD_FILE not in listed or read_record(out_dir) is None:
+        raise NotADeployment(f"{out_dir}: not a vllm-kit deployment (no {RECORD_FILE}, the kit's record of the "
+                             "render, beside its compose files)", hint=hint)
     return kit_made
+
+
+def declared_volumes(files: Iterable[Path]) -> set[str]:
+    """The named volumes the rendered compose files declare (not external ones): all `down --volumes` removes."""
+    import yaml
+
+    names: set[str] = set()
+    for path in files:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise KitError(f"{path}: cannot be read as compose YAML ({type(error).__name__})") from None
+        volumes = data.get("volumes") if isinstance(data, dict) else None
+        for key, spec in (volumes or {}).items() if isinstance(volumes, dict) else ():
+            if not (isinstance(spec, dict) and spec.get("external")):
+                names.add(str(key))
+    return names
 
 
 def projects_from_labels(out_dir: Path, labels: Iterable[Mapping[str, str]]) -> list[Project]:
@@ -299,11 +323,22 @@ def down(out_dir: Path, *, volumes: bool = False) -> list[dict[str, Any]]:
     projects = projects_from_labels(out_dir, [c.labels for c in containers])
     in_project = {p.name: sorted(c.name for c in containers if c.labels.get(LABEL_PROJECT) == p.name) for p in projects}
     if not projects and volumes:
-        projects = [Project(project_for(out_dir), ())]
+        default = project_for(out_dir)
+        elsewhere = sorted({c.labels.get(LABEL_WORKING_DIR, "?") for c in containers
+                            if c.labels.get(LABEL_PROJECT) == default})
+        if elsewhere:
+            # The folder's default project name is in use by a stack started from another folder: its volumes
+            # are that stack's, whatever this folder's compose file declares.
+            raise NotADeployment(f"{out_dir}: compose project {default} runs from {', '.join(elsewhere)}, not from "
+                                 "here; its volumes are not removed",
+                                 hint=f"stop it from its own folder, or docker compose -p {default} down --volumes")
+        projects = [Project(default, ())]
+    declared = declared_volumes(rendered) if volumes else set()
     done = []
     for project in projects:
         files = project.files or rendered
-        names = ([v.name for v in client.volumes.list(filters={"label": f"{LABEL_PROJECT}={project.name}"})]
+        names = ([v.name for v in client.volumes.list(filters={"label": f"{LABEL_PROJECT}={project.name}"})
+                  if (v.attrs.get("Labels") or {}).get("com.docker.compose.volume") in declared]
                  if volumes else [])
         if not in_project.get(project.name) and not names:
             continue  # nothing of it is left to remove

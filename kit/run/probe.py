@@ -153,11 +153,11 @@ def prepare(name: str, preset: Preset, model_dir: Path, *, mode: str = "docker",
     model_dir = Path(model_dir)
     tokenizer = has_tokenizer(model_dir)
     port = port or free_port()
-    served = deployment.served_model_name
+    served = deployment.serve.served_model_name
     if mode == "native":
         args = serve_args_for(preset, served, str(model_dir), server, listen=("127.0.0.1", port))
         args = dummy_serve_args(args, str(model_dir), tokenizer=tokenizer, positional=server.model_positional)
-        argv = [python or sys.executable, *native_module_argv(deployment.entrypoint), *args]
+        argv = [python or sys.executable, *native_module_argv(deployment.serve.entrypoint), *args]
         env = {**NATIVE_ENV, **dict(preset.runtime.env or {})}
         return ProbeCommand("native", argv, env, port, served, model_dir, tokenizer)
     if mode != "docker":
@@ -165,10 +165,10 @@ def prepare(name: str, preset: Preset, model_dir: Path, *, mode: str = "docker",
     container_model = str(PurePosixPath(CONTAINER_MODEL_DIR) / (model_dir.name or "model"))
     args = serve_args_for(preset, served, container_model, server, listen=("0.0.0.0", CONTAINER_PORT))
     args = dummy_serve_args(args, container_model, tokenizer=tokenizer, positional=server.model_positional)
-    env = dict(deployment.environment)
+    env = dict(deployment.serve.environment)
     kwargs: dict[str, Any] = {
-        "image": image or f"{deployment.image_repository}:{deployment.vllm_version}",
-        "entrypoint": list(deployment.entrypoint),
+        "image": image or f"{deployment.image.image_repository}:{deployment.image.vllm_version}",
+        "entrypoint": list(deployment.serve.entrypoint),
         "command": args,
         "environment": env,
         "ports": {f"{CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
@@ -177,19 +177,19 @@ def prepare(name: str, preset: Preset, model_dir: Path, *, mode: str = "docker",
         "init": True,
         "labels": {"io.vllm-kit.probe": name},
     }
-    if deployment.gpu_devices:
+    if deployment.runtime.gpu_devices:
         # compose's deploy.resources.reservations.devices entry, in the SDK's DeviceRequest fields
-        request = {"driver": deployment.gpu_devices["driver"],
-                   "capabilities": [list(deployment.gpu_devices["capabilities"])]}
-        if "count" in deployment.gpu_devices:
-            request["count"] = deployment.gpu_devices["count"]
+        request = {"driver": deployment.runtime.gpu_devices["driver"],
+                   "capabilities": [list(deployment.runtime.gpu_devices["capabilities"])]}
+        if "count" in deployment.runtime.gpu_devices:
+            request["count"] = deployment.runtime.gpu_devices["count"]
         else:
-            request["device_ids"] = list(deployment.gpu_devices["device_ids"])
+            request["device_ids"] = list(deployment.runtime.gpu_devices["device_ids"])
         kwargs["device_requests"] = [request]
-    if deployment.shm.ipc:
-        kwargs["ipc_mode"] = deployment.shm.ipc
-    elif deployment.shm.shm_size:
-        kwargs["shm_size"] = deployment.shm.shm_size
+    if deployment.runtime.shm.ipc:
+        kwargs["ipc_mode"] = deployment.runtime.shm.ipc
+    elif deployment.runtime.shm.shm_size:
+        kwargs["shm_size"] = deployment.runtime.shm.shm_size
     return ProbeCommand("docker", args, env, port, served, model_dir, tokenizer, docker=kwargs)
 
 

@@ -37,6 +37,7 @@ CHAT = "POST /v1/chat/completions returns tokens"
 EMBEDDINGS = "POST /v1/embeddings returns a vector per input"
 RERANK = "POST /rerank scores every document"
 KV_PLAN = "KV cache size matches the plan"
+MANIFEST = "fetched model files match their manifest"
 
 
 def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
@@ -147,6 +148,29 @@ def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[
     return Check("secrets stay out of the image", True, f"{len(sentinels)} secret(s) only in .env, not in history/config/files")
 
 
+def manifest_skip(prepared: Prepared) -> str | None:
+    """Why the manifest row does not apply (every artefact a local path, which no fetch wrote), else None."""
+    from kit.config.hubfetch import artefacts_for
+
+    artefacts = artefacts_for(prepared.preset, prepared.deployment.model_arg)
+    if all(a.is_local for a in artefacts):
+        return "local model: nothing fetched from a hub, no manifest"
+    return None
+
+
+def manifest_check(container, fetch_command: list[str]) -> tuple[bool, str]:  # noqa: ANN001 - docker Container
+    """Every fetched file in the server's HF cache still has the sha256 the fetch checked and recorded
+    (kit/launch/fetch_files.py --verify, run inside the server container: its HF_HOME, its volume)."""
+    python, script, spec = fetch_command
+    code, output = container.exec_run([python, script, "--verify", spec], demux=False)
+    lines = (output or b"").decode("utf-8", errors="replace").strip().splitlines()
+    last = lines[-1] if lines else "(no output)"
+    if code == 0:
+        verified = [line for line in lines[:-1] if line.endswith("manifest ok")]
+        return True, "; ".join(verified) or last
+    return False, last[:600]
+
+
 def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - ModelSpec | None
     from kit.core.errors import KitError
     from kit.memory.preset_plan import model_spec_for
@@ -178,7 +202,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         checks.append(Check(name, bool(ok), detail))
 
     def non_root():
-        pids = server_pids(host, server_marker(d.entrypoint))
+        pids = server_pids(host, server_marker(d.serve.entrypoint))
         if not pids:
             return False, "no API server process found"
         server_uids = sorted({uid_of(host, pid) for pid in pids})
@@ -191,10 +215,10 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
 
     def shm():
-        want = d.shm.shm_size
+        want = d.runtime.shm.shm_size
         got = shm_kib(host)
         if want is None:
-            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.shm.ipc})"
+            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.runtime.shm.ipc})"
         return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
 
     def health():
@@ -204,7 +228,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def models():
         status, text = http("GET", f"{base}/v1/models", key=key)
         ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
-        return d.served_model_name in ids, f"HTTP {status}, models {ids}"
+        return d.serve.served_model_name in ids, f"HTTP {status}, models {ids}"
 
     def auth():
         if not key:
@@ -214,13 +238,13 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
 
     def completion():
         status, text = http("POST", f"{base}/v1/completions", key=key, body={
-            "model": d.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
+            "model": d.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
         tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
         return tokens > 0, f"HTTP {status}, {tokens} tokens"
 
     def chat():
         status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
-            "model": d.served_model_name, "max_tokens": 8, "temperature": 0,
+            "model": d.serve.served_model_name, "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": "Say hello."}]})
         tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
         return tokens > 0, f"HTTP {status}, {tokens} tokens"
@@ -228,7 +252,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def embeddings():
         inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
         status, text = http("POST", f"{base}/v1/embeddings", key=key, body={
-            "model": d.served_model_name, "input": inputs})
+            "model": d.serve.served_model_name, "input": inputs})
         vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
         dims = sorted({len(v) for v in vectors})
         want = spec.hidden_size if spec is not None else None
@@ -239,7 +263,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     def rerank():
         documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
         status, text = http("POST", f"{base}/rerank", key=key, body={
-            "model": d.served_model_name, "query": "What does the cache store?", "documents": documents})
+            "model": d.serve.served_model_name, "query": "What does the cache store?", "documents": documents})
         results = json.loads(text).get("results", []) if status == 200 else []
         indices = sorted(r.get("index") for r in results)
         scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)
@@ -281,6 +305,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
     for name, skip in select_api_checks(profile):
         record_or_skip(name, api[name], skip)
+    record_or_skip(MANIFEST, lambda: manifest_check(container, d.fetch_command), manifest_skip(prepared))
     record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
     record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
     return checks

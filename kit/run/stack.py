@@ -6,6 +6,7 @@ re-run by hand.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import socket
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.docker_engine import compose_argv, docker_client
-from kit.core.errors import KitError, SmokeError
+from kit.core.errors import KitError, SmokeError, WriteError
+from kit.core.safepaths import open_nofollow, refuse_link, work_folder
 from kit.image.build import KIT_DIR
 
 SERVICE = "vllm"
@@ -55,9 +57,9 @@ class Stack:
 
     def run(self, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         argv = self.argv(*args)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        work_folder(self.directory)  # made, or refused when a link stands there
         result = subprocess.run(argv, capture_output=True, text=True, cwd=self.directory, timeout=timeout)
-        with self.log_path.open("a", encoding="utf-8") as log:
+        with open_nofollow(self.log_path, "a") as log:
             log.write(f"$ {shlex.join(argv)}\n{result.stdout}{result.stderr}(exit {result.returncode})\n")
         if check and result.returncode != 0:
             last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
@@ -119,6 +121,10 @@ class Stack:
 def write_smoke_env(directory: Path) -> dict[str, str]:
     """A .env with sentinel secrets, so checks can prove they stay out of the image. Keeps a user's .env."""
     env_path = directory / ".env"
+    if os.path.islink(env_path) and not env_path.exists():
+        # A dangling link: writing would create its target, wherever it points. A link to a file is the user's
+        # .env (compose reads it through the link too) and is only read.
+        raise refuse_link(env_path, "the stack's .env")
     if env_path.exists():
         values = {}
         for line in env_path.read_text().splitlines():
@@ -127,8 +133,12 @@ def write_smoke_env(directory: Path) -> dict[str, str]:
                 values[key.strip()] = value.strip()
         return values
     values = {"HF_TOKEN": "hf_kitsmoke" + secrets.token_hex(12), "VLLM_API_KEY": "kit-smoke-" + secrets.token_hex(12)}
-    env_path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-    env_path.chmod(0o600)
+    try:
+        fd = os.open(env_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:  # a link or a file put there since the check: the user's, never written through
+        raise WriteError(f"{env_path}: appeared while the kit was writing it", hint="run the command again") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{k}={v}\n" for k, v in values.items()))
     return values
 
 

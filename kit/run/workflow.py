@@ -15,11 +15,12 @@ from pathlib import Path
 
 from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError
+from kit.core.safepaths import work_folder
 from kit.core.write import write_files
 from kit.deploy.pipeline import Prepared
 from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
 from kit.run.smoke import Check, run_checks
-from kit.run.stack import KIT_DIR, SERVICE, Stack, require_free_port, write_smoke_env
+from kit.run.stack import SERVICE, Stack, require_free_port, write_smoke_env
 
 Progress = Callable[[str], None]
 
@@ -49,11 +50,11 @@ def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False, remov
 def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, extra_tags: list[str] | None = None,
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
-    context = prepare_build_context(out_dir, out_dir / KIT_DIR / "build-context", wheelhouse)
+    context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", wheelhouse)
     tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
                            platform=d.platform if d.platform != "linux/amd64" else None)
-    return build_image(request, out_dir / KIT_DIR, progress=progress)
+    return build_image(request, work_folder(out_dir), progress=progress)
 
 
 def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, progress: Progress | None) -> None:
@@ -143,7 +144,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
-    deadline = timeout or prepared.deployment.healthcheck_start_period + 120
+    deadline = timeout or prepared.deployment.runtime.healthcheck_start_period + 120
     try:
         if progress:
             progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")

@@ -24,6 +24,22 @@ def write(files: dict[str, str], folder) -> None:
         (folder / rel).write_text(text)
 
 
+def test_compose_config_accepts_the_one_host_cluster_as_printed(tmp_path):
+    """Bridge networking: the header's own command overlays both files into one project; compose merges a service
+    both define (lists concatenated), so the worker file must not repeat the head's one-shot fetch."""
+    docker = require_compose()
+    files = files_for("hardware.nodes=2", "cluster.network=bridge")
+    write(files, tmp_path)
+    printed = "docker compose -f compose.head.yaml -f compose.worker.yaml up -d"
+    assert printed in files["compose.head.yaml"]
+    argv = [docker, *printed.split()[1:-2], "config", "--format", "json"]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert services["model-fetch"]["security_opt"] == ["no-new-privileges:true"]
+    assert "model-fetch" in services["ray-worker"]["depends_on"]
+
+
 def test_compose_config_accepts_both_cluster_roles(tmp_path):
     docker = require_compose()
     write(files_for("hardware.nodes=2", HEAD), tmp_path)

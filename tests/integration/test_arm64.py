@@ -62,8 +62,9 @@ def orin_built(arm64_base, docker_client, tmp_path_factory):
     prepared = prepare("orin", ["image.repository=vllm-kit/orin-emulated"], base_image=arm64_base)
     # The reduced set: no Jetson index, no GPU JIT toolchain (gcc and headers come from the L4T base in
     # production), the stand-in base's CPython 3.11.
-    d = dataclasses.replace(prepared.deployment, requirements=REDUCED_REQUIREMENTS, pip_index_url=None,
-                            runtime_packages=[], python_version="3.11")
+    image = dataclasses.replace(prepared.deployment.image, requirements=REDUCED_REQUIREMENTS, pip_index_url=None,
+                                runtime_packages=[], python_version="3.11")
+    d = dataclasses.replace(prepared.deployment, image=image)
     prepared = dataclasses.replace(prepared, deployment=d, files=render(d, plan_lines=prepared.report.plan_lines))
     render_into(prepared, out)
     wheelhouse = CACHE / "wheelhouse-orin-emulated"
@@ -96,7 +97,7 @@ def test_orin_image_is_arm64_and_matches_the_lock(orin_built, docker_client):
     image = docker_client.images.get(built.image_id)
     assert image.attrs["Architecture"] == "arm64" and image.attrs["Os"] == "linux"
     assert built.machine == "aarch64"
-    found = installed_in(built.image_id, prepared.deployment.python)
+    found = installed_in(built.image_id, prepared.deployment.serve.python)
     installed = {k.lower(): v for k, v in found["packages"].items()}
     assert found["machine"] == "aarch64"
     assert {p.name: installed.get(p.name) for p in lock.packages} == {p.name: p.version for p in lock.packages}

@@ -64,7 +64,7 @@ def test_server_killed_comes_back_with_volumes_intact(cpu_stack):
     assert pids, "no server process to kill"
     killed = container.exec_run(["kill", "-9", str(pids[0])])
     assert killed.exit_code == 0, killed.output
-    window = cpu_stack.prepared.deployment.healthcheck_start_period + 60
+    window = cpu_stack.prepared.deployment.runtime.healthcheck_start_period + 60
     deadline = time.monotonic() + window
     while time.monotonic() < deadline:
         container.reload()
@@ -156,7 +156,7 @@ def test_hung_server_is_restarted_by_the_watchdog(cpu_stack):
     assert pids, "no server process to stop"
     stopped = container.exec_run(["kill", "-STOP", str(pids[0])])
     assert stopped.exit_code == 0, stopped.output
-    window = cpu_stack.prepared.deployment.healthcheck_start_period + 120
+    window = cpu_stack.prepared.deployment.runtime.healthcheck_start_period + 120
     took = wait_restarted_healthy(container, restarts, window)
     if took is None:
         pytest.fail(f"not restarted and healthy within {window} s: {cpu_stack.stack.logs_tail(30)}")
@@ -174,7 +174,7 @@ def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_
     the fetch runs as the non-root user with no capabilities on a read-only root; the server's environment holds
     the API key but not the fetch's HF token, and the fetch's the token but not the key (no shared env_file)."""
     container = cpu_stack.stack.container()
-    model = cpu_stack.prepared.deployment.model_mount[1]
+    model = cpu_stack.prepared.deployment.serve.model_mount[1]
     write = container.exec_run(["sh", "-c", f"touch {model}/kit-write-probe"])
     assert write.exit_code != 0 and b"Read-only file system" in write.output
     server_env = container.exec_run(["env"]).output.decode()
@@ -185,7 +185,7 @@ def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_
     result = cpu_stack.stack.run("run", "--rm", "--no-deps", "--entrypoint", "/bin/sh", "model-fetch", "-c", probe,
                                  timeout=180)
     lines = result.stdout.splitlines()
-    assert lines[0] == str(cpu_stack.prepared.deployment.run_user.uid) != "0"
+    assert lines[0] == str(cpu_stack.prepared.deployment.runtime.run_user.uid) != "0"
     assert lines[1].endswith("Read-only file system") and lines[2].endswith("Read-only file system")
     assert lines[3].split() == ["CapEff:", "0000000000000000"]
     assert f"HF_TOKEN={cpu_stack.env['HF_TOKEN']}" in lines

@@ -45,7 +45,7 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
         # From compose.yaml (the include resolves the service); compose runs its one-shots first: model-make makes
         # the tiny Qwen3 embedder with the image's transformers, then model-fetch checks it is there.
         stack.run("up", "-d", "--no-build", SERVICE)
-        ready = stack.wait_healthy(embed.deployment.healthcheck_start_period + 120, session_progress, service=SERVICE)
+        ready = stack.wait_healthy(embed.deployment.runtime.healthcheck_start_period + 120, session_progress, service=SERVICE)
         session_progress(f"embedding server healthy in {ready:.0f} s")
         made = stack.container(SERVICE).exec_run(["cat", "/models/tiny-qwen3-embed/config.json"])  # its own volume
         assert made.exit_code == 0 and json.loads(made.output)["architectures"] == ["Qwen3ForCausalLM"]

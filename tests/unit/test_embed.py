@@ -139,7 +139,7 @@ def test_cpu_embed_preset_plans_as_a_pooling_decoder():
     prepared = prepare("cpu-embed")
     assert prepared.report.plan.inputs["runner"] == "pooling"
     assert prepared.report.plan.kv_cache_tokens == 2_097_152  # 1 GiB / (2 layers x 2 x 64 x 2 bytes)
-    args = prepared.deployment.serve_args
+    args = prepared.deployment.serve.serve_args
     assert args[args.index("--runner") + 1] == "pooling" and args[args.index("--convert") + 1] == "embed"
 
 

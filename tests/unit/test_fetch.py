@@ -188,15 +188,15 @@ def test_spec_survives_compose_interpolation():
     preset = _preset('engine.ignore_patterns=["$HOME/*.pth"]')
     d = plan_deployment("rtx4090-awq", preset)
     entrypoint = yaml.safe_load(render(d)["compose.yaml"])["services"]["model-fetch"]["entrypoint"]
-    assert entrypoint[:2] == [d.python, FETCH_SCRIPT_PATH]
-    assert "$$HOME" in entrypoint[2] and re.sub(r"\$\$", "$", entrypoint[2]) == d.fetch_command[2]
+    assert entrypoint[:2] == [d.serve.python, FETCH_SCRIPT_PATH]
+    assert "$$HOME" in entrypoint[2] and re.sub(r"\$\$", "$", entrypoint[2]) == d.serve.fetch_command[2]
     assert json.loads(fetch_spec(preset, "m"))["ignore_patterns"] == ["$HOME/*.pth"]
     # Kubernetes reads `$$` as `$` in a container's command; the init container runs the same argv.
     manifests = [text for path, text in render(d, target="k8s").items() if path.endswith(".yaml")]
     pods = [doc for text in manifests for doc in yaml.safe_load_all(text)
             if isinstance(doc, dict) and doc.get("kind") == "Deployment"]
     init = pods[0]["spec"]["template"]["spec"]["initContainers"][0]["command"]
-    assert init[1] == FETCH_SCRIPT_PATH and init[2].replace("$$", "$") == d.fetch_command[2] != init[2]
+    assert init[1] == FETCH_SCRIPT_PATH and init[2].replace("$$", "$") == d.serve.fetch_command[2] != init[2]
 
 
 @pytest.mark.parametrize("name", ["cpu", "rtx4090-awq", "rtx3090x2-fp16", "orin"])

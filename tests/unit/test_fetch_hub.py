@@ -1,11 +1,20 @@
 """The fetch script against a hub stand-in on 127.0.0.1: real huggingface_hub, real downloads, then offline reads.
 
-The stand-in answers the two calls the script makes (the repo tree, and HEAD/GET of resolve URLs) the way the
-hub's API does, with the headers huggingface_hub reads (X-Repo-Commit, ETag, Content-Length), and fails as the
-hub fails, with the X-Error-Code huggingface_hub's hf_raise_for_status reads (utils/_http.py): 404 RepoNotFound
-for an unknown repo, 404 EntryNotFound for an unknown file, 401 GatedRepo for a gated repo's files without a
-token that has access (the listing of a gated repo is public, as on the hub); and as a file server fails: 503 for
-a file's GET (the listing and HEAD answer), or the connection closed before an answer.
+The stand-in answers the calls the script makes the way the hub's API does at huggingface_hub 2.4.0 (the version
+in the kit's images and in the test extra; its hf_api.py and file_download.py are the reference):
+- `model_info(repo, revision=R)`: GET /api/models/{repo}[/revision/{R}] -> JSON with `id` and `sha`, the commit
+  (ModelInfo.__init__ pops "id", "sha", "siblings" [{"rfilename"}]).
+- `list_repo_tree(recursive=True)`: GET /api/models/{repo}/tree/{rev} -> [{"type": "file", "oid", "size", "path"}]
+  where `oid` is the git blob id (RepoFile.blob_id), and an LFS file adds "lfs": {"oid": sha256, "size",
+  "pointerSize"} (RepoFile.__init__ -> BlobLfsInfo(sha256=lfs["oid"])); its own `oid` is the blob id of its
+  pointer file, as git stores it.
+- HEAD/GET of resolve URLs with the headers get_hf_file_metadata reads: X-Repo-Commit, ETag (the git blob id),
+  and for LFS files X-Linked-Etag (the sha256) and X-Linked-Size.
+It fails as the hub fails, with the X-Error-Code huggingface_hub's hf_raise_for_status reads (utils/_http.py):
+404 RepoNotFound for an unknown repo, 404 EntryNotFound for an unknown file, 401 GatedRepo for a gated repo's
+files without a token that has access (the listing of a gated repo is public, as on the hub); and as a file
+server fails: 503 for a file's GET (the listing and HEAD answer), or the connection closed before an answer.
+A tampered mirror serves other bytes than the listing describes.
 """
 
 from __future__ import annotations
@@ -48,13 +57,36 @@ REPOS = {
     "org/down": {"config.json": b"{}", "model.safetensors": b"H" * 100},  # every file's GET answers 503
     "org/flaky": {"config.json": b"{}", "model.safetensors": b"F" * 100},  # 503 for the first FLAKY_FAILURES GETs
     "org/cut": {"config.json": b"{}", "model.safetensors": b"C" * 100},  # every GET: the connection drops
+    # a mirror whose files are not the ones its listing describes: an LFS weight, and a plain git file
+    "org/tampered": {"config.json": b"{}", "model.safetensors": b"T" * 100},
+    "org/tampered-config": {"config.json": b"{}", "model.safetensors": b"U" * 100},
 }
+TAMPERED = {("org/tampered", "model.safetensors"): b"X" * 100, ("org/tampered-config", "config.json"): b'{"x": 1}'}
+LFS_SUFFIXES = (".safetensors", ".bin", ".pth")  # what .gitattributes sends to LFS in a hub repo
 GATED = {"org/gated"}
 GATED_TOKEN = "hf_accepted_the_licence"  # the one token the stand-in lets through to gated files
 DOWN, CUT = {"org/down"}, {"org/cut"}
 FLAKY, FLAKY_FAILURES = {"org/flaky"}, 2
 # requests seen, by (method, repo): a test reads how often the script asked
 SEEN: dict[tuple[str, str], int] = {}
+
+
+def git_blob_id(body: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
+
+
+def lfs_pointer(body: bytes) -> bytes:
+    # git-lfs's pointer file, what git itself stores for an LFS file
+    return b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (
+        hashlib.sha256(body).hexdigest().encode(), len(body))
+
+
+def tree_entry(path: str, body: bytes) -> dict:
+    if path.endswith(LFS_SUFFIXES):
+        pointer = lfs_pointer(body)
+        return {"type": "file", "oid": git_blob_id(pointer), "size": len(body), "path": path,
+                "lfs": {"oid": hashlib.sha256(body).hexdigest(), "size": len(body), "pointerSize": len(pointer)}}
+    return {"type": "file", "oid": git_blob_id(body), "size": len(body), "path": path}
 
 
 class Hub(BaseHTTPRequestHandler):
@@ -95,37 +127,56 @@ class Hub(BaseHTTPRequestHandler):
         elif "/".join(parts[4:]) not in REPOS[name]:
             self._error(404, "EntryNotFound", "Entry not found", with_body)
         else:
-            self._send_file(REPOS[name]["/".join(parts[4:])], with_body)
+            path = "/".join(parts[4:])
+            self._send_file(path, REPOS[name][path], TAMPERED.get((name, path)), with_body)
 
-    def _send_file(self, body: bytes, with_body: bool):
+    def _send_file(self, path: str, body: bytes, served: bytes | None, with_body: bool):
+        entry = tree_entry(path, body)
+        served = body if served is None else served
         self.send_response(200)
         self.send_header("X-Repo-Commit", COMMIT)
-        self.send_header("ETag", '"%s"' % hashlib.sha1(body).hexdigest())
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", '"%s"' % entry["oid"])
+        if "lfs" in entry:
+            self.send_header("X-Linked-Etag", '"%s"' % entry["lfs"]["oid"])
+            self.send_header("X-Linked-Size", str(entry["size"]))
+        self.send_header("Content-Length", str(len(served)))
         self.end_headers()
         if with_body:
-            self.wfile.write(body)
+            self.wfile.write(served)
+
+    def _json(self, value):
+        data = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_HEAD(self):
         self._resolve(False)
 
     def do_GET(self):
-        path = urlparse(self.path).path
+        path = unquote(urlparse(self.path).path)
+        parts = path.strip("/").split("/")
+        if path.startswith("/api/models/") and (len(parts) == 4 or (len(parts) == 6 and parts[4] == "revision")):
+            name = "/".join(parts[2:4])
+            SEEN[("info", name)] = SEEN.get(("info", name), 0) + 1
+            if name not in REPOS:
+                self._error(404, "RepoNotFound", "Repository not found")
+            elif len(parts) == 6 and parts[5] not in ("main", COMMIT):
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {parts[5]}")
+            else:
+                self._json({"_id": "0" * 24, "id": name, "sha": COMMIT, "private": False,
+                            "gated": "auto" if name in GATED else False, "disabled": False,
+                            "siblings": [{"rfilename": f} for f in sorted(REPOS[name])]})
+            return
         if path.startswith("/api/models/") and "/tree/" in path:
             name = "/".join(path.split("/")[3:5])
             SEEN[("tree", name)] = SEEN.get(("tree", name), 0) + 1
             if name not in REPOS:
                 self._error(404, "RepoNotFound", "Repository not found")
                 return
-            repo = REPOS[name]
-            items = [{"type": "file", "oid": hashlib.sha1(body).hexdigest(), "size": len(body), "path": name}
-                     for name, body in sorted(repo.items())]
-            data = json.dumps(items).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._json([tree_entry(path, body) for path, body in sorted(REPOS[name].items())])
             return
         self._resolve(True)
 
@@ -150,13 +201,20 @@ def test_fetch_downloads_what_vllm_reads_then_serves_offline(hub, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "model ready: org/llama, org/adapter"
     # progress: a summary per artefact and a line per file with bytes so far
-    assert "model org/llama: 6 of 8 files" in result.stderr
-    assert "[6/6]" in result.stderr and "lora sql org/adapter: 3 of 3 files" in result.stderr
+    assert f"model org/llama@{COMMIT[:12]}: 6 of 8 files" in result.stderr
+    assert "[6/6]" in result.stderr and f"lora sql org/adapter@{COMMIT[:12]}: 3 of 3 files" in result.stderr
 
     snapshot = tmp_path / "hf" / "hub" / "models--org--llama" / "snapshots" / COMMIT
     got = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file())
-    assert got == sorted(["config.json", "tokenizer.json", "model.safetensors.index.json", *WEIGHT_MAP.values(),
-                          "original/params.json"])
+    fetched = ["config.json", "tokenizer.json", "model.safetensors.index.json", *WEIGHT_MAP.values(),
+               "original/params.json"]
+    assert got == sorted([*fetched, "vllm-kit-manifest.json"])
+    manifest = json.loads((snapshot / "vllm-kit-manifest.json").read_text())
+    assert manifest["revision"] == COMMIT and manifest["repo"] == "org/llama"
+    assert {name: entry["sha256"] for name, entry in manifest["files"].items()} == {
+        name: hashlib.sha256(REPOS["org/llama"][name]).hexdigest() for name in fetched}
+    assert manifest["files"]["config.json"]["checked"] == "git-sha1"
+    assert manifest["files"][WEIGHT_MAP["a"]]["checked"] == "sha256"
 
     # What vLLM does at start with HF_HUB_OFFLINE=1: snapshot_download(local_files_only) of its weight pattern,
     # and of the adapter; both must resolve from the cache alone.
@@ -183,7 +241,7 @@ def test_a_missing_repo_fails_naming_the_flag(hub, tmp_path):
                                      "not found on the hub")
     assert "draft model org/nowhere: RepositoryNotFoundError" in result.stderr
     assert Path(tmp_path / "hf" / "hub" / "models--org--llama").is_dir()  # the rest was still fetched
-    assert SEEN[("tree", "org/nowhere")] == 1  # a 404 is final: not retried
+    assert SEEN[("info", "org/nowhere")] == 1  # a 404 is final: not retried
 
 
 def fetch(hub, tmp_path, model, **env_extra):
@@ -240,3 +298,142 @@ def test_a_dropped_connection_is_unreachable(hub, tmp_path):
     assert verdict.startswith("model not fetched: org/cut (model.id): hub unreachable ("), verdict
     assert verdict.endswith(", no retry): check HF_ENDPOINT and the network"), verdict
     assert took < 30, took
+
+
+def test_the_stand_in_lists_what_huggingface_hub_reads(hub):
+    """The properties the fetch reads, through huggingface_hub's own parsers (not the stand-in's JSON)."""
+    api = huggingface_hub.HfApi(endpoint=hub)
+    assert api.model_info("org/llama").sha == COMMIT
+    assert api.model_info("org/llama", revision=COMMIT).sha == COMMIT
+    files = {e.path: e for e in api.list_repo_tree("org/llama", revision=COMMIT, recursive=True)}
+    config, shard = files["config.json"], files[WEIGHT_MAP["a"]]
+    body = REPOS["org/llama"]["config.json"]
+    # git's own blob id, checked against git itself
+    git = subprocess.run(["git", "hash-object", "--stdin"], input=body, capture_output=True, check=True)
+    assert config.blob_id == git.stdout.decode().strip() and config.lfs is None
+    assert shard.lfs.sha256 == hashlib.sha256(REPOS["org/llama"][WEIGHT_MAP["a"]]).hexdigest()
+    assert shard.lfs.size == shard.size == 300_000 and shard.lfs.pointer_size == len(lfs_pointer(b"A" * 300_000))
+    head = huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url("org/llama", WEIGHT_MAP["a"],
+                                                                           revision=COMMIT, endpoint=hub))
+    assert head.commit_hash == COMMIT and head.etag == shard.lfs.sha256 and head.size == 300_000
+
+
+def snapshot_of(tmp_path, repo):
+    return tmp_path / "hf" / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / COMMIT
+
+
+@pytest.mark.parametrize(("repo", "name", "kind"), [("org/tampered", "model.safetensors", "sha256"),
+                                                     ("org/tampered-config", "config.json", "git-sha1")])
+def test_a_file_that_differs_from_the_listing_is_refused_and_removed(hub, tmp_path, repo, name, kind):
+    result, _ = fetch(hub, tmp_path, repo)
+    assert result.returncode == 1, result.stderr
+    verdict = result.stdout.strip()
+    assert verdict.startswith(f"model not fetched: {repo} (model.id): refused: {name}: {kind} "), verdict
+    assert "the hub's listing says" in verdict and "snapshot was removed" in verdict
+    snapshot = snapshot_of(tmp_path, repo)
+    assert not snapshot.exists()  # nothing half-checked where vLLM would load it
+    blobs = snapshot.parent.parent / "blobs"
+    bad = hashlib.sha256(TAMPERED[(repo, name)]).hexdigest()
+    assert all(b.read_bytes() != TAMPERED[(repo, name)] for b in blobs.iterdir()), bad
+
+
+def test_a_pinned_commit_is_fetched_and_an_unknown_one_refused(hub, tmp_path):
+    _, _, preset = load_preset("rtx4090-awq", ["model.id=org/adapter", f"model.revision={COMMIT}"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KIT_FETCH_"))}
+    env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
+    command = host_command("rtx4090-awq", preset, "org/adapter", tmp_path)
+    assert json.loads(command[-1])["artefacts"][0]["revision"] == COMMIT
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((snapshot_of(tmp_path, "org/adapter") / "vllm-kit-manifest.json").read_text())["revision"] == COMMIT
+    other = "f" * 40
+    _, _, preset = load_preset("rtx4090-awq", ["model.id=org/adapter", f"model.revision={other}"])
+    result = subprocess.run(host_command("rtx4090-awq", preset, "org/adapter", tmp_path), capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stdout.strip() == "model not fetched: org/adapter (model.id): not found on the hub"
+
+
+def test_verify_finds_a_file_changed_after_the_fetch(hub, tmp_path):
+    result, _ = fetch(hub, tmp_path, "org/flaky")
+    assert result.returncode == 0, result.stderr
+    _, _, preset = load_preset("rtx4090-awq", ["model.id=org/flaky"])
+    command = host_command("rtx4090-awq", preset, "org/flaky", tmp_path)
+    verify = [command[0], command[1], "--verify", command[2]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
+    ok = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=60)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "manifest ok"
+    weights = snapshot_of(tmp_path, "org/flaky") / "model.safetensors"
+    blob = weights.resolve()
+    blob.write_bytes(b"Z" * 100)  # same size, other bytes: a swapped blob in the cache volume
+    bad = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines()[-1].startswith(
+        "manifest check failed: org/flaky (model.id): model.safetensors: sha256 " + hashlib.sha256(b"Z" * 100).hexdigest())
+
+
+def test_commit_of_reads_the_revisions_sha_as_model_info_does(hub):
+    from kit.config.hubrevision import commit_of
+    from kit.core.errors import KitError
+
+    assert commit_of("org/llama", None, {"HF_ENDPOINT": hub}) == COMMIT
+    assert commit_of("org/llama", "main", {"HF_ENDPOINT": hub}) == COMMIT
+    with pytest.raises(KitError, match=r"model.id: org/nowhere: the hub refused the revision lookup \(RepoNotFound\)"):
+        commit_of("org/nowhere", None, {"HF_ENDPOINT": hub})
+    with pytest.raises(KitError, match=r"at model.revision v9: the hub refused .* \(RevisionNotFound\)"):
+        commit_of("org/llama", "v9", {"HF_ENDPOINT": hub})
+
+
+def test_kit_lock_pins_the_model_revision_in_the_record(hub, tmp_path, monkeypatch):
+    """kit lock asks the hub (HF_ENDPOINT from the folder's .env) and records model.revision=COMMIT, so a later
+    render of the folder (and its fetch) uses that commit; the printed line says so."""
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.deploy.record import read_record
+    from kit.image import lock as lockmod
+    from kit.image.registry import BaseDigest
+    from tests.unit.test_lock import BASE, IMAGE_ID
+    from tests.unit.test_lock import wheelhouse as make_wheelhouse
+
+    monkeypatch.setattr(lockmod, "resolve_base_digest",
+                        lambda ref, *, offline: BaseDigest(ref, IMAGE_ID, "image-id", IMAGE_ID))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    wheels = make_wheelhouse.__wrapped__(tmp_path)
+    out = tmp_path / "deploy"
+    out.mkdir()
+    (out / ".env").write_text(f"HF_ENDPOINT={hub}\n")
+    result = CliRunner().invoke(cli, ["lock", "preset=cpu", "model=org/llama", "--base-image", BASE, "--out", str(out),
+                                      "--wheelhouse", str(wheels)])
+    assert result.exit_code == 0, result.output
+    assert f"model     org/llama main -> {COMMIT} (model.revision, in vllm-kit.yaml)" in result.output
+    assert f"model.revision={COMMIT}" in read_record(out).overrides
+    assert f'"revision":"{COMMIT}"' in (out / "compose.yaml").read_text().replace(" ", "").replace("\\", "")
+    again = CliRunner().invoke(cli, ["lock", "--out", str(out), "--wheelhouse", str(wheels), "--offline"])
+    assert again.exit_code == 0, again.output
+    assert f"model     org/llama @ {COMMIT} (model.revision, pinned already)" in again.output
+
+
+def test_kit_lock_pins_a_trust_remote_code_preset_that_validate_refuses_until_pinned(hub, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.image import lock as lockmod
+    from kit.image.registry import BaseDigest
+    from tests.unit.test_lock import BASE, IMAGE_ID
+    from tests.unit.test_lock import wheelhouse as make_wheelhouse
+
+    monkeypatch.setattr(lockmod, "resolve_base_digest",
+                        lambda ref, *, offline: BaseDigest(ref, IMAGE_ID, "image-id", IMAGE_ID))
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    args = ["preset=cpu", "model=org/llama", "engine.trust_remote_code=true"]
+    refused = CliRunner().invoke(cli, ["validate", *args])
+    assert refused.exit_code == 1 and "refused with no model.revision" in refused.output
+    out = tmp_path / "deploy"
+    locked = CliRunner().invoke(cli, ["lock", *args, "--base-image", BASE, "--out", str(out), "--wheelhouse",
+                                      str(make_wheelhouse.__wrapped__(tmp_path))])
+    assert locked.exit_code == 0, locked.output
+    assert f"model     org/llama main -> {COMMIT}" in locked.output
+    assert CliRunner().invoke(cli, ["validate", *args, f"model.revision={COMMIT}"]).exit_code == 0

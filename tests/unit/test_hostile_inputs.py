@@ -601,3 +601,33 @@ def test_a_preset_at_the_size_cap_answers_within_a_second_of_cpu(tmp_path):
         assert_clean(validate_case([], text))
     over = CPU_PRESET + "#" + "c" * cap + "\n"
     assert_lines_name(validate_case([], over), "hostile.yaml", f"larger than the {cap} bytes")
+
+
+# A model manifest in the HF cache volume (kit/launch/fetch_files.py writes it; kit smoke reads it back in the
+# container): whatever JSON lies there, --verify answers with problems, never a traceback, and never reads a
+# file outside the snapshot folder.
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
+                                                                                        max_size=4), max_leaves=12)
+manifest_names = st.sampled_from(["config.json", "../outside", "/etc/hostname", "a/../../outside", "", "."]) | \
+    st.text(max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(manifest=json_values | st.fixed_dictionaries({
+    "revision": st.text(max_size=4) | st.just("0" * 40),
+    "files": st.dictionaries(manifest_names, json_values | st.fixed_dictionaries({"sha256": st.text(max_size=64)}),
+                             max_size=4)}))
+def test_verify_answers_any_manifest_with_problems(manifest, tmp_path):
+    from kit.launch.fetch_files import MANIFEST, verify_manifest
+
+    snapshot = tmp_path / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "outside").write_text("not the model's\n")
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / MANIFEST).write_text(json.dumps(manifest))
+    problems = verify_manifest(str(snapshot))
+    assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+    for name in ("../outside", "a/../../outside", "/etc/hostname"):
+        if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) and name in manifest["files"]:
+            assert any(p.startswith(repr(name)) and "not a path inside" in p for p in problems), problems

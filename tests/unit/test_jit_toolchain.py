@@ -23,18 +23,18 @@ LAYOUT = IMAGES_DIR / dep.JIT_LAYOUT_FILE
 def test_slim_release_pins_the_compiler_to_torchs_toolkit_and_sets_cuda_home():
     prepared = prepare("rtx4090-awq")
     d = prepared.deployment
-    toolchain = vllm_table()["versions"][d.vllm_version]["jit_toolchain"]
-    assert toolchain["pip"] in d.requirements and toolchain["pip"].startswith("cuda-toolkit[")
-    assert d.cuda_jit == toolchain["cuda_jit"] == "cu" + d.cuda.split(".")[0]
-    assert d.image_env == {"CUDA_HOME": f"{dep.VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": dep.VLLM_CACHE}
+    toolchain = vllm_table()["versions"][d.image.vllm_version]["jit_toolchain"]
+    assert toolchain["pip"] in d.image.requirements and toolchain["pip"].startswith("cuda-toolkit[")
+    assert d.image.cuda_jit == toolchain["cuda_jit"] == "cu" + d.image.cuda.split(".")[0]
+    assert d.image.image_env == {"CUDA_HOME": f"{dep.VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": dep.VLLM_CACHE}
     assert f"vllm-cache:{dep.VLLM_CACHE}" in prepared.files["compose.yaml"]  # where FlashInfer's builds persist
-    assert "g++" in d.runtime_packages and "gcc" in d.runtime_packages
+    assert "g++" in d.image.runtime_packages and "gcc" in d.image.runtime_packages
     files = prepared.files
     assert files[dep.JIT_LAYOUT_FILE] == LAYOUT.read_text()
     assert f"!{dep.JIT_LAYOUT_FILE}" in files[".dockerignore"].splitlines()
     dockerfile = files["Dockerfile"]
     assert f"COPY {dep.JIT_LAYOUT_FILE} /tmp/kit-jit/" in dockerfile
-    assert f'sh /tmp/kit-jit/cuda_jit_layout.sh "$site/nvidia/{d.cuda_jit}"' in dockerfile
+    assert f'sh /tmp/kit-jit/cuda_jit_layout.sh "$site/nvidia/{d.image.cuda_jit}"' in dockerfile
     assert "CUDA_HOME=\"/opt/venv/cuda\"" in dockerfile
     # The layout runs after the prune step (which would otherwise see the links) and before the byte-code purge.
     assert dockerfile.index("prune_site.py /tmp/kit-prune") < dockerfile.index("cuda_jit_layout.sh \"$site")
@@ -52,9 +52,9 @@ def test_other_strategies_and_cuda_builds_have_no_jit_toolchain(name, overrides)
     # The pin is the toolkit of the release's own torch build; another CUDA brings another torch and toolkit.
     prepared = prepare(name, overrides=overrides)
     d = prepared.deployment
-    assert d.cuda_jit is None and "CUDA_HOME" not in d.image_env and "g++" not in d.runtime_packages
+    assert d.image.cuda_jit is None and "CUDA_HOME" not in d.image.image_env and "g++" not in d.image.runtime_packages
     assert dep.JIT_LAYOUT_FILE not in prepared.files
-    assert not [r for r in d.requirements if r.startswith("cuda-toolkit")]
+    assert not [r for r in d.image.requirements if r.startswith("cuda-toolkit")]
 
 
 def fake_toolkit(root: Path) -> Path:

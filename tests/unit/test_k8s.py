@@ -114,7 +114,7 @@ def test_single_node_gpu_deployment():
     assert container["args"][container["args"].index("--port") + 1] == "8000"
     startup = container["startupProbe"]
     d = prepare("rtx3090x2-fp16", target="k8s").deployment
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= d.healthcheck_start_period
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= d.runtime.healthcheck_start_period
     assert spec["initContainers"][0]["name"] == "model-fetch"
     claim = claims(docs)["vllm-rtx3090x2-fp16-hf-cache"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
@@ -141,7 +141,7 @@ def test_several_nodes_render_a_leaderworkerset():
     leader, worker = template["leaderTemplate"], template["workerTemplate"]
     validate_pod_template(leader)
     validate_pod_template(worker)
-    shm = k8s_quantity(prepare("a100x8", ["hardware.nodes=2"], target="k8s").deployment.shm.shm_size)
+    shm = k8s_quantity(prepare("a100x8", ["hardware.nodes=2"], target="k8s").deployment.runtime.shm.shm_size)
     assert shm == "19Gi"  # 8 ranks on the node: 2 + 7 GiB, +10 GiB for Ray's object store
     assert_pod_basics(leader["spec"], shm=shm, gpus=8, user=(2000, 0))
     assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False, user=(2000, 0))

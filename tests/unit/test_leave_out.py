@@ -36,17 +36,17 @@ def test_every_feature_says_why_what_it_removes_and_what_uses_it():
 def test_nothing_is_left_out_unless_the_preset_asks():
     every_feature_dist = {n for spec in prune_rules()["features"].values() for n in spec["distributions"]}
     prepared = prepare("rtx4090-awq", ["image.leave_out=[]"])
-    assert not every_feature_dist & set(prepared.deployment.exclude_packages)
+    assert not every_feature_dist & set(prepared.deployment.image.exclude_packages)
     # rtx4090-awq asks for all of them (served together on the H200: kit/data/floor/proof-h200-vllm-0.33.0.json).
     prepared = prepare("rtx4090-awq")
     assert sorted(prepared.preset.image.leave_out) == sorted(FEATURES)
-    assert every_feature_dist <= set(prepared.deployment.exclude_packages)
+    assert every_feature_dist <= set(prepared.deployment.image.exclude_packages)
 
 
 def test_left_out_features_join_the_uninstall_list_and_the_rendered_rules():
     prepared = prepare("rtx4090-awq", ["image.leave_out=[ngram-speculation,deepseek-kernels]"])
     for name in ("numba", "llvmlite", "tokenspeed-mla", "tokenspeed-triton", "tilelang", "z3-solver"):
-        assert name in prepared.deployment.exclude_packages
+        assert name in prepared.deployment.image.exclude_packages
     rendered = {d["name"]: d for d in json.loads(prepared.files["prune-rules.json"])["distributions"]}
     assert rendered["numba"]["feature"] == "ngram-speculation"
     assert rendered["numba"]["reason"].startswith("feature ngram-speculation left out: ")
@@ -106,5 +106,5 @@ def test_leave_out_on_another_strategy_warns_and_changes_nothing():
     prepared = prepare("rtx4090-awq", overrides=["image.strategy=official", 'image.cuda="12.9"'])
     warned = [str(w) for w in prepared.report.warnings if "image.leave_out" in str(w)]
     assert warned and "presets/rtx4090-awq.yaml" in warned[0] and "only slim images are cut" in warned[0]
-    assert prepared.deployment.exclude_packages == [] and "prune-rules.json" not in prepared.files
+    assert prepared.deployment.image.exclude_packages == [] and "prune-rules.json" not in prepared.files
     assert check_leave_out("p.yaml", prepared.preset) == []

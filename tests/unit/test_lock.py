@@ -103,9 +103,9 @@ def locked(prepared, wheelhouse=None, **changes):
             packages.append(LockedPackage(name=name.replace("_", "-"), version=version, file=path.name,
                                           sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
     d = prepared.deployment
-    data = dict(preset=prepared.name, vllm_version=d.vllm_version, strategy=d.strategy, platform=d.platform,
+    data = dict(preset=prepared.name, vllm_version=d.image.vllm_version, strategy=d.image.strategy, platform=d.image.platform,
                 inputs=render_inputs(prepared.files), packages=packages,
-                base=LockedBase(ref=d.base_image, digest=IMAGE_ID, kind="image-id", pinned=IMAGE_ID))
+                base=LockedBase(ref=d.image.base_image, digest=IMAGE_ID, kind="image-id", pinned=IMAGE_ID))
     data.update(changes)
     return Lock(**data)
 

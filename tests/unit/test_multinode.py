@@ -84,8 +84,8 @@ def test_bridge_network_publishes_the_head_and_dials_it_by_service_name():
 
 def test_multi_node_image_installs_ray():
     d = prepare("cpu", ["hardware.nodes=2", "cluster.network=bridge"]).deployment
-    assert any(r.startswith("ray[default]==") for r in d.requirements)
-    assert d.shm.shm_size == "14336m"  # 4 GiB CPU + 10 GiB for Ray's object store
+    assert any(r.startswith("ray[default]==") for r in d.image.requirements)
+    assert d.runtime.shm.shm_size == "14336m"  # 4 GiB CPU + 10 GiB for Ray's object store
 
 
 @pytest.mark.parametrize("overrides, field, words", [

@@ -250,7 +250,7 @@ def test_cli_explain_prints_the_terms_by_name_and_in_json():
     human = CliRunner().invoke(cli, args, env={"COLUMNS": "250"})
     assert human.exit_code == 0, human.output
     for name in ("MLP gate_up output", "logits fp32 copy", "top-k probabilities", "sampler per-request state",
-                 "graph pool, fixed part (fitted)", "parameters"):
+                 "graphs (fitted)", "parameters"):
         assert name in human.stdout, name
     data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).stdout)["data"]
     names = {t["name"]: t for t in data["terms"]}

