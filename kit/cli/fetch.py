@@ -36,7 +36,7 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
     from kit.deploy.pipeline import prepare_resolved
     from kit.run.stack import Stack
-    from kit.run.workflow import ensure_image, ensure_model, project_for, render_into
+    from kit.run.workflow import ensure_image, ensure_model, make_generated_model, project_for, render_into
 
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
                                   reset_overrides=reset_overrides)
@@ -45,6 +45,7 @@ def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheel
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
     stack = Stack(out_dir, project_for(out_dir))
+    make_generated_model(prepared, stack, status)  # model-fetch checks it is there
     # -T: no TTY. The script's progress (stderr, a line per file with the bytes so far) drives a progress bar on a
     # terminal and passes through as lines elsewhere; its verdict (the last stdout line) is kept.
     argv = stack.argv("run", "--rm", "--no-deps", "-T", "model-fetch")

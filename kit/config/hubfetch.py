@@ -110,7 +110,8 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
     """Everything the server will read from the hub (or from a local path), model first."""
     eng = preset.engine.flags()
     rules = fetch_rules()
-    field = "model.host_path" if preset.model.is_local else "model.id"
+    model = preset.model
+    field = "model.host_path" if model.host_path else "model.generate" if model.generate else "model.id"
     out = [Artefact("model", model_arg, preset.model.revision, "weights", field, marker="config.json")]
     tokenizer, tokenizer_revision = eng.get("tokenizer"), eng.get("tokenizer_revision")
     if tokenizer and tokenizer not in (preset.model.id, model_arg):

@@ -214,12 +214,14 @@ class Model(Strict):
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) to pin")
     generate: Literal["tiny-llama", "tiny-qwen3-embed"] | None = Field(
-        None, description="Make a random-weight test model in host_path when it is missing (tests, CPU demo)"
+        None, description="Make a random-weight test model when it is missing (tests, CPU demo), as the server's "
+        "non-root user, in the stack's own volume (runtime.models_volume); not with host_path"
     )
 
     @property
     def is_local(self) -> bool:
-        return self.host_path is not None
+        """The server reads the model from a folder (a host folder, or the generated model's volume), not the hub."""
+        return self.host_path is not None or self.generate is not None
 
     @property
     def local_path(self) -> str | None:
@@ -260,9 +262,13 @@ class Model(Strict):
         return value
 
     @model_validator(mode="after")
-    def _generate_needs_path(self) -> Model:
-        if self.generate and not self.is_local:
-            raise ValueError("generate needs model.host_path, the folder to make the model in (e.g. ./models/tiny-llama)")
+    def _generate_not_into_a_host_folder(self) -> Model:
+        # A host folder is the user's and is only ever mounted read-only; the generated model goes into the kit's own
+        # volume, which the non-root model-make service can write without a capability.
+        if self.generate and self.host_path is not None:
+            raise ValueError("generate makes the model in the stack's own volume (runtime.models_volume), not in a host "
+                             "folder: drop host_path to generate it, or drop generate (model.generate=null) to serve "
+                             f"the folder {self.host_path} as it is")
         return self
 
 
@@ -413,6 +419,8 @@ class Runtime(Strict):
     restart: Literal["no", "always", "on-failure", "unless-stopped"] = "unless-stopped"
     hf_cache_volume: str = Field("hf-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
     compile_cache_volume: str = Field("vllm-cache", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+    models_volume: str = Field("models", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$",
+                               description="Named volume of a generated model (model.generate), read-only to the server")
     healthcheck_start_period: int | None = Field(
         None, ge=10, description="Seconds the healthcheck allows for model loading (default: computed)"
     )

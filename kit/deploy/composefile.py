@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kit.core.safevalue import compose_text
 from kit.core.yamlwrite import Path, dump_with_comments
+from kit.deploy.deployment import MODEL_MAKE_DIR, MODELS_DIR
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext
@@ -32,6 +33,8 @@ def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False)
     if ctx.d.model_mount:
         host, container = ctx.d.model_mount
         mounts.append(f"{host}:{container}:ro")
+    if ctx.d.serve.model_volume:
+        mounts.append(f"{ctx.d.serve.model_volume}:{MODELS_DIR}:ro")
     if launcher:
         mounts.append(f"{ctx.launcher_mount}:ro")
     return [_s(m) for m in mounts]
@@ -96,24 +99,24 @@ def fetch_service(ctx: RenderContext) -> dict[str, Any]:
 
 
 def model_make_service(ctx: RenderContext) -> dict[str, Any]:
-    """One-shot, before the server: makes the preset's generated tiny model in its folder when it is missing, with
-    the image's own torch and transformers, so `docker compose up` of a fresh render serves. Root, because the
-    folder compose creates for a missing bind mount is root's; no network (it needs none)."""
-    # Called only for a generated model: it has a mount and a command (deployment.py sets both).
-    assert ctx.d.model_mount is not None and ctx.d.model_make_command is not None
-    host, container = ctx.d.model_mount
+    """One-shot, before the fetch and the server: makes the preset's generated tiny model when it is missing, with the
+    image's own torch and transformers, so `docker compose up` of a fresh render serves. As model-fetch: the server's
+    own non-root user, no capability, a read-only root; it writes only into the stack's models volume (mounted at
+    MODEL_MAKE_DIR, so the volume is that user's: kit/deploy/deployment.py says why) and /tmp; no network."""
+    d = ctx.d
+    # Called only for a generated model: it has a volume and a command (deployment.py sets both).
+    assert d.serve.model_volume is not None and d.model_make_command is not None
+    user = d.run_user
     return {
         **_built_image(ctx),
-        "entrypoint": [_s(a) for a in ctx.d.model_make_command],
+        "entrypoint": [_s(a) for a in d.model_make_command],
         "command": [],
-        "user": "0:0",
+        "user": f"{int(user.uid)}:{int(user.gid)}",
         "network_mode": "none",
-        # Root may write into a folder another user owns (DAC_OVERRIDE, FOWNER for its chmod), nothing more; a
-        # read-only root beyond that folder and /tmp (seen: tinymodel.py makes the model so, vllm-kit/cpu 0.32.0).
+        # seen: tinymodel.py makes the model so (vllm-kit/cpu 0.32.0): writes only there and under /tmp
         **_one_shot_hardening(ctx, ["/tmp:size=2g"]),
-        "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"],
         "environment": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-        "volumes": [_s(f"{host}:{container}"), _s(ctx.tiny_model_mount)],
+        "volumes": [_s(f"{d.serve.model_volume}:{MODEL_MAKE_DIR}"), _s(ctx.tiny_model_mount)],
         "restart": "no",
     }
 
@@ -227,7 +230,8 @@ def compose_file(ctx: RenderContext) -> str:
     if make:  # the fetch checks a local model is there: it runs after the model is made
         fetcher = {**fetcher, "depends_on": {make: {"condition": "service_completed_successfully"}}}
     doc["services"] = {**({make: model_make_service(ctx)} if make else {}), fetch: fetcher, serve: server}
-    doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}}
+    models: dict[str, dict[str, Any]] = {d.serve.model_volume: {}} if d.serve.model_volume else {}
+    doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **models}
     replica_comments: dict[Path, list[str]] = {}
     if rt.replicas > 1:  # N copies of the server behind vLLM's router (kit/deploy/router.py)
         from kit.deploy.router import replicated_services
@@ -235,7 +239,7 @@ def compose_file(ctx: RenderContext) -> str:
         services, caches, replica_comments = replicated_services(ctx, server, _s)
         doc["services"] = {**({make: doc["services"][make]} if make else {}), fetch: doc["services"][fetch],
                            **services}
-        doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}}
+        doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}, **models}
     # The front door (kit/deploy/door.py): the API's one published port, in front of the server or the router.
     from kit.deploy import door
     from kit.deploy.router import ROUTER_SERVICE
@@ -254,8 +258,9 @@ def compose_file(ctx: RenderContext) -> str:
             "starts offline and a cold start excludes the download. `kit fetch` runs it on its own.",
         ],
         **({("services", make): [
-            "One-shot: makes the preset's generated test model (model.generate) in its folder when it is missing, with",
-            "the image's torch and transformers, offline; a model already there is left as it is.",
+            "One-shot: makes the preset's generated test model (model.generate) in the models volume when it is",
+            "missing, with the image's torch and transformers, offline, as the server's non-root user; a model",
+            "already there is left as it is. The fetch and the server mount that volume read-only.",
         ]} if make else {}),
         ("services", serve, "runtime"): ["Jetson: the NVIDIA container runtime maps the integrated GPU and the L4T libraries."],
         ("services", serve, "init"): [
@@ -316,12 +321,21 @@ def cluster_compose_file(ctx: RenderContext) -> str:
         node["deploy"] = deploy
     rt = d.preset.runtime
     # One project on one Docker host (bridge networking) overlays both files (`-f compose.head.yaml -f
-    # compose.worker.yaml`): the head's fetch fills the shared cache volume for both, and a second definition of
-    # the same service would be merged by compose, its lists (security_opt) concatenated into duplicates it refuses.
+    # compose.worker.yaml`): the head's fetch (and model-make) fill the shared volumes for both, and a second
+    # definition of the same service would be merged by compose, its lists (security_opt) concatenated into
+    # duplicates it refuses.
     fetches = head or cl.host_network
+    one_shots: dict[str, Any] = {}
+    if fetches:
+        fetcher = fetch_service(ctx)
+        if d.model_make_command:  # each host's stack makes the generated model in its own volume, as one node does
+            one_shots[ctx.model_make_service] = model_make_service(ctx)
+            fetcher = {**fetcher,
+                       "depends_on": {ctx.model_make_service: {"condition": "service_completed_successfully"}}}
+        one_shots[ctx.fetch_service] = fetcher
     doc = {
-        "services": {**({ctx.fetch_service: fetch_service(ctx)} if fetches else {}), name: node},
-        "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}},
+        "services": {**one_shots, name: node},
+        "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **({d.serve.model_volume: {}} if d.serve.model_volume else {})},
     }
     profile_comments = _merge_profiles(ctx, doc)
     service = ("services", name)
@@ -334,9 +348,13 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     else:
         launcher_why = [f"The launcher waits up to {int(cl.join_timeout)} s for the head at {cl.head_endpoint}, "
                         "then joins with `ray start --block`."]
-    comments = {
+    comments: dict[Path, list[str]] = {
         ("services", ctx.fetch_service): [
             "One-shot: puts the model into this node's HF cache volume (every node loads its own layers from it)."],
+        **({("services", ctx.model_make_service): [
+            "One-shot: makes the generated test model (model.generate, a fixed seed: the same on every node) in this",
+            "node's models volume when it is missing, as the server's non-root user; the node mounts it read-only.",
+        ]} if ctx.model_make_service in one_shots else {}),
         (*service, "network_mode"): [
             "vLLM's multi-node guide: host networking, so Ray, NCCL and Gloo reach the other hosts directly."],
         (*service, "entrypoint"): launcher_why,

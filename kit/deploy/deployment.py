@@ -43,6 +43,12 @@ WATCHDOG_FILE = "serve_watchdog.py"
 # A generated model (model.generate): the one-shot model-make service runs this copy of kit/config/tinymodel.py,
 # rendered beside compose.yaml, so `docker compose up` makes the model itself when it is missing.
 TINY_MODEL_FILE = "tinymodel.py"
+# A generated model is made into the stack's own named volume (runtime.models_volume), mounted read-only at MODELS_DIR
+# in the fetch and the server. model-make mounts it read-write here instead: an empty directory of the image that the
+# run user owns (the Dockerfile makes it), because Docker gives an empty named volume the owner and mode of the
+# directory it is first mounted on, so the non-root model-make writes its root without a capability (seen: Docker
+# 20.10, a fresh volume mounted there as 10001 is 10001's, and read-only to the same uid at MODELS_DIR).
+MODEL_MAKE_DIR = HF_HOME
 # The watchdog polls as the compose healthcheck does: every 15 s, 10 s timeout, 4 failures in a row.
 WATCHDOG_INTERVAL, WATCHDOG_TIMEOUT, WATCHDOG_FAILURES = 15, 10, 4
 HEAD_SERVICE = "vllm"  # the head also serves the API; the name single-node stacks use
@@ -168,8 +174,10 @@ class ServeSpec:
     fetch_command: list[str]  # model-fetch service: python /opt/vllm-kit/fetch_files.py <JSON spec>
     served_model_name: str
     model_arg: str  # the model the server receives inside the container (positional or --model)
-    model_mount: tuple[str, str] | None  # (host path as written in compose, container path)
-    # model.generate: the model-make service's command (makes the tiny model in the mount when config.json is missing)
+    model_mount: tuple[str, str] | None  # model.host_path: (host path as written in compose, container path), read-only
+    # model.generate: the named volume it is made in (runtime.models_volume), read-only at MODELS_DIR to the server
+    model_volume: str | None
+    # model.generate: the model-make service's command (makes the tiny model in MODEL_MAKE_DIR when config.json is missing)
     model_make_command: list[str] | None
     serve_args: list[str]
     pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
@@ -324,6 +332,11 @@ class Deployment:
         return strategy_for(self.strategy)
 
     @property
+    def local_model_dir(self) -> str | None:
+        """Where the server reads a model that is not the hub's (a host folder or the generated model's volume)."""
+        return self.model_arg if (self.model_mount or self.serve.model_volume) else None
+
+    @property
     def gpus_total(self) -> int:
         hw = self.preset.hardware
         return 0 if hw.gpu is None else hw.count * hw.nodes
@@ -473,9 +486,12 @@ def environment_for(preset: Preset) -> dict[str, str]:
 
 
 def model_make_command_for(preset: Preset, python: str, model_arg: str) -> list[str] | None:
-    if not (preset.model.is_local and preset.model.generate):
+    """Makes the generated model in the volume as model-make mounts it (MODEL_MAKE_DIR); the server reads the same
+    folder at ``model_arg`` (under MODELS_DIR)."""
+    if not preset.model.generate:
         return None
-    return [python, f"{LAUNCHER_DIR}/{TINY_MODEL_FILE}", model_arg, "--kind", preset.model.generate, "--if-missing"]
+    out = f"{MODEL_MAKE_DIR}/{PurePosixPath(model_arg).relative_to(MODELS_DIR)}"
+    return [python, f"{LAUNCHER_DIR}/{TINY_MODEL_FILE}", out, "--kind", preset.model.generate, "--if-missing"]
 
 
 def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
@@ -556,9 +572,9 @@ def cluster_plan_for(preset: Preset, python: str, entrypoint: list[str], serve_a
 
 def side_by_side_preset(primary: Preset, preset: Preset, name: str) -> Preset:
     """``preset`` with volume names of its own where they would be the primary's (each server keeps its caches)."""
-    rt, taken = preset.runtime, {primary.runtime.hf_cache_volume, primary.runtime.compile_cache_volume}
-    update = {field: f"{getattr(rt, field)}-{name}" for field in ("hf_cache_volume", "compile_cache_volume")
-              if getattr(rt, field) in taken}
+    fields = ("hf_cache_volume", "compile_cache_volume", "models_volume")
+    rt, taken = preset.runtime, {getattr(primary.runtime, field) for field in fields}
+    update = {field: f"{getattr(rt, field)}-{name}" for field in fields if getattr(rt, field) in taken}
     return preset.model_copy(update={"runtime": rt.model_copy(update=update)}) if update else preset
 
 
@@ -619,14 +635,18 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
 
     served = served_name_for(preset)
     host_path = preset.model.local_path
+    model_mount: tuple[str, str] | None = None
+    model_volume: str | None = None
     if host_path is not None:
-        # Mounted read-only wherever it is mounted (compose `:ro`, Kubernetes readOnly); only model-make, for a
-        # generated model, writes into it.
+        # The user's folder: mounted read-only wherever it is mounted (compose `:ro`, Kubernetes readOnly).
         container_path = f"{MODELS_DIR}/{PurePosixPath(host_path.rstrip('/')).name}"
-        model_mount: tuple[str, str] | None = (host_path, container_path)
-        model_arg = container_path
+        model_mount, model_arg = (host_path, container_path), container_path
+    elif preset.model.generate:
+        # The kit's own volume: only model-make writes into it.
+        model_volume = preset.runtime.models_volume
+        model_arg = f"{MODELS_DIR}/{PurePosixPath(preset.model.id).name}"
     else:
-        model_mount, model_arg = None, preset.model.id
+        model_arg = preset.model.id
 
     server = server_command_for(preset)
     entrypoint = server.argv
@@ -693,6 +713,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         served_model_name=served,
         model_arg=model_arg,
         model_mount=model_mount,
+        model_volume=model_volume,
         model_make_command=model_make_command_for(preset, python, model_arg),
         serve_args=serve_args,
         pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),

@@ -211,16 +211,48 @@ def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, l
         # /dev/shm: Docker's and Kubernetes' default 64 MiB is far too small (NCCL, Ray's object store).
         vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(d.shm.shm_size)}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    if d.model_mount:
-        vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": True}})
+    if d.local_model_dir:
+        # Read-only to every container but model-make's (a generated model, one pod: it writes the claim first).
+        claim_ro = not makes_model(d)
+        vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": claim_ro}})
         mounts.append({"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True})
     writable, writable_mounts = writable_volumes(d)
     vols += writable
     mounts += writable_mounts
+    if makes_model(d):
+        vols.append({"name": "model-make-script", "configMap": {"name": model_make_map(d)}})
     if launcher_map:
         vols.append({"name": "launcher", "configMap": {"name": launcher_map}})
         mounts.append({"name": "launcher", "mountPath": dep.LAUNCHER_DIR, "readOnly": True})
     return vols, mounts
+
+
+def makes_model(d: dep.Deployment) -> bool:
+    """A generated model made in the pod by an init container (compose's model-make): one node only, where the models
+    claim is the pod's own (ReadWriteOnce); a cluster's claim is ReadOnlyMany and is filled by hand."""
+    return d.model_make_command is not None and d.cluster is None
+
+
+def model_make_map(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-model-make"
+
+
+def model_make_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Init container: makes the generated model in the models claim when it is missing, as the pod's non-root user
+    (fsGroup makes the claim writable to it), before the fetch checks it; no token, no secret."""
+    assert d.model_make_command is not None
+    command = list(d.model_make_command)
+    command[2] = d.model_arg  # the claim is mounted at MODELS_DIR here (compose mounts its volume elsewhere)
+    script = {"name": "model-make-script", "mountPath": dep.LAUNCHER_DIR, "readOnly": True}
+    return {
+        "name": "model-make",
+        "image": ctx_image,
+        "command": literal_list(command),
+        "env": [{"name": k, "value": "1"} for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTHONDONTWRITEBYTECODE")],
+        "volumeMounts": [{"name": "models", "mountPath": dep.MODELS_DIR}, script,
+                         *(m for m in mounts if m["name"].startswith("writable-"))],
+        "securityContext": {**container_security(d), "capabilities": {"drop": ["ALL"]}},
+    }
 
 
 def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -258,7 +290,8 @@ def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[
         # vLLM never calls the Kubernetes API: no service-account token in the pod for a compromise to use.
         "automountServiceAccountToken": False,
         "securityContext": pod_security(d),
-        "initContainers": [fetch_container(d, image, mounts)],
+        "initContainers": [*([model_make_container(d, image, mounts)] if makes_model(d) else []),
+                           fetch_container(d, image, mounts)],
         "containers": [server],
         "volumes": vols,
         "terminationGracePeriodSeconds": 30,
@@ -429,6 +462,12 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
     if d.model_mount:
         lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
+    elif makes_model(d):
+        lines.append(f"Generated model: the model-make init container makes it in the {app_name(d)}-models claim "
+                     "when it is missing, as the pod's non-root user; the fetch and the server mount it read-only.")
+    elif d.serve.model_volume and d.preset.model.generate:
+        lines.append(f"Generated model: make it (python -m kit.config.tinymodel DIR --kind {d.preset.model.generate}) and "
+                     f"copy it into the {app_name(d)}-models claim at {d.model_arg} (kubectl cp).")
     return comment_lines(lines)
 
 
@@ -437,12 +476,18 @@ def dump(doc: dict[str, Any]) -> str:
     return checked(yaml_text(doc), doc)
 
 
-def render_manifests(ctx: RenderContext, launcher: str) -> dict[str, str]:
-    """``ctx`` is kit.deploy.render.RenderContext; returns {k8s/<file>: text}."""
+def render_manifests(ctx: RenderContext, launcher: str, tiny_model: str | None = None) -> dict[str, str]:
+    """``ctx`` is kit.deploy.render.RenderContext; ``tiny_model`` kit/config/tinymodel.py for a generated model;
+    returns {k8s/<file>: text}."""
     d: dep.Deployment = ctx.d
     plan = ctx.plan
     docs = single_node(d, ctx.image_ref, plan) if d.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
-    if d.model_mount:
+    if makes_model(d):
+        assert tiny_model is not None
+        docs["model-make-configmap.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": model_make_map(d), "labels": labels(d)},
+                                             "data": {dep.TINY_MODEL_FILE: tiny_model}}
+    if d.local_model_dir:
         # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
         docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
                                         "ReadOnlyMany" if d.cluster else "ReadWriteOnce")

@@ -252,7 +252,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     if target == "k8s":
         from kit.deploy.k8s import render_manifests
 
-        files.update(render_manifests(ctx, launcher_text()))
+        files.update(render_manifests(ctx, launcher_text(), tiny_model_text() if d.model_make_command else None))
     elif d.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
         files.update(door_files(ctx))
@@ -278,5 +278,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         for parts in ctx.profile_parts:
             files.update(parts.files)
         files[dep.LAUNCHER_FILE] = launcher_text()
+        if d.model_make_command:
+            files[dep.TINY_MODEL_FILE] = tiny_model_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files

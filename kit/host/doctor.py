@@ -230,8 +230,7 @@ def check_compose(facts: HostFacts) -> Check:
     need = table["min_version"]
     if version_key(version) < version_key(need):
         return Check("compose", FAIL,
-                     f"Compose {version} is older than {need}: the rendered compose.yaml's "
-                     "`env_file: [{path: .env, required: false}]` needs Compose 2.24.0 or later",
+                     f"Compose {version} is older than {need}, which {table['needed_for']} needs",
                      f"upgrade the Compose plugin to >= {need} (docker-compose-plugin, or `bash scripts/setup-host.sh`)")
     return Check("compose", PASS, f"Compose v2 ({version} >= {need})")
 

@@ -18,8 +18,9 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
     from kit.core.inputfiles import user_path
 
     model = preset.model
-    if model.is_local:
-        assert model.local_path is not None
+    if model.generate:
+        return load_model_spec(TINY_MODEL_PREFIX + model.generate)
+    if model.local_path is not None:
         candidates = [model.local_path]
         if base_dir is not None and not Path(model.local_path).is_absolute():
             candidates.insert(0, str(base_dir / model.local_path))
@@ -28,8 +29,6 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
             config, found = user_path(f"{candidate}/config.json")
             if found is not None and stat.S_ISREG(found.st_mode):
                 return load_model_spec(str(config.parent))
-        if model.generate:
-            return load_model_spec(TINY_MODEL_PREFIX + model.generate)
         return None
     return load_model_spec(model.id)
 

@@ -7,6 +7,7 @@ Each function cleans up what it started when it fails.
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from kit.core.write import write_files
 from kit.deploy.pipeline import Prepared
 from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
 from kit.run.smoke import Check, run_checks
-from kit.run.stack import SERVICE, Stack, ensure_tiny_model, require_free_port, write_smoke_env
+from kit.run.stack import SERVICE, Stack, require_free_port, write_smoke_env
 
 Progress = Callable[[str], None]
 
@@ -87,17 +88,32 @@ def ensure_router_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path |
 
 
 def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -> None:
+    """A host folder must hold a model before the stack starts. A generated model (model.generate) is made by the
+    stack's own model-make service, which `compose up` runs before the fetch and the server (the one path: `make run`,
+    `kit up`, `kit smoke` and a user's own `docker compose up` all make it there, as the server's non-root user)."""
     model = prepared.preset.model
-    if not model.is_local:
+    if model.local_path is None:
+        if model.generate and progress:
+            progress(f"the stack's model-make service makes the {model.generate} model in volume "
+                     f"{prepared.preset.runtime.models_volume} when it is missing")
         return
-    assert model.local_path is not None
     path = Path(model.local_path).expanduser()
     path = path if path.is_absolute() else out_dir / path
-    if model.generate:
-        ensure_tiny_model(path, prepared.image_ref, progress, kind=model.generate)
-    elif not (path / "config.json").is_file():
+    if not (path / "config.json").is_file():
         raise KitError(f"model.host_path {model.local_path}: no config.json in {path}",
                        hint="point model= at a model directory")
+
+
+def make_generated_model(prepared: Prepared, stack: Stack, progress: Progress | None) -> None:
+    """The stack's own model-make, on its own (`kit fetch` runs model-fetch without its dependencies): the same
+    service `compose up` runs first, so there is one way the generated model is made."""
+    if not prepared.deployment.model_make_command:
+        return
+    from kit.deploy.render import MODEL_MAKE_SERVICE
+
+    if progress:
+        progress(f"making the generated model if it is missing: {shlex.join(stack.argv('run', '--rm', '--no-deps', '-T', MODEL_MAKE_SERVICE))}")
+    stack.run("run", "--rm", "--no-deps", "-T", MODEL_MAKE_SERVICE)
 
 
 @dataclass

@@ -21,7 +21,10 @@ from tests.integration.conftest import BASE_IMAGE, free_port
 def test_every_smoke_check_passes(cpu_stack):
     checks = run_checks(cpu_stack.stack, cpu_stack.prepared, cpu_stack.env, cpu_stack.port)
     assert all(c.ok for c in checks), format_table(checks)
-    assert len(checks) == 11
+    # 11 before the model manifest (skipped: a generated model) and the front door's refusals
+    names = [c.name for c in checks]
+    assert len(names) == len(set(names)) == 13, names
+    assert "the front door refuses routes beyond the inference API" in names
 
 
 def test_kv_cache_log_equals_the_plan(cpu_stack):
@@ -125,7 +128,7 @@ def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_cl
         capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout)["data"]
-    assert report["ok"] and len(report["checks"]) == 11
+    assert report["ok"] and len(report["checks"]) == 13
     # Nothing it started is left: containers, networks, volumes of its project.
     leftovers = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("kit-smoke-cpu-")]
     networks = [n.name for n in docker_client.networks.list() if n.name.startswith("kit-smoke-cpu-")]
@@ -190,3 +193,28 @@ def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_
     assert lines[3].split() == ["CapEff:", "0000000000000000"]
     assert f"HF_TOKEN={cpu_stack.env['HF_TOKEN']}" in lines
     assert not any(line.startswith("VLLM_API_KEY=") for line in lines)
+
+
+def test_model_make_ran_as_the_server_user_into_a_volume_the_server_cannot_write(cpu_stack):
+    """Issue 23 item 5: the stack's own model-make made the model (no docker run beside it), as the non-root uid, into
+    the models volume; the server reads it there and cannot change it."""
+    d = cpu_stack.prepared.deployment
+    uid = str(d.run_user.uid)
+    make = cpu_stack.stack.container("model-make")  # exited, kept by compose
+    make.reload()
+    assert make.attrs["Config"]["User"] == f"{uid}:{d.run_user.gid}" and uid != "0"
+    assert make.attrs["State"]["Status"] == "exited" and make.attrs["State"]["ExitCode"] == 0
+    host_config = make.attrs["HostConfig"]
+    assert host_config["CapDrop"] == ["ALL"] and not host_config.get("CapAdd") and host_config["ReadonlyRootfs"] is True
+    volume = f"{cpu_stack.stack.project}_{cpu_stack.prepared.preset.runtime.models_volume}"
+    assert [m["Name"] for m in make.attrs["Mounts"] if m["Type"] == "volume"] == [volume]
+    server = cpu_stack.stack.container()
+    mount = next(m for m in server.attrs["Mounts"] if m.get("Name") == volume)
+    assert mount["Destination"] == "/models" and mount["RW"] is False
+    owners = server.exec_run(["sh", "-c", f"stat -c %u {d.model_arg} {d.model_arg}/config.json"])
+    assert owners.exit_code == 0 and owners.output.decode().split() == [uid, uid], owners.output
+    for probe in (f"touch {d.model_arg}/kit-write-probe", f"rm {d.model_arg}/config.json", "mkdir /models/kit-probe"):
+        result = server.exec_run(["sh", "-c", probe])
+        assert result.exit_code != 0 and b"Read-only file system" in result.output, (probe, result.output)
+    assert server.exec_run(["test", "-f", f"{d.model_arg}/config.json"]).exit_code == 0
+    assert not (cpu_stack.out_dir / "models").exists()  # nothing written into the deployment folder

@@ -47,8 +47,9 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
         stack.run("up", "-d", "--no-build", SERVICE)
         ready = stack.wait_healthy(embed.deployment.runtime.healthcheck_start_period + 120, session_progress, service=SERVICE)
         session_progress(f"embedding server healthy in {ready:.0f} s")
-        assert json.loads((out / "models" / "tiny-qwen3-embed" / "config.json").read_text())["architectures"] == \
-            ["Qwen3ForCausalLM"]
+        made = stack.container(SERVICE).exec_run(["cat", "/models/tiny-qwen3-embed/config.json"])  # its own volume
+        assert made.exit_code == 0 and json.loads(made.output)["architectures"] == ["Qwen3ForCausalLM"]
+        assert not (out / "models").exists()
 
         status, text = http("POST", f"http://127.0.0.1:{embed_port}/v1/embeddings", key=env["VLLM_API_KEY"],
                             body={"model": "tiny-embed", "input": ["one", "two words", "and three words"]})

@@ -92,7 +92,11 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
     try:
         up = shell(next_step, timeout=COMPOSE_TIMEOUT_S)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        assert (out / "models" / "tiny-llama" / "config.json").is_file()  # made by the stack's model-make service
+        # Made by the stack's model-make service, as the server's uid, in the stack's models volume (not in the folder).
+        owner = shell(f"cd {shlex.quote(str(out))} && docker compose exec -T vllm stat -c %u /models/tiny-llama/config.json",
+                      timeout=60)
+        assert owner.returncode == 0 and owner.stdout.strip() == "10001", owner.stdout + owner.stderr
+        assert not (out / "models").exists()
         models = get_json(f"http://127.0.0.1:{port}/v1/models")
         assert [m["id"] for m in models["data"]] == ["tiny-llama"]
         completion = get_json(f"http://127.0.0.1:{port}/v1/completions",

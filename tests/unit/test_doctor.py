@@ -196,12 +196,28 @@ def compose_facts(name: str) -> HostFacts:
     return facts(compose_version=CommandResult(["docker", "compose", "version", "--short"], 0, fixture(name)))
 
 
-def test_compose_must_be_2_24_for_optional_env_file():
+def test_compose_floor_is_the_include_element_with_that_reason():
+    """The floor names the feature that needs it (top-level `include:`), not the env_file form no render has now."""
     old = check_compose(compose_facts("compose-version-2.20.2.txt"))
-    assert old.status == FAIL and "Compose 2.20.2 is older than 2.24.0" in old.detail
-    assert "required: false" in old.detail and ">= 2.24.0" in old.fix
-    assert check_compose(compose_facts("compose-version-2.24.0.txt")).status == PASS
-    assert check_compose(compose_facts("compose-version-2.40.3.txt")).detail == "Compose v2 (2.40.3 >= 2.24.0)"
+    assert old.status == FAIL and "Compose 2.20.2 is older than 2.20.3" in old.detail
+    assert "`include:`" in old.detail and "required: false" not in old.detail and ">= 2.20.3" in old.fix
+    assert check_compose(compose_facts("compose-version-2.20.3.txt")).status == PASS
+    assert check_compose(compose_facts("compose-version-2.40.3.txt")).detail == "Compose v2 (2.40.3 >= 2.20.3)"
+
+
+def test_the_compose_floor_covers_every_rendered_top_level_key():
+    """A rendered file's top-level keys are ones Compose 2.20.3 reads; a new one must move the floor (and its reason)."""
+    import yaml
+
+    from kit.deploy.pipeline import prepare
+    from kit.deploy.render import Companion
+
+    main = prepare("cpu")
+    other = prepare("cpu-embed")
+    files = __import__("kit.deploy.render", fromlist=["render"]).render(
+        main.deployment, companions=(Companion(other.deployment),), profiles=("webui",))
+    keys = {k for name, text in files.items() if name.startswith("compose") for k in yaml.safe_load(text)}
+    assert keys == {"include", "services", "volumes"}
 
 
 def test_runtime_hook_on_path_serves_gpu_requests_without_a_registered_runtime():

@@ -196,7 +196,7 @@ def test_side_by_side_stack_runs_both_servers_on_one_image():
     door_cfg = files["door/haproxy-cpu-embed.cfg"]
     assert "server api vllm-cpu-embed:8000" in door_cfg and "path /v1/embeddings" in door_cfg
     assert "path /v1/completions" not in door_cfg
-    assert set(other["volumes"]) == {"hf-cache-cpu-embed", "vllm-cache-cpu-embed"}
+    assert set(other["volumes"]) == {"hf-cache-cpu-embed", "vllm-cache-cpu-embed", "models-cpu-embed"}
     assert not set(other["volumes"]) & set(main["volumes"])
     companion = prepared.companions[0]
     assert companion.name == "cpu-embed" and companion.files is files

@@ -8,6 +8,7 @@ import yaml
 
 from kit.config.preset import preset_names
 from kit.core.datafiles import load_yaml
+from kit.deploy import deployment as dep
 from kit.deploy.deployment import LAUNCHER_DIR, WATCHDOG_FILE
 from kit.deploy.pipeline import prepare
 
@@ -90,6 +91,73 @@ def test_k8s_containers_are_read_only_with_writable_empty_dirs(preset, overrides
         for container in pod["containers"] + pod.get("initContainers", []):
             sec = container["securityContext"]
             assert sec["readOnlyRootFilesystem"] is True and sec["allowPrivilegeEscalation"] is False
-            assert sec["capabilities"]["drop"] == ["ALL"] and sec["capabilities"].get("add") == cap_add
+            wanted = None if container["name"] == "model-make" else cap_add  # it binds nothing to NUMA nodes
+            assert sec["capabilities"]["drop"] == ["ALL"] and sec["capabilities"].get("add") == wanted
             writable = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in empty_dirs}
             assert {"/tmp", p.deployment.runtime.run_user.home} <= set(writable), container["name"]
+
+
+def one_shots(files: dict[str, str]) -> dict[str, dict]:
+    return {f"{rel}:{name}": svc for rel, text in files.items() if rel.startswith("compose") and rel.endswith(".yaml")
+            for name, svc in yaml.safe_load(text)["services"].items() if name.startswith(("model-fetch", "model-make"))}
+
+
+@pytest.mark.parametrize("overrides", [[], CLUSTER, ["runtime.replicas=2"]], ids=["one", "nodes2", "replicas2"])
+@pytest.mark.parametrize("preset", ["cpu", "cpu-embed"])
+def test_model_make_runs_non_root_hardened_into_the_kits_volume_read_only_to_the_server(preset, overrides):
+    """Issue 23 item 5: the generated model is made as the server's uid, with no capability, in the stack's own named
+    volume, which the fetch and the server mount read-only; nothing writes into a host folder."""
+    prepared = prepare(preset, overrides)
+    d, volume = prepared.deployment, prepared.preset.runtime.models_volume
+    shots = one_shots(prepared.files)
+    makes = [svc for name, svc in shots.items() if ":model-make" in name]
+    assert len(makes) == 1  # one per stack: a one-host cluster overlays its two files, and the head's makes it
+    for make in makes:
+        assert make["user"] == f"{d.run_user.uid}:{d.run_user.gid}" != "0:0" and d.run_user.uid != 0
+        assert make["cap_drop"] == ["ALL"] and "cap_add" not in make
+        assert make["security_opt"] == ["no-new-privileges:true"] and make["read_only"] is True
+        assert make["tmpfs"] == ["/tmp:size=2g"] and make["pids_limit"] > 0 and make["network_mode"] == "none"
+        model_mount, script = make["volumes"]
+        assert model_mount == f"{volume}:{dep.MODEL_MAKE_DIR}" and script.endswith(":ro")
+        assert make["entrypoint"][2] == f"{dep.MODEL_MAKE_DIR}/{d.model_arg.rsplit('/', 1)[1]}"
+    readers = [svc for name, svc in shots.items() if ":model-fetch" in name] + list(services(prepared.files).values())
+    for svc in readers:  # the fetch, servers, Ray nodes; the router and profiles' services do not mount it at all
+        model = [m for m in svc.get("volumes", []) if m.split(":", 1)[0] == volume]
+        if svc.get("image", "").startswith(d.image_repository):
+            assert model == [f"{volume}:{dep.MODELS_DIR}:ro"], svc["volumes"]
+        assert not any(m.startswith(("./models", "/")) for m in svc.get("volumes", []))  # no host model folder
+    for rel, text in prepared.files.items():
+        if rel.startswith("compose") and rel.endswith(".yaml"):
+            assert volume in yaml.safe_load(text)["volumes"]
+
+
+def test_a_host_folder_model_stays_a_read_only_bind_mount_with_no_model_make(tmp_path):
+    prepared = prepare("cpu", ["model.host_path=./models/mine", "model.id=mine", "model.generate=null"])
+    doc = yaml.safe_load(prepared.files["compose.yaml"])
+    assert set(doc["services"]) == {"model-fetch", "vllm", "door"} and set(doc["volumes"]) == {"hf-cache", "vllm-cache"}
+    for name in ("model-fetch", "vllm"):
+        assert "./models/mine:/models/mine:ro" in doc["services"][name]["volumes"]
+    assert not [v for v in doc["services"]["door"]["volumes"] if "models" in v]  # the door reads its config only
+    assert "tinymodel.py" not in prepared.files
+
+
+def test_k8s_makes_a_generated_model_in_an_init_container_read_only_to_the_rest():
+    p = prepare("cpu", target="k8s")
+    pod = yaml.safe_load(p.files["k8s/deployment.yaml"])["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    make, fetch = pod["initContainers"]
+    assert (make["name"], fetch["name"]) == ("model-make", "model-fetch")
+    assert make["command"][2] == p.deployment.model_arg and make["command"][-1] == "--if-missing"
+    assert make["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert not any("valueFrom" in e for e in make["env"])  # no secret reaches it
+    assert {"name": "models", "mountPath": dep.MODELS_DIR} in make["volumeMounts"]
+    for container in [fetch, *pod["containers"]]:
+        assert {"name": "models", "mountPath": dep.MODELS_DIR, "readOnly": True} in container["volumeMounts"]
+    script = yaml.safe_load(p.files["k8s/model-make-configmap.yaml"])
+    assert "def make_tiny_model" in script["data"][dep.TINY_MODEL_FILE]
+    assert "model-make-configmap.yaml" in yaml.safe_load(p.files["k8s/kustomization.yaml"])["resources"]
+    # A host folder stays a read-only claim, filled by hand, with no init container to write it.
+    folder = prepare("cpu", ["model.host_path=./models/mine", "model.id=mine", "model.generate=null"], target="k8s")
+    pod = yaml.safe_load(folder.files["k8s/deployment.yaml"])["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["model-fetch"]
+    assert next(v for v in pod["volumes"] if v["name"] == "models")["persistentVolumeClaim"]["readOnly"] is True

@@ -142,7 +142,7 @@ def test_serve_arguments_are_a_list_with_served_name(rendered):
     cpu = compose_of(rendered["cpu"].files)
     # The CPU build starts the API server module (its `vllm` script fails), which takes --model.
     assert cpu["command"][:4] == ["--model", "/models/tiny-llama", "--served-model-name", "tiny-llama"]
-    assert "./models/tiny-llama:/models/tiny-llama:ro" in cpu["volumes"]
+    assert "models:/models:ro" in cpu["volumes"]  # the generated model's own volume, read-only
 
 
 def test_override_maps_to_flag():

@@ -51,7 +51,7 @@ def test_cpu_replicas_sit_behind_the_router_on_the_preset_port():
         # its own compile cache, the one HF cache
         assert f"vllm-cache-{i}:/home/vllm/.cache/vllm" in replica["volumes"]
         assert "hf-cache:/home/vllm/.cache/huggingface" in replica["volumes"]
-    assert set(doc["volumes"]) == {"hf-cache", "vllm-cache-1", "vllm-cache-2", "vllm-cache-3"}
+    assert set(doc["volumes"]) == {"hf-cache", "vllm-cache-1", "vllm-cache-2", "vllm-cache-3", "models"}
     argv = router["command"]
     urls = argv[argv.index("--worker-urls") + 1:argv.index("--policy")]
     assert urls == ["http://vllm-1:8000", "http://vllm-2:8000", "http://vllm-3:8000"]

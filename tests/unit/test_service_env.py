@@ -178,7 +178,7 @@ def test_a_required_key_is_not_optional_on_kubernetes():
     server = pod["containers"][0]
     ref = next(e for e in server["env"] if e["name"] == "VLLM_API_KEY")["valueFrom"]["secretKeyRef"]
     assert ref["optional"] is False
-    fetch = pod["initContainers"][0]
+    fetch = next(c for c in pod["initContainers"] if c["name"] == "model-fetch")
     assert next(e for e in fetch["env"] if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]["optional"] is True
 
 

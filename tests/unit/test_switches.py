@@ -172,11 +172,14 @@ def test_a_path_as_model_id_is_refused_with_the_field_to_use(path):
     assert "override model.id: is a host path: a model folder goes in model.host_path (mounted read-only)" in result.output
 
 
-def test_host_path_must_be_a_path_and_generate_needs_it():
+def test_host_path_must_be_a_path_and_generate_never_writes_into_it():
     result = validate("model.host_path=models/m")
     assert result.exit_code == 1 and "override model.host_path: must be a path" in result.output
-    result = validate("model.host_path=null")  # the cpu preset generates its model: it needs the folder
-    assert result.exit_code == 1 and "generate needs model.host_path" in result.output
+    # The cpu preset generates its model into the kit's own volume: a host folder beside it is refused, not written.
+    result = validate("model.host_path=./models/mine")
+    assert result.exit_code == 1 and "generate makes the model in the stack's own volume" in result.output
+    assert "model.generate=null" in result.output
+    assert validate("model.host_path=./models/mine", "model.generate=null").exit_code == 0
 
 
 def test_model_swap_on_the_command_line_sets_the_field_for_a_folder(tmp_path):
