@@ -173,11 +173,12 @@ def test_hung_server_is_restarted_by_the_watchdog(cpu_stack):
 
 
 def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_stack):
-    """The host folder with the model is mounted read-only in the server and the fetch (a write from inside fails);
+    """The model (the stack's models volume here; a host folder with model.host_path) is mounted read-only in the
+    server and the fetch (a write from inside fails);
     the fetch runs as the non-root user with no capabilities on a read-only root; the server's environment holds
     the API key but not the fetch's HF token, and the fetch's the token but not the key (no shared env_file)."""
     container = cpu_stack.stack.container()
-    model = cpu_stack.prepared.deployment.serve.model_mount[1]
+    model = cpu_stack.prepared.deployment.model_arg  # the folder the server is given, e.g. /models/tiny-llama
     write = container.exec_run(["sh", "-c", f"touch {model}/kit-write-probe"])
     assert write.exit_code != 0 and b"Read-only file system" in write.output
     server_env = container.exec_run(["env"]).output.decode()

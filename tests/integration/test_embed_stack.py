@@ -17,9 +17,10 @@ from kit.deploy.pipeline import prepare
 from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, format_table, http, run_checks
 from kit.run.stack import Stack, write_smoke_env
 from kit.run.workflow import render_into
-from tests.integration.conftest import BASE_IMAGE, free_port, session_progress
+from tests.integration.conftest import BASE_IMAGE, DOOR_START_S, door_request, free_port, session_progress
 
 SERVICE = "vllm-cpu-embed"
+DOOR = "door-cpu-embed"  # its own front door: the only published port (kit/deploy/door.py)
 
 
 def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
@@ -44,9 +45,10 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
     try:
         # From compose.yaml (the include resolves the service); compose runs its one-shots first: model-make makes
         # the tiny Qwen3 embedder with the image's transformers, then model-fetch checks it is there.
-        stack.run("up", "-d", "--no-build", SERVICE)
+        stack.run("up", "-d", "--no-build", SERVICE, DOOR)
         ready = stack.wait_healthy(embed.deployment.runtime.healthcheck_start_period + 120, session_progress, service=SERVICE)
         session_progress(f"embedding server healthy in {ready:.0f} s")
+        wait_for_door(embed_port)
         made = stack.container(SERVICE).exec_run(["cat", "/models/tiny-qwen3-embed/config.json"])  # its own volume
         assert made.exit_code == 0 and json.loads(made.output)["architectures"] == ["Qwen3ForCausalLM"]
         assert not (out / "models").exists()
@@ -68,7 +70,7 @@ def test_embedding_server_beside_the_chat_server(cpu_image, tmp_path):
         assert not by_name[EMBEDDINGS].skipped and not by_name[RERANK].skipped
         # Only this service's containers ran: the chat server was not started.
         running = {c.labels["com.docker.compose.service"] for c in stack_containers(stack)}
-        assert running == {"model-make-cpu-embed", "model-fetch-cpu-embed", SERVICE}
+        assert running == {"model-make-cpu-embed", "model-fetch-cpu-embed", SERVICE, DOOR}
     finally:
         stack.down(volumes=True)
         session_progress(f"embedding stack test took {time.monotonic() - started:.0f} s")
@@ -79,3 +81,16 @@ def stack_containers(stack: Stack):
 
     return docker_client().containers.list(all=True, filters={
         "label": f"com.docker.compose.project={stack.project}"})
+
+
+def wait_for_door(port: int) -> None:
+    """The door starts once its server is healthy and may still be binding its port: poll /health, bounded."""
+    deadline = time.monotonic() + DOOR_START_S
+    while True:
+        try:
+            if door_request(port, "GET", "/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"the door on 127.0.0.1:{port} did not answer /health in {DOOR_START_S} s"
+        time.sleep(0.5)

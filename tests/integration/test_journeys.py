@@ -148,7 +148,7 @@ def test_add_ons_added_and_removed(tmp_path):
     assert not (out / "monitoring").exists()  # its files and the folders they were in
     config = shell("docker compose config --services", cwd=out)
     assert config.returncode == 0, config.stderr
-    assert set(config.stdout.split()) == {"model-make", "model-fetch", "vllm"}
+    assert set(config.stdout.split()) == {"model-make", "model-fetch", "vllm", "door"}
 
 
 def test_kubernetes_from_render_to_kustomize(tmp_path):
