@@ -64,7 +64,8 @@ test-integration: setup  ## real builds and containers
 	$(PYTHON) -m pytest -m integration $(PYTEST_ARGS)
 
 run: setup-run  ## bring up PRESET (default cpu, with a locally made model) detached on 127.0.0.1:PORT
-	VLLM_KIT_PROG=$(VENV)/bin/kit $(VENV)/bin/kit up preset=$(PRESET) $(if $(MODEL),model=$(MODEL)) --out $(RUN_DIR) --port $(PORT) \
+	door=$$(bash scripts/door-image.sh $(VENV)/bin/python $(BASE_IMAGE)) && \
+	VLLM_KIT_DOOR_IMAGE=$$door VLLM_KIT_PROG=$(VENV)/bin/kit $(VENV)/bin/kit up preset=$(PRESET) $(if $(MODEL),model=$(MODEL)) --out $(RUN_DIR) --port $(PORT) \
 		--wheelhouse $(WHEELHOUSE) $(if $(filter cpu,$(PRESET)),--base-image $(BASE_IMAGE))
 
 down:  ## stop the stack started by `make run` and remove its containers
