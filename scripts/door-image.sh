@@ -7,7 +7,7 @@
 set -euo pipefail
 python=${1:?python}; base=${2:?base image}
 root=$(cd "$(dirname "$0")/.." && pwd)
-pinned=$("$python" -c 'from kit.core.datafiles import load_yaml; i = load_yaml("door.yaml")["image"]; print(f"{i[\"repository\"]}:{i[\"tag\"]}@{i[\"digest\"]}")')
+pinned=$("$python" -c 'from kit.core.datafiles import load_yaml; i = load_yaml("door.yaml")["image"]; print("{repository}:{tag}@{digest}".format(**i))')
 if docker image inspect "$pinned" >/dev/null 2>&1 || docker pull -q "$pinned" >/dev/null 2>&1; then
     exit 0
 fi
@@ -22,5 +22,5 @@ trap 'rm -rf "$context"' EXIT
 cp "$root/tests/integration/standins/haproxy/Dockerfile" "$context/Dockerfile"
 mkdir "$context/debs" && cp "$debs"/*.deb "$context/debs/"
 echo "door-image: $pinned cannot be pulled here; the door runs $tag (Debian's haproxy on $base)" >&2
-docker build -q --build-arg "BASE_IMAGE=$base" -t "$tag" "$context" >/dev/null
+docker build -q --build-arg "BASE_IMAGE=$base" -t "$tag" "$context" >/dev/null 2>"$context/build.log" || { cat "$context/build.log" >&2; exit 1; }
 echo "$tag"
