@@ -30,7 +30,10 @@ def test_ps_status_and_logs_of_the_running_stack(cpu_stack):
     code, env = kit_json("ps", "--out", out)
     server = next(r for r in env["data"] if r["service"] == "vllm")
     assert code == 0 and server["project"] == cpu_stack.stack.project and server["state"] == "running"
-    assert f"127.0.0.1:{cpu_stack.port}->" in server["ports"]
+    # The server publishes nothing; its front door holds the stack's one published port (kit/deploy/door.py).
+    assert server["ports"] == ""
+    door = next(r for r in env["data"] if r["service"] == "door")
+    assert door["state"] == "running" and f"127.0.0.1:{cpu_stack.port}->" in door["ports"]
 
     code, env = kit_json("status", "--out", out)
     data = env["data"]
