@@ -291,11 +291,13 @@ setup_registry() {
     fi
 }
 
-# --- 7. Prometheus for the monitoring test ---------------------------------
-setup_prometheus() {
-    local debs="${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs"
-    if compgen -G "$debs/prometheus_*.deb" >/dev/null; then
-        log "prometheus .deb present in $debs"
+# Downloads Debian packages into a cache folder once: apt-get download DIR WHAT PACKAGES... (skipped when a
+# DIR/<first package>_*.deb is already there). Only their files are used, unpacked into stand-in images.
+download_debs() {
+    local debs=$1 what=$2
+    shift 2
+    if compgen -G "$debs/${1}_*.deb" >/dev/null; then
+        log "$1 .deb present in $debs"
         return 0
     fi
     mkdir -p "$debs"
@@ -304,30 +306,22 @@ setup_prometheus() {
         as_root apt-get update -qq
         APT_UPDATED=1
     fi
-    log "apt-get download prometheus -> $debs (about 20 MB; only its binaries are used)"
+    log "apt-get download $* -> $debs ($what)"
     # apt-get download writes into the current directory; as root apt warns that its _apt user cannot write
     # there, which is harmless.
-    (cd "$debs" && apt-get download -q prometheus >&2)
+    (cd "$debs" && apt-get download -q "$@" >&2)
+}
+
+# --- 7. Prometheus for the monitoring test ---------------------------------
+setup_prometheus() {
+    download_debs "${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs" "about 20 MB; only its binaries are used" prometheus
 }
 
 # --- 8. HAProxy for the front door's stand-in -------------------------------
 # The haproxy package and the libraries it needs beyond the base image (tests/integration/standins/haproxy/).
-HAPROXY_DEBS="haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1"
 setup_haproxy() {
-    local debs="${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs/haproxy"
-    if compgen -G "$debs/haproxy_*.deb" >/dev/null; then
-        log "haproxy .debs present in $debs"
-        return 0
-    fi
-    mkdir -p "$debs"
-    if [ "$APT_UPDATED" -eq 0 ]; then
-        log "apt-get update (reading the package lists)"
-        as_root apt-get update -qq
-        APT_UPDATED=1
-    fi
-    log "apt-get download $HAPROXY_DEBS -> $debs (about 3 MB)"
-    # shellcheck disable=SC2086 # a list of package names
-    (cd "$debs" && apt-get download -q $HAPROXY_DEBS >&2)
+    download_debs "${KIT_CACHE_DIR:-$HOME/.cache/vllm-kit}/debs/haproxy" "about 3 MB" \
+        haproxy liblua5.3-0 libopentracing-c-wrapper0 libopentracing1
 }
 
 main() {
