@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan golden schema lint clean webui-e2e
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan bench-start golden schema lint clean webui-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -101,6 +101,9 @@ bench-size: install  ## slim images' size breakdown vs the official image's publ
 
 bench-plan: install  ## memory planner error against real vLLM start-up logs
 	$(PYTHON) bench/plan_accuracy.py
+
+bench-start: install  ## where a start goes (import, weights, compile, profile, graphs, API), first start vs restart, from recorded logs
+	$(PYTHON) bench/start_report.py
 
 .PHONY: bench-cli
 bench-cli: install  ## CLI start-up (--help, completion, render) against `python -c pass`: medians and ratios

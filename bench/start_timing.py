@@ -110,7 +110,7 @@ def tensor_specs(config: dict, quant: dict | None) -> list[tuple[str, list[int],
     return specs
 
 
-def make_tensor(name: str, shape: list[int], dtype: str):  # noqa: ANN201
+def make_tensor(name: str, shape: list[int], dtype: str):
     import torch
 
     dt = getattr(torch, dtype)
@@ -139,7 +139,7 @@ def write_hub_model(hf_home: Path, key: str) -> dict:
     config = {k: v for k, v in json.loads(catalog_path(model["id"]).read_text()).items() if not k.startswith("_")}
     specs = tensor_specs(config, config.get("quantization_config"))
     per_shard = -(-len(specs) // model["shards"])
-    revision = hashlib.sha1(model["id"].encode()).hexdigest()  # a commit-shaped name; no hub to ask
+    revision = hashlib.sha1(model["id"].encode(), usedforsecurity=False).hexdigest()  # commit-shaped; no hub here
     blobs, snap = repo / "blobs", repo / "snapshots" / revision
     blobs.mkdir(parents=True, exist_ok=True)
     snap.mkdir(parents=True, exist_ok=True)
@@ -254,7 +254,8 @@ def case_env(case: dict, work: Path, run_dir: Path) -> dict[str, str]:
     if case["volumes"] == "kit":
         from kit.deploy.startcache import cache_env
 
-        env.update(cache_env(str(cache / "vllm")))
+        folders, switches = cache_env(str(cache / "vllm"), gpu=True, vllm_version="0.33.0")
+        env.update(folders, **switches)
         if case.get("flashinfer"):
             env["FLASHINFER_WORKSPACE_BASE"] = str(work / "cache" / case["flashinfer"] / "vllm")
     env["VLLM_ENABLE_STARTUP_PLAN"] = "1" if case.get("plan") else "0"

