@@ -51,7 +51,7 @@ def row(label: str, phases, ready: float | None, first_token: float | None, jit:
 
 
 def header() -> str:
-    return f"  {'case':<20}" + "".join(f"{SHORT[name]:>8}" for name, _w, _m in PHASES) + \
+    return f"  {'case':<20}" + "".join(f"{SHORT[name]:>8}" for name, *_rest in PHASES) + \
         f" {'ready':>7} {'token':>7} {'jit':>6}"
 
 

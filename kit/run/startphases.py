@@ -13,10 +13,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-# (phase, what it covers, end marker). Order is vLLM's start-up order.
-PHASES: list[tuple[str, str, str]] = [
+# (phase, what it covers, end marker[, fallback marker]). Order is vLLM's start-up order. A fallback is looked for
+# only where the marker never comes (the CPU worker reports loading its weights, not the model).
+PHASES: list[tuple[str, ...]] = [
     ("import", "Python imports of the API server, up to vLLM's banner",
-     r"\[startup\.py:\d+\].*version \d+\.\d+|vLLM API server version"),
+     r"█ +version \d+\.\d+|vLLM API server version"),
     ("model config", "model config; on a first start the model-registry inspection subprocess",
      r"Resolved architecture:"),
     ("engine process", "the engine core process: its start and imports",
@@ -24,7 +25,7 @@ PHASES: list[tuple[str, str, str]] = [
     ("engine setup", "device, distributed and platform set-up",
      r"Loading model from scratch|Starting to load model|Loading weights|Loading safetensors checkpoint"),
     ("weights", "model init and weight load, as vLLM reports it",
-     r"Model loading took"),
+     r"Model loading took", r"Loading weights took"),
     ("compile", "torch.compile: Dynamo and inductor, or the AOT artefacts loaded",
      r"torch\.compile took|\[backbone\] torch\.compile"),
     ("memory profile", "profile run and CUDA-graph memory estimate (skipped with a startup plan)",
@@ -114,9 +115,13 @@ def breakdown(lines: list[tuple[float, str]]) -> StartBreakdown:
     result = StartBreakdown(last_line_s=lines[-1][0] if lines else None)
     start = 0.0
     index = 0
-    for name, what, marker in PHASES:
-        pattern = re.compile(marker)
-        end_index = next((i for i in range(index, len(lines)) if pattern.search(lines[i][1])), None)
+    for name, what, *markers in PHASES:
+        end_index = None
+        for marker in markers:
+            pattern = re.compile(marker)
+            end_index = next((i for i in range(index, len(lines)) if pattern.search(lines[i][1])), None)
+            if end_index is not None:
+                break
         if end_index is None:
             result.phases.append(Phase(name, what, start, start))
             continue
