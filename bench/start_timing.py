@@ -254,8 +254,7 @@ def case_env(case: dict, work: Path, run_dir: Path) -> dict[str, str]:
     if case["volumes"] == "kit":
         from kit.deploy.startcache import cache_env
 
-        folders, switches = cache_env(str(cache / "vllm"), gpu=True, vllm_version="0.33.0")
-        env.update(folders, **switches)
+        env.update(cache_env(str(cache / "vllm"), gpu=True, vllm_version="0.33.0"))
         if case.get("flashinfer"):
             env["FLASHINFER_WORKSPACE_BASE"] = str(work / "cache" / case["flashinfer"] / "vllm")
     env["VLLM_ENABLE_STARTUP_PLAN"] = "1" if case.get("plan") else "0"

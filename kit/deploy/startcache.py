@@ -8,13 +8,15 @@ from kit.core.datafiles import load_yaml
 from kit.core.versions import version
 
 
-def cache_env(vllm_cache: str, *, gpu: bool, vllm_version: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(cache folders, switches): the environment that puts every cache vLLM can reuse below `vllm_cache` (the
-    volume's mount point), and the switches the kit sets unless runtime.env does."""
+def cache_env(vllm_cache: str, *, gpu: bool, vllm_version: str, startup_plan: bool = True) -> dict[str, str]:
+    """The environment that puts every cache vLLM can reuse below `vllm_cache` (the volume's mount point), and the
+    switches (``startup_plan``: runtime.startup_plan)."""
     data = load_yaml("startcache.yaml")
     backend = "gpu" if gpu else "cpu"
     folders = {name: (join(vllm_cache, row["folder"]) if row["folder"] else vllm_cache)
                for name, row in data["caches"].items() if backend in row["backends"]}
+    wanted = {"VLLM_ENABLE_STARTUP_PLAN": startup_plan}
     switches = {name: str(row["value"]) for name, row in data["switches"].items()
-                if backend in row["backends"] and version(vllm_version) >= version(str(row["since"]))}
-    return folders, switches
+                if wanted.get(name, True) and backend in row["backends"]
+                and version(vllm_version) >= version(str(row["since"]))}
+    return {**folders, **switches}
