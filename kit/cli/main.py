@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadtest": ("kit.cli.loadtest:loadtest", "Load-test a running stack."),
     "fetch": ("kit.cli.fetch:fetch", "Download what vLLM will read into the HF cache volume."),
     "up": ("kit.cli.up:up", "Render, build, start detached and wait until it answers."),
+    "warm": ("kit.cli.warm:warm", "Fill a deployment's caches before its first start."),
     "down": ("kit.cli.up:down", "Stop a stack started by `kit up` and remove its containers."),
     "ps": ("kit.cli.ops:ps", "List a stack's containers: kit ps --out DIR."),
     "logs": ("kit.cli.ops:logs", "Print a stack's logs: kit logs [-f] [SERVICE] --out DIR."),

@@ -82,9 +82,9 @@ class Stack:
             raise SmokeError(f"no {service} container in compose project {self.project}")
         return found[0]
 
-    def logs_tail(self, lines: int = 40) -> str:
+    def logs_tail(self, lines: int = 40, service: str = SERVICE) -> str:
         try:
-            return self.container().logs(tail=lines).decode("utf-8", errors="replace")
+            return self.container(service).logs(tail=lines).decode("utf-8", errors="replace")
         except Exception as exc:  # noqa: BLE001 - best effort on a failure path
             return f"(no logs: {exc})"
 

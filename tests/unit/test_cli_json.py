@@ -90,7 +90,7 @@ def test_plan_text_says_by_how_much_it_does_not_fit():
 @pytest.mark.parametrize("args", [
     ["build", "preset=nope"], ["lock", "preset=nope"], ["push", "preset=nope", "--registry", "127.0.0.1:1"],
     ["smoke", "preset=nope"], ["probe", "preset=nope"], ["fetch", "preset=nope"], ["up", "preset=nope", "--out", "x"],
-    ["wheelhouse", "preset=nope", "wh"], ["doctor", "preset=nope"], ["render", "preset=nope"],
+    ["warm", "preset=nope", "--out", "x"], ["wheelhouse", "preset=nope", "wh"], ["doctor", "preset=nope"], ["render", "preset=nope"],
 ], ids=lambda a: a[0])
 def test_user_errors_are_the_envelope_with_exit_1(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
