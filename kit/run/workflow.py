@@ -148,8 +148,11 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
     try:
         if progress:
             progress(f"starting compose project {project} on {rt.bind_address}:{rt.port}")
+        # From before `up`: compose itself waits for the server's health when the door depends on it.
+        started = time.monotonic()
         stack.up()
-        ready = stack.wait_healthy(deadline, progress, service=front)
+        stack.wait_healthy(deadline, progress, service=front)
+        ready = time.monotonic() - started
     except BaseException as exc:
         tail = stack.logs_tail(30)
         stack.down(volumes=False)
