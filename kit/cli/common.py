@@ -271,6 +271,26 @@ def deployment_options(func):
     return func
 
 
+def start_options(out_help: str):  # noqa: ANN201 - a click decorator
+    """What a command that builds and starts a stack takes (kit up, kit warm): the folder, the port, the build's
+    inputs, and the overrides of the write and the fit checks."""
+    def decorate(func):
+        for option in reversed([
+            click.option("--out", "out_dir", type=PathOption(folder=True), required=True, help=out_help),
+            click.option("--port", type=click.IntRange(1, 65535),
+                         help="Host port (default: the preset's); recorded as runtime.port."),
+            click.option("--wheelhouse", type=PathOption(folder=True),
+                         help="Offline build from this wheelhouse (filled if empty)."),
+            click.option("--base-image", metavar="REF", help="Build on this base instead of the table's."),
+            click.option("--force", is_flag=True, help="Overwrite render files you edited."),
+            click.option("--allow-no-fit", is_flag=True,
+                         help="Start although the memory plan says vLLM would not start."),
+        ]):
+            func = option(func)
+        return func
+    return decorate
+
+
 def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, *,
                        port: int | None = None, target: str | None = None, base_image: str | None = None,
                        with_profiles: tuple[str, ...] = (), without: tuple[str, ...] = (),

@@ -7,18 +7,12 @@ from pathlib import Path
 import click
 
 from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
-    standard_options
+    standard_options, start_options
 
 
 @click.command()
 @preset_arguments
-@click.option("--out", "out_dir", type=PathOption(folder=True), required=True,
-              help="The deployment folder (rendered again from its record, or from the preset).")
-@click.option("--port", type=click.IntRange(1, 65535), help="Host port (default: the preset's); recorded as runtime.port.")
-@click.option("--wheelhouse", type=PathOption(folder=True), help="Offline build from this wheelhouse (filled if empty).")
-@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
-@click.option("--force", is_flag=True, help="Overwrite render files you edited.")
-@click.option("--allow-no-fit", is_flag=True, help="Start although the memory plan says vLLM would not start.")
+@start_options("The deployment folder (rendered again from its record, or from the preset).")
 @deployment_options
 @standard_options
 def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
