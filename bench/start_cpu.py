@@ -13,7 +13,6 @@ import argparse
 import http.client
 import json
 import lzma
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,14 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kit.deploy.pipeline import prepare
+from kit.run.probe import free_port
 from kit.run.stack import SERVICE, Stack, write_smoke_env
 from kit.run.workflow import render_into, start
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def container_of(out: Path, project: str) -> str:
