@@ -131,6 +131,14 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
                           fitted=True, phase=phase,
                           source="memory_accounting.compile_cold_gib: inductor's buffers in the first profile run on "
                                  "a cold compile cache (the plan charges the first start; a warm cache gives it back)"))
+        floor = float(rule.get("compile_cold_floor_gib", 0.0))
+        if floor:
+            # memory_accounting.compile_cold_floor_gib: a cold first profile run peaks at no less than this, whatever
+            # the token budget (a phase of its own: the peak is the larger of it and the others).
+            terms.append(Term(figure="activation", name="torch.compile, cold cache: the first run's floor (fitted)",
+                              bytes=floor * GIB, fitted=True, phase="compile",
+                              source="memory_accounting.compile_cold_floor_gib: the peak of a cold first profile "
+                                     "run at small token budgets, measured per release"))
     return terms
 
 

@@ -8,8 +8,10 @@ release charges it, and the estimate's fixed and per-graph parts, are kit/data/v
 
 from __future__ import annotations
 
+from kit.config.modelinfo import ModelSpec
 from kit.memory.inputs import GIB, Resolved
 from kit.memory.rules import rules_for
+from kit.memory.shape import moe_layers_in
 from kit.memory.terms import Term
 
 
@@ -24,18 +26,21 @@ def cuda_graph_count(max_num_seqs: int, vllm_version: str) -> int:
     return len(piecewise) + len(full)
 
 
-def cuda_graph_terms(r: Resolved) -> list[Term]:
-    """The CUDA-graph estimate charged to the KV budget on one rank (none where nothing is charged)."""
+def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range | None = None) -> list[Term]:
+    """The CUDA-graph estimate charged to the KV budget on one rank (none where nothing is charged). A stage with
+    fused-MoE layers takes `per_graph_gib_moe` where the release has one: its graphs keep the MoE path's buffers."""
     if not r.cuda_graph_charged:
         return []
     estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
     count = cuda_graph_count(r.max_num_seqs, r.vllm_version)
+    moe = model is not None and layers is not None and moe_layers_in(model, layers) > 0
+    key = "per_graph_gib_moe" if moe and "per_graph_gib_moe" in estimate else "per_graph_gib"
     fixed = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
                   fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate["base_gib"] else []
     return [
         *fixed,
         Term(figure="cuda_graph", name=f"graph pool, {count} graphs (fitted)",
-             bytes=estimate["per_graph_gib"] * count * GIB, fitted=True,
-             source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "
+             bytes=estimate[key] * count * GIB, fitted=True,
+             source=f"memory_accounting.cuda_graph_estimate.{key} x the graphs captured by default "
                     "(piecewise up to 512 tokens, full up to max_num_seqs)"),
     ]

@@ -135,7 +135,7 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         profiled = activation_terms(r, model, layers, last)
         activation = [t for t in profiled if t.figure == "activation"]
         non_torch = non_torch_terms(r, model) + [t for t in profiled if t.figure == "non_torch"]
-        graph = cuda_graph_terms(r)
+        graph = cuda_graph_terms(r, model, layers)
         terms += activation + non_torch + graph
         figures = (peak_bytes(activation), sum(t.bytes for t in non_torch), sum(t.bytes for t in graph))
         requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
