@@ -15,32 +15,55 @@ from kit.memory.shape import moe_layers_in
 from kit.memory.terms import Term
 
 
-def cuda_graph_count(max_num_seqs: int, vllm_version: str) -> int:
+def cuda_graph_counts(max_num_seqs: int, vllm_version: str) -> tuple[int, int]:
     """Graphs vLLM captures by default (vllm/config/vllm.py `_set_cudagraph_sizes`; kit/data/vllm.yaml
-    `cuda_graph_capture`): piecewise for every capture size up to the largest, full ones up to max_num_seqs."""
+    `cuda_graph_capture`), as (piecewise, full): piecewise for every capture size up to the largest, full ones for
+    the sizes up to max_num_seqs."""
     capture = rules_for(vllm_version)["cuda_graph_capture"]
     largest = min(int(capture["max_size"]), int(capture["max_num_seqs_factor"]) * max_num_seqs)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16))
     piecewise = [s for s in sizes if s <= largest]
     full = [s for s in piecewise if s <= max_num_seqs]
-    return len(piecewise) + len(full)
+    return len(piecewise), len(full)
+
+
+def cuda_graph_count(max_num_seqs: int, vllm_version: str) -> int:
+    """All the graphs vLLM captures by default (piecewise and full)."""
+    return sum(cuda_graph_counts(max_num_seqs, vllm_version))
 
 
 def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range | None = None) -> list[Term]:
-    """The CUDA-graph estimate charged to the KV budget on one rank (none where nothing is charged). A stage with
-    fused-MoE layers takes `per_graph_gib_moe` where the release has one: its graphs keep the MoE path's buffers."""
+    """The CUDA-graph estimate charged to the KV budget on one rank (none where nothing is charged).
+
+    A release with `per_full_graph_gib` charges piecewise and full graphs at their own rates: 0.33's estimate is
+    every piecewise graph measured, plus the first full graph and (count - 1) x the second's cost (cudagraph_utils.py
+    `_extrapolate_full_graph_memory`), and both full samples grow with the largest full size, which rises with
+    max_num_seqs as the count does. A stage with fused-MoE layers takes `moe_scale` times the dense figure."""
     if not r.cuda_graph_charged:
         return []
     estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
-    count = cuda_graph_count(r.max_num_seqs, r.vllm_version)
+    piecewise, full = cuda_graph_counts(r.max_num_seqs, r.vllm_version)
     moe = model is not None and layers is not None and moe_layers_in(model, layers) > 0
-    key = "per_graph_gib_moe" if moe and "per_graph_gib_moe" in estimate else "per_graph_gib"
-    fixed = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
+    scale = float(estimate.get("moe_scale", 1.0)) if moe else 1.0
+    scaled = f" x moe_scale {scale:g} (fused-MoE layers)" if scale != 1.0 else ""
+    terms = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
                   fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate["base_gib"] else []
+    if "per_full_graph_gib" in estimate:
+        return [
+            *terms,
+            Term(figure="cuda_graph", name=f"graph pool, {piecewise} piecewise graphs (fitted)",
+                 bytes=estimate["per_graph_gib"] * scale * piecewise * GIB, fitted=True,
+                 source="memory_accounting.cuda_graph_estimate.per_graph_gib x the piecewise graphs captured by "
+                        f"default (every capture size up to 512 tokens){scaled}"),
+            Term(figure="cuda_graph", name=f"graph pool, {full} full graphs (fitted)",
+                 bytes=estimate["per_full_graph_gib"] * scale * full * GIB, fitted=True,
+                 source="memory_accounting.cuda_graph_estimate.per_full_graph_gib x the full graphs captured by "
+                        f"default (the capture sizes up to max_num_seqs){scaled}"),
+        ]
     return [
-        *fixed,
-        Term(figure="cuda_graph", name=f"graph pool, {count} graphs (fitted)",
-             bytes=estimate[key] * count * GIB, fitted=True,
-             source=f"memory_accounting.cuda_graph_estimate.{key} x the graphs captured by default "
-                    "(piecewise up to 512 tokens, full up to max_num_seqs)"),
+        *terms,
+        Term(figure="cuda_graph", name=f"graph pool, {piecewise + full} graphs (fitted)",
+             bytes=estimate["per_graph_gib"] * scale * (piecewise + full) * GIB, fitted=True,
+             source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "
+                    f"(piecewise up to 512 tokens, full up to max_num_seqs){scaled}"),
     ]

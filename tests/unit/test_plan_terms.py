@@ -307,19 +307,22 @@ def test_lora_sizes_default_to_the_release_rules():
     assert wider.lora_gib == pytest.approx(2 * defaulted.lora_gib)
 
 
-def test_033_moe_graphs_charge_the_moe_rate_and_dense_ones_the_dense_rate():
-    """vLLM 0.33 charged 1.23 GiB for Qwen3-30B-A3B's 102 graphs (kit/data/calibration/h200-vllm-0.33.0/
-    moe-q30a3b-80g-graphs.log.xz) against 0.0077 GiB a graph for dense models: a stage with fused-MoE layers takes
-    cuda_graph_estimate.per_graph_gib_moe."""
-    def graph_gib(model: str) -> tuple[float, str]:
-        _, stages, _ = _compute(gpu_inputs(model, gpu_memory_gib=139.8, vllm_version="0.33.0", max_num_seqs=1024,
+def test_033_graphs_charge_piecewise_and_full_rates_and_moe_stages_more():
+    """vLLM 0.33 measures every piecewise graph and extrapolates the full ones from the two largest
+    (cudagraph_utils.py profile_cudagraph_memory): 0.91 GiB charged for a dense 8B's 51 piecewise + 51 full graphs
+    (q8fp8-80g-graphs.log.xz), 0.66 for 51 + 35 (256 seqs), and 1.23 for Qwen3-30B-A3B's 51 + 51
+    (moe-q30a3b-80g-graphs.log.xz): the stage with fused-MoE layers takes cuda_graph_estimate.moe_scale."""
+    def graph_gib(model: str, seqs: int) -> tuple[float, list[str]]:
+        _, stages, _ = _compute(gpu_inputs(model, gpu_memory_gib=139.8, vllm_version="0.33.0", max_num_seqs=seqs,
                                            max_num_batched_tokens=8192, max_model_len=8192))
         terms = [t for t in stages[0].terms if t.figure == "cuda_graph"]
-        return sum(t.bytes for t in terms) / GIB, terms[0].source
-    moe, moe_source = graph_gib("Qwen/Qwen3-30B-A3B")
-    dense, dense_source = graph_gib("Qwen/Qwen3-8B")
-    assert moe == pytest.approx(102 * 0.0121) and "per_graph_gib_moe" in moe_source
-    assert dense == pytest.approx(102 * 0.0077) and "per_graph_gib_moe" not in dense_source
+        return sum(t.bytes for t in terms) / GIB, [t.name for t in terms]
+    moe, moe_names = graph_gib("Qwen/Qwen3-30B-A3B", 1024)
+    dense, dense_names = graph_gib("Qwen/Qwen3-8B", 1024)
+    fewer, _ = graph_gib("Qwen/Qwen3-8B", 256)
+    assert moe_names == dense_names == ["graph pool, 51 piecewise graphs (fitted)", "graph pool, 51 full graphs (fitted)"]
+    assert dense == pytest.approx(0.91, abs=0.01) and fewer == pytest.approx(0.66, abs=0.01)
+    assert moe == pytest.approx(1.23, abs=0.01)
 
 
 def test_033_cold_compile_peak_is_at_least_the_floor_and_grows_with_the_forward_pass():
