@@ -54,7 +54,7 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
             Term(figure="cuda_graph", name=f"graph pool, {piecewise} piecewise graphs (fitted)",
                  bytes=estimate["per_graph_gib"] * scale * piecewise * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_graph_gib x the piecewise graphs captured by "
-                        f"default (every capture size up to 512 tokens){scaled}"),
+                        f"default (every capture size up to min(512, 2 x max_num_seqs)){scaled}"),
             Term(figure="cuda_graph", name=f"graph pool, {full} full graphs (fitted)",
                  bytes=estimate["per_full_graph_gib"] * scale * full * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_full_graph_gib x the full graphs captured by "
