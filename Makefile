@@ -17,7 +17,7 @@ WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
 
-.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan bench-start golden schema lint clean webui-e2e
+.PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan bench-start golden schema lint docs clean webui-e2e
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/ -/'
@@ -51,8 +51,8 @@ setup-run: $(VENV)/.installed-run  ## only what serving needs: a Docker engine, 
 test: setup  ## the whole test suite (unit, golden, integration against a real Docker engine and vLLM)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-unit: install  ## unit tests only (no Docker)
-	$(PYTHON) -m pytest -m unit $(PYTEST_ARGS)
+test-unit: install  ## unit tests only (no Docker), without the slow_unit ones (make test runs those)
+	$(PYTHON) -m pytest -m "unit and not slow_unit" $(PYTEST_ARGS)
 
 test-golden: install  ## golden files, hadolint and compose config for every preset
 	$(PYTHON) -m pytest -m golden $(PYTEST_ARGS)
@@ -109,10 +109,15 @@ bench-start: install  ## where a start goes (import, weights, compile, profile, 
 bench-cli: install  ## CLI start-up (--help, completion, render) against `python -c pass`: medians and ratios
 	$(PYTHON) bench/cli_startup.py
 
+.PHONY: upstream-check
+upstream-check: install  ## every pin (PyPI releases, Debian packages) against the indexes: newer releases, missing files (network; not in `make test`)
+	$(PYTHON) scripts/upstream_check.py $(if $(DOWNLOAD),--download)
+
 .PHONY: fuzz
-fuzz: install  ## hostile model configs, overrides, preset files, CLI numbers and render inputs: cases, tracebacks (0), structure changes (0), slowest
+fuzz: install  ## hostile model configs, overrides, preset files, CLI numbers and render inputs: cases, tracebacks (0), structure changes (0), slowest; hostile requests through the rendered door (Docker)
 	$(PYTHON) bench/fuzz.py
 	$(PYTHON) bench/fuzz_render.py
+	$(PYTHON) bench/fuzz_door.py
 
 golden: install  ## regenerate golden files after a reviewed change (then read the diff)
 	UPDATE_GOLDEN=1 $(PYTHON) -m pytest -m golden -q
@@ -124,6 +129,11 @@ schema: install  ## regenerate presets/schema.json from the preset model
 lint: install  ## ruff over kit/, tests/, scripts/, bench/; mypy on kit/
 	$(VENV)/bin/ruff check kit tests scripts bench
 	$(VENV)/bin/mypy
+
+# The docs site (docs/, mkdocs.yml): --strict turns a broken link or a page missing from the nav into a failure.
+# mkdocs comes with the test extra; the site goes to site/ (ignored by git).
+docs: install  ## build the docs site from docs/ with mkdocs build --strict into site/
+	$(VENV)/bin/mkdocs build --strict
 
 clean:  ## remove rendered run directories (the venv stays: rm -rf .venv to start over)
 	rm -rf run/

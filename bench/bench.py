@@ -2,7 +2,7 @@
 
 Printed, not asserted: `make bench`. Needs the Docker engine and base image from scripts/setup-host.sh.
 
-  cold build           no-cache build of the cpu image from the wheelhouse
+  cold build           no-cache build of the cpu image from the wheelhouse, with its steps' seconds
   rebuild              the same after changing only engine flags and the model (must reuse every layer)
   image size           cpu image; rtx4090-awq slim image if present locally; the official image's published size
   time to ready        first start on fresh volumes; restart with the HF-cache and compile-cache volumes kept
@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kit.deploy.pipeline import prepare
+from kit.image.build import step_table
 from kit.image.wheelhouse import build_wheelhouse
 from kit.run.stack import Stack, write_smoke_env
 from kit.run.workflow import build, image_exists, render_into, start
@@ -46,6 +47,7 @@ def main() -> int:
     parser.add_argument("--base-image", default="vllm-kit/base:bookworm")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
+    tables: list[tuple[str, str]] = []
     say = lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)  # noqa: E731
 
     prepared = prepare("cpu", base_image=args.base_image)
@@ -56,6 +58,7 @@ def main() -> int:
         say("cold build (--no-cache)")
         cold = build(prepared, out, wheelhouse=args.wheelhouse, no_cache=True)
         rows.append(("cold build, cpu image", f"{cold.seconds:.1f} s"))
+        tables.append(("cold build, cpu image: steps", step_table(cold.steps)))
 
         changed = prepare("cpu", ["engine.max_num_seqs=4", "engine.max_model_len=512",
                                   "model.served_model_name=bench"], base_image=args.base_image)
@@ -66,6 +69,7 @@ def main() -> int:
         rows.append(("rebuild, flags + model changed",
                      f"{warm.seconds:.1f} s = {warm.seconds / cold.seconds:.3f} x cold; "
                      f"{warm.cached_steps}/{warm.total_steps} steps from cache; same image: {warm.image_id == cold.image_id}"))
+        tables.append(("rebuild, flags + model changed: steps", step_table(warm.steps)))
         rows.append(("image size, cpu", gib(cold.size_bytes)))
         slim = prepare("rtx4090-awq", base_image=args.base_image).image_ref
         if image_exists(slim):
@@ -107,6 +111,8 @@ def main() -> int:
     print("vllm-kit benchmarks (figures, not assertions)")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
+    for name, table in tables:
+        print(f"\n{name} (step, seconds, from cache, instruction)\n{table}")
     return 0
 
 

@@ -27,6 +27,8 @@ from kit.memory import plan as planner
 from kit.memory import inputs as plan_inputs
 from kit.memory import rules
 
+import family_holdout  # bench/ is on sys.path when this script runs
+
 CALIBRATION = Path(__file__).resolve().parents[1] / "kit" / "data" / "calibration.yaml"
 LOG_DIR = CALIBRATION.parent / "calibration"
 GPU_METRICS = ("weights_gib", "kv_cache_gib", "kv_cache_tokens")
@@ -195,6 +197,7 @@ def gpu_report() -> bool:
                     ok &= met
                 print(line)
     ok &= verdict_report(cases)
+    ok &= family_report(cases)
     cold = vllm_seconds("h200-qwen3-8b-bf16-graphs-cold")
     warm = vllm_seconds("h200-qwen3-8b-bf16-graphs-warm")
     if cold and warm:
@@ -202,6 +205,58 @@ def gpu_report() -> bool:
               f"{warm[0]:.1f} s (ratio {cold[0] / warm[0]:.2f}), torch.compile {cold[1]:.1f} s vs {warm[1]:.1f} s "
               f"(ratio {cold[1] / warm[1]:.2f})")
     return ok
+
+
+def family_of(case: dict) -> str:
+    """A run's model family: its config's model_type (MoE and MLA types are families of their own)."""
+    return load_model_spec(case["inputs"]["model"]).model_type or "unknown"
+
+
+def family_runs(cases: list[dict], version: str) -> list[family_holdout.Run]:
+    runs = []
+    for case in cases:
+        if case.get("expect_error") or case.get("start_failed") or case_version(case) != version:
+            continue
+        log = read_log(case)
+        runs.append(family_holdout.Run(case["id"], family_of(case), gpu_inputs_for(case, log),
+                                       measured(log) | {"kv_cache_tokens": log.kv_cache_tokens}))
+    return runs
+
+
+def family_report(cases: list[dict], version: str = "0.33.0") -> bool:
+    """Leave-one-family-out (bench/family_holdout.py): each family's runs planned with the committed (fitted)
+    constants, and with the constants refit without that family. Targets (issue 33), on the held-out families: KV
+    tokens within 3 % in every case, median within 1 %, never more than 1 % above vLLM; weights within 1 %."""
+    runs = family_runs(cases, version)
+    if not runs:
+        return True
+    fitted = {r["case"]: r for r in family_holdout.errors(runs)}
+    fits, held = family_holdout.leave_one_family_out(version, runs)
+    print(f"\nvLLM {version}: leave-one-family-out (constants refit without the family, then the family planned)")
+    header = (f"{'family':<14}{'case':<42}{'KV tok fitted':>14}{'KV tok held out':>16}{'weights':>9}")
+    print(header)
+    print("-" * len(header))
+    for row in held:
+        base = fitted[row["case"]]
+        print(f"{row['family']:<14}{row['case']:<42}{base.get('kv_tokens_pct', 0):>+13.2f}%"
+              f"{row.get('kv_tokens_pct', 0):>+15.2f}%{row.get('weights_pct', 0):>+8.2f}%")
+    print()
+    names = [".".join(path[1:] if path[0] == "memory_accounting" else path) for path, _ in family_holdout.FITTED]
+    print("constants refit without each family (committed first):")
+    print(f"  {'committed':<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}"
+                                               for n, v in zip(names, family_holdout.committed(version), strict=True)))
+    for family, values in fits.items():
+        print(f"  {'-' + family:<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}" for n, v in zip(names, values, strict=True)))
+    inside = family_holdout.summary(list(fitted.values()))
+    outside = family_holdout.summary(held)
+    for label, s in (("fitted on all", inside), ("family held out", outside)):
+        print(f"{version} {label:<16} KV tokens: median |error| {s['kv_median_abs']:.2f}%, max {s['kv_max_abs']:.2f}%, "
+              f"most over vLLM {s['kv_max_over']:+.2f}% (n={s['n']}); weights max |error| {s['weights_max_abs']:.2f}%")
+    met = (outside["kv_median_abs"] <= 1.0 and outside["kv_max_abs"] <= 3.0 and outside["kv_max_over"] <= 1.0
+           and outside["weights_max_abs"] <= 1.0)
+    print(f"target on held-out families (median <= 1 %, every case <= 3 %, never > +1 %, weights <= 1 %): "
+          f"{'met' if met else 'MISSED'}")
+    return met
 
 
 def verdict_report(cases: list[dict]) -> bool:

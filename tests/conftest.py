@@ -2,11 +2,13 @@ import importlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,6 +18,11 @@ def pytest_configure(config):
     # and every kit it starts, must not see a developer's own. An empty folder of the suite's instead.
     config._kit_config_home = tempfile.mkdtemp(prefix="kit-test-config-")
     os.environ["XDG_CONFIG_HOME"] = config._kit_config_home
+    # A model id outside the catalog is looked up in the Hugging Face cache, then on the hub: the suite sees an
+    # empty cache of its own and never the hub, unless a test points HF_ENDPOINT at its stand-in and clears this.
+    os.environ["HF_HOME"] = os.path.join(config._kit_config_home, "huggingface")
+    os.environ["HF_HUB_CACHE"] = os.path.join(os.environ["HF_HOME"], "hub")
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def pytest_unconfigure(config):
@@ -41,6 +48,16 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+# Property tests (hypothesis) in CI draw the same examples on every run: a red CI run is the code's, never the
+# draw's, and a failure prints the blob that replays it (@reproduce_failure). On a dev box each run draws anew and
+# keeps what failed in .hypothesis/ to replay first; an example found there is pinned with @example in its test.
+# Time is no property (a shared machine is slow at random): speed targets are benchmarks. `--hypothesis-profile`
+# picks one by hand. A test's own @settings (max_examples) still wins over the profile.
+settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None, print_blob=True, database=None)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if in_ci() else "dev")
+
+
 def missing(what: str, installed_by: str) -> None:
     """Skip (dev box) or fail (CI) for a tool or module the suite needs; ``installed_by`` says what provides it."""
     if in_ci():
@@ -48,11 +65,19 @@ def missing(what: str, installed_by: str) -> None:
     pytest.skip(f"{what} not installed ({installed_by} installs it)")
 
 
+def find_tool(name: str) -> str | None:
+    """``name`` on PATH, else in the bin folder of the Python running the suite: pip puts uv, hadolint and
+    docker-compose there, and a venv's python run by its path (.venv/bin/python -m pytest) leaves it off PATH."""
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
 def require_tool(name: str, installed_by: str = "scripts/setup-host.sh") -> str:
-    """A program on PATH the suite needs: skipped on a dev box without it, a failure in CI (where setup installs it)."""
-    path = shutil.which(name)
+    """A program the suite needs (``find_tool``): skipped on a dev box without it, a failure in CI (where setup
+    installs it)."""
+    path = find_tool(name)
     if path is None:
         missing(name, installed_by)
+    assert path is not None  # missing() skipped or failed
     return path
 
 

@@ -31,6 +31,7 @@ from kit.cli.common import PathOption, deployment_options, emit_json, preset_arg
 def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
           wheelhouse: Path | None, tags: tuple[str, ...], no_cache: bool, locked: bool, lock_path: Path | None,
           offline: bool, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
+          accept_preset_change: bool,
           as_json: bool) -> None:
     """Build a preset's image: kit build preset=NAME [--wheelhouse DIR] [--base-image REF] [--locked]."""
     from kit.cli.output import progress
@@ -40,7 +41,8 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     if (lock_path or offline) and not locked:
         raise click.UsageError("--lock and --offline go with --locked")
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, allow_no_fit=allow_no_fit,
-                                  replace=replace, reset_overrides=reset_overrides)
+                                  replace=replace, reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     with progress("build") as on_line:

@@ -41,10 +41,10 @@ class FiniteFloatRange(click.FloatRange):
 class PathOption(click.Path):
     """The type of every path a command takes: a directory (``folder=True``) or a file, as a ``Path``.
 
-    The exit-code rule (README): the shape of the command line is usage (exit 2); what a path names on disk is the
-    input. So a path that does not exist where it must, or is a file where a directory goes (or the other way
-    round), is a KitError naming the option and the path, exit 1, like a preset that does not resolve; never
-    click's usage error.
+    The exit-code rule (docs/guide/commands.md): the shape of the command line is usage (exit 2); what a path
+    names on disk is the input. So a path that does not exist where it must, or is a file where a directory goes
+    (or the other way round), is a KitError naming the option and the path, exit 1, like a preset that does not
+    resolve; never click's usage error.
     """
 
     def __init__(self, *, folder: bool, exists: bool = False):
@@ -180,7 +180,8 @@ def error_problems(error: Exception) -> list[dict[str, str | None]]:
 
 def envelope(command: str, data: Any, *, ok: bool = True, problems: list[dict[str, str | None]] | None = None,
              warnings: list[str] | None = None) -> dict[str, Any]:
-    """The one shape every ``--json`` prints (README: JSON output). ``ok`` is true exactly when the exit code is 0."""
+    """The one shape every ``--json`` prints (docs/guide/commands.md: JSON output). ``ok`` is true exactly when the
+    exit code is 0."""
     return {"ok": ok, "command": command, "data": data, "problems": problems or [],
             "warnings": [one_line(str(w)) for w in warnings or []]}
 
@@ -226,6 +227,8 @@ class SubGroup(click.Group):
 def fail(error: KitError) -> None:
     for line in error.lines():
         click.secho(line, fg="red", err=True)
+    for line in error.detail:
+        click.echo(one_line(line), err=True)
     if error.hint:
         click.echo(one_line(f"hint: {error.hint}"), err=True)
 
@@ -261,10 +264,40 @@ def kit_command() -> str:
     return f"{shlex.quote(sys.executable)} -m kit.cli.main"
 
 
+# ctx.meta keys of the record options every deployment command takes (deployment_options), read by
+# resolve_deployment: the commands pass them on without naming them.
+UNSET = "kit.unset"
+FIT_RECORD = "kit.fit_record"
+
+
+def _unset(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> None:
+    if value:
+        ctx.meta[UNSET] = value
+
+
+def _fit_record(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        if ctx.meta.get(FIT_RECORD) not in (None, param.name):
+            raise click.UsageError("--check-fit and --always-allow-no-fit: the fit check is either on or off")
+        ctx.meta[FIT_RECORD] = param.name
+
+
 def deployment_options(func):
     """How a command's preset meets the record of its --out folder (kit/deploy/record.py)."""
+    func = click.option("--check-fit", is_flag=True, expose_value=False, callback=_fit_record,
+                        help="Turn the memory fit check back on for this folder (drops a recorded "
+                             "--always-allow-no-fit).")(func)
+    func = click.option("--always-allow-no-fit", is_flag=True, expose_value=False, callback=_fit_record,
+                        help="Allow a plan that does not fit in this folder from now on (recorded; --allow-no-fit "
+                             "is for one command).")(func)
+    func = click.option("--unset", metavar="KEY", multiple=True, expose_value=False, callback=_unset,
+                        help="Drop one recorded override (KEY of its KEY=VALUE), or the recorded --base-image "
+                             "(base_image); repeatable.")(func)
     func = click.option("--reset-overrides", is_flag=True,
                         help="Drop the overrides recorded in the --out folder before applying this command's.")(func)
+    func = click.option("--accept-preset-change", is_flag=True,
+                        help="Render from the recorded preset although it changed since the folder was rendered "
+                             "(the change is shown without it).")(func)
     func = click.option("--replace", is_flag=True,
                         help="Render another preset into a folder that holds a deployment (nothing recorded carries "
                              "over).")(func)
@@ -295,13 +328,32 @@ def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir
                        port: int | None = None, target: str | None = None, base_image: str | None = None,
                        with_profiles: tuple[str, ...] = (), without: tuple[str, ...] = (),
                        with_presets: tuple[str, ...] = (), allow_no_fit: bool = False, replace: bool = False,
-                       reset_overrides: bool = False) -> Resolved:
+                       reset_overrides: bool = False, accept_preset_change: bool = False) -> Resolved:
     """The inputs of a command that renders into ``out_dir``: its arguments over the folder's record."""
     from kit.deploy.record import Request, resolve
 
     ref, overrides, _ = split_args(args, preset_option)
     derived = (f"runtime.port={port}",) if port else ()
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    fit = meta.get(FIT_RECORD)
     return resolve(Request(preset=ref, overrides=tuple(overrides), with_profiles=tuple(with_profiles),
                            without=tuple(without), with_presets=tuple(with_presets), target=target,
-                           base_image=base_image, allow_no_fit=allow_no_fit, replace=replace,
-                           reset_overrides=reset_overrides, derived=derived), out_dir)
+                           base_image=base_image, allow_no_fit=allow_no_fit,
+                           record_allow_no_fit=None if fit is None else fit == "always_allow_no_fit",
+                           unset=tuple(meta.get(UNSET, ())), replace=replace, reset_overrides=reset_overrides,
+                           accept_preset_change=accept_preset_change, derived=derived), out_dir)
+
+
+def repin_steps(out_dir: Path, repository: str | None) -> str:
+    """What to run after a render dropped an image.pin_digest (kit/deploy/pipeline.py follow_pin): build the
+    image the folder now describes, push it, and render the pin kit push prints."""
+    import shlex
+
+    from kit.image.registry import split_registry
+
+    host = split_registry(repository)[0] if repository else None
+    folder = shlex.quote(str(out_dir))
+    kit = kit_command()
+    return (f"`{kit} build --out {folder}`, `{kit} push --out {folder} --registry {host or 'HOST[:PORT]'}`, then the "
+            "`kit render ... image.pin_digest=...` line it prints")

@@ -30,20 +30,23 @@ from kit.cli.common import (
 @deployment_options
 @standard_options
 def fetch(args: tuple[str, ...], preset_option: str | None, out_dir: Path, wheelhouse: Path | None,
-          base_image: str | None, force: bool, replace: bool, reset_overrides: bool, as_json: bool) -> None:
+          base_image: str | None, force: bool, replace: bool, reset_overrides: bool,
+          accept_preset_change: bool, as_json: bool) -> None:
     """Download what vLLM will read into the HF cache volume: the model's weights in the format vLLM loads, its
     config and tokenizer, and the LoRA adapters, draft model and tokenizer the engine flags name
     (HF_ENDPOINT, HF_TOKEN from .env): kit fetch preset=NAME."""
     from kit.deploy.pipeline import prepare_resolved
     from kit.run.stack import Stack
-    from kit.run.workflow import ensure_image, ensure_model, make_generated_model, project_for, render_into
+    from kit.run.workflow import ensure_image, ensure_model, fill_env, make_generated_model, project_for, render_into
 
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
-                                  reset_overrides=reset_overrides)
+                                  reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     prepared = prepare_resolved(resolved)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=status)
     ensure_model(prepared, out_dir, status)
+    fill_env(prepared, out_dir, status)  # compose reads the whole file, the server's required key too
     stack = Stack(out_dir, project_for(out_dir))
     make_generated_model(prepared, stack, status)  # model-fetch checks it is there
     # -T: no TTY. The script's progress (stderr, a line per file with the bytes so far) drives a progress bar on a

@@ -19,13 +19,15 @@ def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 @click.command()
 @click.argument("name", callback=_preset_name)
-@click.option("--from", "source", metavar="PRESET", default="cpu", show_default=True,
-              shell_complete=complete_preset_name,
-              help="The preset to start from: a name (kit presets) or a preset file; its comments come along.")
+@click.option("--from", "source", metavar="PRESET", default=None, shell_complete=complete_preset_name,
+              help="The preset to start from: a name (kit presets) or a preset file; its comments come along "
+                   "[default: the preset NAME finds now (a shipped one of that name), else cpu].")
 @standard_options
-def init(name: str, source: str, as_json: bool) -> None:
+def init(name: str, source: str | None, as_json: bool) -> None:
     """Write a preset of your own into ./presets/NAME.yaml: kit init NAME [--from PRESET].
 
+    Without --from, NAME's own preset when the kit has one (`kit init rtx4090-awq` starts from the shipped
+    rtx4090-awq, so preset=rtx4090-awq in this folder stays that deployment until you edit it), else cpu.
     A copy of the --from preset's text, comments and all, with its editor schema pointer aimed at
     ./presets/schema.json (written beside it: the JSON Schema of this kit's presets). `preset=NAME` then finds it
     from this folder: ./presets comes first, then your config folder ($XDG_CONFIG_HOME/vllm-kit/presets, else
@@ -35,7 +37,7 @@ def init(name: str, source: str, as_json: bool) -> None:
 
     made = init_preset(name, source)
     if as_json:
-        emit_json({"preset": made.name, "file": str(made.path), "from": source, "schema": str(made.schema_path),
+        emit_json({"preset": made.name, "file": str(made.path), "from": made.source, "schema": str(made.schema_path),
                    "schema_status": made.schema_status, "shadows": list(made.shadows)},
                   warnings=made.warnings)
         return

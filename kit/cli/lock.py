@@ -26,19 +26,23 @@ from kit.cli.common import PathOption, deployment_options, emit_json, preset_arg
 @standard_options
 def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_image: str | None,
          wheelhouse: Path | None, offline: bool, python_version: str | None, refresh: bool, force: bool,
-         replace: bool, reset_overrides: bool, as_json: bool) -> None:
+         replace: bool, reset_overrides: bool, accept_preset_change: bool, as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
     from kit.config.hubrevision import commit_of, env_file_values, is_commit
     from kit.config.preset import load_preset
     from kit.deploy.pipeline import prepare_resolved
-    from kit.image.lock import LOCK_FILE, make_lock, write_lock
+    from kit.deploy.deployment import requirements_for
+    from kit.image.lock import LOCK_FILE, make_lock, require_wheelhouse, write_lock
     from kit.run.workflow import render_into
 
     resolved = resolve_deployment(args, preset_option, out_dir, base_image=base_image, replace=replace,
-                                  reset_overrides=reset_overrides)
+                                  reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     # The model before the checks: a preset with trust_remote_code is refused until its revision is a commit,
     # which is what the lock is about to record.
-    model = load_preset(resolved.ref, list(resolved.overrides))[2].model
+    name, _, preset = load_preset(resolved.ref, list(resolved.overrides))
+    require_wheelhouse(name, requirements_for(preset), wheelhouse)  # before the folder is written or the hub asked
+    model = preset.model
     revision_note = pin_note = None
     if not model.is_local and not is_commit(model.revision):
         if offline:
@@ -48,11 +52,16 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
             commit = commit_of(model.id, model.revision, environ)
             # Recorded like any override, so every later command of this folder renders and fetches that commit.
             resolved = resolve_deployment((*args, f"model.revision={commit}"), preset_option, out_dir,
-                                          base_image=base_image, replace=replace, reset_overrides=reset_overrides)
+                                          base_image=base_image, replace=replace, reset_overrides=reset_overrides,
+                                          accept_preset_change=accept_preset_change)
             revision_note = f"{model.id} {model.revision or 'main'} -> {commit} (model.revision, in vllm-kit.yaml)"
     elif not model.is_local:
         revision_note = f"{model.id} @ {model.revision} (model.revision, pinned already)"
     prepared = prepare_resolved(resolved)
+    from kit.deploy.compat import release_rows
+
+    for _, _, message, hint in release_rows(prepared.preset):  # a release's own packages may not resolve
+        status(f"warning: {message} (hint: {hint})")
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
                        wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -100,6 +101,8 @@ class KitGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise  # deliberate exits
         except Exception as error:  # the last line of the one-line policy (re-raised as one line)
+            if isinstance(error, OSError) and error.errno == errno.EPIPE:
+                raise  # the reader went away (`kit plan | head`): click's main ends quietly, exit 1
             if verbose():
                 raise
             if ctx.meta.get(JSON_MODE):
@@ -124,10 +127,18 @@ def cli(ctx: click.Context, verbose: bool, no_color: bool) -> None:
 
 def main() -> None:
     try:
-        cli.main(prog_name="kit", standalone_mode=True)
+        try:
+            cli.main(prog_name="kit", standalone_mode=True)
+        finally:
+            sys.stdout.flush()  # what is still buffered fails here, not in the interpreter's exit
     except KeyboardInterrupt:  # pragma: no cover
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader of stdout went away (`kit doctor | head -1`), which is how a pipe ends, not an error of the
+        # kit: nothing more to say, and the interpreter must not flush into the closed pipe again on its way out.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
 
 
 if __name__ == "__main__":

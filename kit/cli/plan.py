@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from kit.cli.common import (
 from kit.core.errors import PlanError, shown
 
 if TYPE_CHECKING:  # the planner (pydantic) loads when the command runs, not for --help or completion
+    from collections.abc import Callable
+
+    from kit.memory.fit import InputsAt
     from kit.memory.inputs import PlanInputs
     from kit.memory.plan import Plan
 
@@ -75,7 +78,7 @@ def plan_inputs_from_options(
     vllm_version: str | None = None,
     block_size: int | None = None,
     cpu_kvcache_space_gib: float | None = None,
-    allow_hub: bool = False,
+    hub: bool = True,
     approximate_version: bool = False,
 ) -> PlanInputs:
     """Build PlanInputs from CLI-shaped values (a preset can call this with its own fields)."""
@@ -86,7 +89,7 @@ def plan_inputs_from_options(
     from kit.memory.rules import DEFAULT_VLLM_VERSION
 
     vllm_version = vllm_version or DEFAULT_VLLM_VERSION
-    spec = load_model_spec(model, allow_hub=allow_hub)
+    spec = load_model_spec(model, hub=hub)
     gpu_name = None
     if gpu:
         info = find_gpu(gpu)  # unknown names are a user error here, with the list of known ones
@@ -145,6 +148,12 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
             ("KV cache", *kv), ("KV cache tokens", f"{result.kv_cache_tokens:,}", ""),
             ("max concurrency", f"{result.max_concurrency:.2f} x", f"at {i['max_model_len']:,} tokens"),
             ("fits", "yes" if result.fits else "no", "")]
+    if i.get("extensible_kv_cache"):  # vLLM 0.34+: sized after warm-up, with a margin kept free
+        rows.insert(4, ("KV sizing margin", gib(result.kv_reserve_gib),
+                        "kept free beyond the peak where the card, not the utilization, binds"))
+    if result.fits and not result.holds_every_sequence:  # what `kit plan --fit` counts as the most sequences
+        rows.insert(-1, ("sequences at once", f"{result.sequences_at_once:,}",
+                         f"of max_num_seqs {i['max_num_seqs']:,}; vLLM starts, the rest wait for room"))
     if result.approximate.get("value"):
         rows.append(("approximate", "yes", result.approximate["reason"]))
     return rows
@@ -152,7 +161,8 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
 
 @click.command("plan")
 @preset_arguments
-@click.option("--model", metavar="ID|PATH", help="HF id from the catalog, a model dir or a config.json.")
+@click.option("--model", metavar="ID|PATH", help="A Hugging Face id (the kit's catalog, the HF cache, then the hub "
+              "unless HF_HUB_OFFLINE is set), a model folder or a config.json.")
 @click.option("--gpu", metavar="NAME", help="GPU from the catalog (see `kit gpus`).")
 @click.option("--gpu-memory-gib", type=FiniteFloatRange(0, GPU_MEMORY_GIB_MAX, min_open=True), metavar="X",
               help="Total GPU memory as CUDA reports it (host RAM with --device cpu).")
@@ -218,10 +228,13 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
             where = (f"model.host_path {preset.model.local_path}" if preset.model.is_local
                      else f"model.id {preset.model.id}")
             raise KitError(f"{path}: {where}: no config.json there",
-                           hint="make or download the model first, or plan with --model /path/to/config.json")
+                           hint="make or download the model there first, or point model= at a folder holding its "
+                                "config.json (or at the config.json itself)")
         try:
             if fit:
-                _report_fit(preset_inputs, as_json, lambda change: preset_spelling(change, preset), applied, shown)
+                _report_fit(preset_fit_inputs(ref, applied), as_json,
+                            preset_spelling, applied, shown,
+                            hardware=preset_tp_refusal(ref, applied, preset))
                 return
             result = planner.plan(preset_inputs)
         except KitError as exc:  # the user works in a preset: the fix is an override, not a vLLM flag
@@ -237,24 +250,80 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
                                "(its memory is --gpu-memory-gib, the host's RAM): give one")
     if device != "cpu" and cpu_kvcache_space_gib is not None:
         raise click.UsageError("--cpu-kvcache-space-gib: sizes the CPU backend's KV cache; add --device cpu")
-    from kit.config.vllmint import AUTO
-
-    auto = max_model_len == AUTO
-    inputs = plan_inputs_from_options(
+    options = dict(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, device=device, tp=tp, pp=pp, dtype=dtype,
         quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=None if auto else max_model_len, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager, vllm_version=vllm_version,
         block_size=block_size, cpu_kvcache_space_gib=cpu_kvcache_space_gib, approximate_version=approximate_version,
     )
+    at = standalone_fit_inputs(options)
     if fit:
-        _report_fit(inputs, as_json, flag_spelling, None, None)
+        _report_fit(at, as_json, flag_spelling, None, None)
         return
-    if auto:
-        from kit.memory.preset_plan import auto_fit_max_model_len
+    _report(planner.plan(at({})), as_json, explain=explain)
 
-        inputs = auto_fit_max_model_len(inputs)
-    _report(planner.plan(inputs), as_json, explain=explain)
+
+def standalone_fit_inputs(options: dict[str, Any]) -> InputsAt:
+    """The inputs `kit plan --model ...` plans with a --fit change applied, the way it plans the flags it is given
+    (``--max-model-len auto`` resolved again at each value)."""
+    from kit.config.vllmint import AUTO
+    from kit.memory.preset_plan import auto_fit_max_model_len
+
+    params = {field: name for name, _, field, _ in PLAN_FLAGS}
+
+    def at(change: dict[str, Any]) -> PlanInputs:
+        given = dict(options)
+        for field, value in change.items():
+            given["model" if field == "model" else params[field]] = value
+        auto = given["max_model_len"] == AUTO
+        inputs = plan_inputs_from_options(**{**given, "max_model_len": None if auto else given["max_model_len"]})
+        return auto_fit_max_model_len(inputs) if auto else inputs
+
+    return at
+
+
+def preset_fit_inputs(ref: str, overrides: list[str]) -> InputsAt:
+    """The inputs `kit plan preset=REF OVERRIDES` plans with a --fit change applied: the preset loaded again with the
+    change as the overrides --fit prints, so every answer is planned exactly as typing its advice would plan it."""
+    from pydantic import ValidationError
+
+    from kit.config.preset import load_preset
+    from kit.core.errors import KitError
+    from kit.memory.preset_plan import plan_inputs_for
+
+    def at(change: dict[str, Any]) -> PlanInputs:
+        words = preset_spelling(change)
+        _, path, changed = load_preset(ref, overrides + words)
+        try:
+            inputs = plan_inputs_for(changed)
+        except ValidationError as exc:
+            raise KitError(f"{' '.join(words)}: {exc.errors()[0]['msg']}") from None
+        if inputs is None:
+            raise KitError(f"{path}: {' '.join(words)}: the model's config.json is not known offline")
+        return inputs
+
+    return at
+
+
+def preset_tp_refusal(ref: str, overrides: list[str], preset) -> Callable[[int], str | None]:  # noqa: ANN001
+    """Why `kit validate` (and `kit render`) would refuse the preset at a tensor parallel size, where the asked size
+    passes: its GPU layout (hardware.count, hardware.nodes, runtime.replicas) decides; --fit never changes it."""
+    from kit.config.preset import load_preset
+    from kit.core.errors import KitError
+    from kit.deploy.checks import parallel_layout_problems
+
+    asked = {p.message for p in parallel_layout_problems("", preset)}
+
+    def refusal(tp: int) -> str | None:
+        try:
+            _, _, changed = load_preset(ref, [*overrides, override_text("engine.tensor_parallel_size", tp)])
+        except KitError as exc:
+            return exc.message
+        new = [p.message for p in parallel_layout_problems("", changed) if p.message not in asked]
+        return new[0] if new else None
+
+    return refusal
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -310,8 +379,8 @@ def flag_spelling(change: dict[str, object]) -> list[str]:
     return words
 
 
-def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: ANN001 - kit.config.preset.Preset
-    """A --fit answer as preset overrides; more tensor parallelism also needs the GPUs (hardware.count)."""
+def preset_spelling(change: dict[str, object]) -> list[str]:
+    """A --fit answer as preset overrides (a tensor parallel size is one the preset's hardware allows as it is)."""
     from kit.deploy.record import model_overrides
 
     fields = {field: preset_field for _, _, field, preset_field in PLAN_FLAGS}
@@ -321,10 +390,6 @@ def preset_spelling(change: dict[str, object], preset) -> list[str]:  # noqa: AN
             words += model_overrides(str(value))
             continue
         words.append(override_text(fields[field], value))
-        if field == "tensor_parallel_size":
-            gpus = int(value) * preset.engine.pp  # type: ignore[call-overload]
-            if gpus > preset.hardware.count:
-                words.append(f"hardware.count={gpus}")
     return words
 
 
@@ -369,12 +434,12 @@ def _report(result: Plan, as_json: bool, overrides: list[str] | None = None, sho
         raise SystemExit(1)
 
 
-def _report_fit(inputs: PlanInputs, as_json: bool, spell, overrides: list[str] | None,  # noqa: ANN001
-                shown: list[str] | None) -> None:
+def _report_fit(at: InputsAt, as_json: bool, spell, overrides: list[str] | None,  # noqa: ANN001
+                shown: list[str] | None, hardware: Callable[[int], str | None] | None = None) -> None:
     """`--fit`: the answers as one table, or the envelope (exit 0: the questions were answered)."""
     from kit.memory.fit import fit
 
-    report = fit(inputs)
+    report = fit(at, hardware)
     if as_json:
         data = report.to_json()
         for question in ("max_model_len", "max_num_seqs", "tensor_parallel_size", "precision"):
@@ -421,15 +486,21 @@ def fit_rows(report, spell) -> list[tuple[str, str, str, str]]:  # noqa: ANN001 
     elif a.limit == "max_num_batched_tokens":
         why = f"vLLM takes at most max_num_batched_tokens ({i['max_num_batched_tokens']:,}) sequences"
     else:
-        why = f"{a.plan.max_concurrency:.2f} x {length:,} tokens; one sequence more does not fit"
+        # the plan at value + 1 starts too, holding fewer than value + 1 at once: say it as `kit plan` says it
+        why = (f"{a.plan.max_concurrency:.2f} x {a.plan.inputs['max_model_len']:,} tokens held at once; at "
+               f"{a.value + 1:,} the KV cache holds fewer than {a.value + 1:,} (vLLM starts; the rest wait)")
     rows.append((f"most sequences at {length:,} tokens", f"{a.value:,}", how(a.change), why))
     a = report.tensor_parallel_size
     if a.limit != "not_applicable":
-        # a size the planner refuses says why (heads, vocabulary); vLLM's out-of-memory text is long: "does not fit"
-        refused = [f"TP {t.tensor_parallel_size}: {t.error if t.error and t.plan_refused else 'does not fit'}"
-                   for t in report.tried_tensor_parallel if not t.fits]
+        # a size refused (heads, vocabulary, the GPUs there are) says why; vLLM's out-of-memory text is long
+        tried = [t for t in report.tried_tensor_parallel if not t.fits]
+        # the first size the hardware refuses says why; the larger ones are refused alike (--json lists them)
+        over = [t for t in tried if t.hardware_refused][1:]
+        refused = [f"TP {t.tensor_parallel_size}: "
+                   f"{t.error if t.error and (t.plan_refused or t.hardware_refused) else 'does not fit'}"
+                   for t in tried if t not in over]
         count = a.value * i["pipeline_parallel_size"] if a.value else 0
-        gpus = f"{count} GPU{'s' if count > 1 else ''}" if a.value else "none of 1, 2, 4, 8 fits"
+        gpus = f"{count} GPU{'s' if count > 1 else ''}" if a.value else "none of 1, 2, 4, 8 fits here"
         rows.append(("smallest tensor parallel size", "none" if a.value is None else str(a.value), how(a.change),
                      "; ".join([gpus, *refused])))
     a = report.precision

@@ -36,17 +36,59 @@ def _complete_profile(ctx: click.Context, param: click.Parameter, incomplete: st
     return [name for name in sorted(profile_help()) if name.startswith(incomplete)]
 
 
-def next_step(prepared, out_dir: Path) -> str:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
-    """The line `kit render` ends with: what to run next, exactly as it works from the current directory."""
+def refuse_target_switch(resolved, out_dir: Path) -> None:  # noqa: ANN001 - kit.deploy.record.Resolved
+    """A folder whose compose stack runs is not switched to --target k8s (the switch removes compose.yaml). Docker
+    is asked only for such a switch; when no engine answers, nothing of this host can be running from it."""
+    from kit.core.errors import DockerUnavailable, KitError
+    from kit.deploy.record import target_switch_refusal
+
+    recorded = resolved.recorded
+    if recorded is None or recorded.target != "compose" or resolved.target == "compose":
+        return
+    from kit.run.ops import running_services
+
+    from docker.errors import DockerException
+
+    try:
+        running = running_services(out_dir)
+    except DockerUnavailable:
+        running = []
+    except (KitError, DockerException, OSError) as error:  # OSError: requests' connection errors are IOErrors
+        reason = error.message if isinstance(error, KitError) else f"{type(error).__name__}: {error}"
+        status(click.style(f"warning: cannot tell whether the compose stack of {out_dir} runs ({reason}); "
+                           "switching anyway", fg="yellow"))
+        running = []
+    refusal = target_switch_refusal(out_dir, recorded, resolved.target, running)
+    if refusal is not None:
+        raise refusal
+
+
+def next_step(prepared, out_dir: Path, env=None) -> str:  # noqa: ANN001 - Prepared, service_env.EnvFill
+    """The line `kit render` ends with: what to run next, exactly as it works from the current directory. ``env``
+    (what the render wrote into .env): a required name the kit cannot make is named first, as the thing to set."""
     import shlex
 
+    from kit.cli.common import repin_steps
+
     where = shlex.quote(str(out_dir))
+    if prepared.dropped_pin is not None:
+        return (f"next: the image changed under the dropped pin {prepared.dropped_pin}: "
+                f"{repin_steps(out_dir, prepared.preset.image.repository)}")
+    first = ""
+    if env is not None and env.missing:
+        env_file = out_dir / ".env"
+        first = (f"set {', '.join(env.missing)} in {env_file} (.env.example says what each is), then: "
+                 if env.not_read is None else
+                 f"make sure {env_file} sets {', '.join(env.missing)} (the kit left it alone: {env.not_read}), then: ")
     if "k8s/kustomization.yaml" in prepared.files:
-        return (f"next: see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, "
+        return (f"next: {first}see {out_dir / 'k8s' / 'kustomization.yaml'} (push the image, create the Secret, "
                 f"kubectl apply -k {shlex.quote(str(out_dir / 'k8s'))})")
     if prepared.deployment.serve.cluster is not None and "CLUSTER.md" in prepared.files:
-        return f"next: {out_dir / 'CLUSTER.md'} says what to run on which host"
-    return f"next: cd {where} && docker compose up -d --wait"
+        return f"next: {first}{out_dir / 'CLUSTER.md'} says what to run on which host"
+    from kit.run.workflow import project_for
+
+    # --remove-orphans: the services of an add-on or a preset beside that this render took out (--without) stop too.
+    return f"next: {first}cd {where} && docker compose -p {project_for(out_dir)} up -d --wait --remove-orphans"
 
 
 @click.command()
@@ -75,6 +117,7 @@ def next_step(prepared, out_dir: Path) -> str:  # noqa: ANN001 - kit.deploy.pipe
 def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, force: bool, allow_no_fit: bool,
            dry_run: bool, show_diff: bool, base_image: str | None, target: str | None, with_presets: tuple[str, ...],
            with_profiles: tuple[str, ...], without: tuple[str, ...], replace: bool, reset_overrides: bool,
+           accept_preset_change: bool,
            as_json: bool) -> None:
     """Write a deployment for a preset: kit render preset=NAME [KEY=VALUE ...] [--with-preset NAME] [--with PROFILE]."""
     from kit.core.write import write_files
@@ -84,7 +127,10 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
         raise click.UsageError("--dry-run and --diff both write nothing: pick one")
     resolved = resolve_deployment(args, preset_option, out_dir, target=target, base_image=base_image,
                                   with_profiles=with_profiles, without=without, with_presets=with_presets,
-                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
+                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change or show_diff or dry_run)
+    if not (dry_run or show_diff):
+        refuse_target_switch(resolved, out_dir)
     prepared = prepare_resolved(resolved)
     if show_diff:
         from kit.core.filediff import diff_files
@@ -100,7 +146,11 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     # What an earlier render wrote and this one does not goes when unedited, stays when edited (kit/core/write.py:
     # stale files); every command that renders the folder does the same (kit/run/workflow.py render_into).
     results = write_files(prepared.files, out_dir, force=force, dry_run=dry_run, notify=status, remove_stale=True)
-    from kit.deploy.service_env import unread_env_warnings
+    from kit.deploy.service_env import fill_stack_env, unread_env_warnings
+
+    # The .env values the stack requires and the kit makes (the API key, an add-on's passwords), never in a
+    # rendered file; a dry run writes none.
+    env = None if dry_run else fill_stack_env(prepared.files, prepared.preset, out_dir / ".env")
 
     prepared.report.warnings.extend(unread_env_warnings(prepared.files, out_dir / ".env"))
     for warning in prepared.report.warnings:
@@ -113,8 +163,10 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
             "dry_run": dry_run,
             "image": prepared.image_ref,
             "profiles": resolved.with_profiles,
-            "overrides": resolved.overrides,
+            "overrides": prepared.resolved.overrides if prepared.resolved else resolved.overrides,
+            "dropped_pin": prepared.dropped_pin,
             "files": {r.path: r.status for r in results},
+            "env": None if env is None else {"written": env.written, "missing": env.missing},
         }, warnings=[str(w) for w in prepared.report.warnings])
         return
     labels = [DRY_RUN_LABELS.get(r.status, f"would {r.status}") if dry_run else STATUS_LABELS.get(r.status, r.status)
@@ -127,6 +179,8 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     if kept:
         status(f"note: {'this render' if not dry_run else 'the render'} no longer writes {len(kept)} file(s) you "
                "edited; they stay, and the kit no longer tracks them (delete them when you are done with them)")
-    if dry_run:
+    if dry_run or env is None:
         return
-    status(next_step(prepared, out_dir))
+    for line in env.lines():
+        status(line)
+    status(next_step(prepared, out_dir, env))

@@ -36,7 +36,7 @@ from kit.core.errors import SmokeError
 @standard_options
 def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, port: int | None,
           wheelhouse: Path | None, base_image: str | None, timeout: float | None, keep: bool, force: bool,
-          replace: bool, reset_overrides: bool, as_json: bool) -> None:
+          replace: bool, reset_overrides: bool, accept_preset_change: bool, as_json: bool) -> None:
     """Prove a preset's stack answers: kit smoke preset=NAME [model=ID|PATH] [--keep]."""
     # testinfra is an extra (pyproject.toml: smoke): the rest of the CLI runs without it. Checked before
     # anything is built or started, so a missing extra costs nothing.
@@ -49,7 +49,8 @@ def smoke(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None
     from kit.run.workflow import smoke as run_smoke
 
     resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image, replace=replace,
-                                  reset_overrides=reset_overrides)
+                                  reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     prepared = prepare_resolved(resolved)
     out = out_dir or Path(tempfile.mkdtemp(prefix="kit-smoke-"))
     result = run_smoke(prepared, out, wheelhouse=wheelhouse, keep=keep, timeout=timeout, force=force, progress=status)

@@ -17,35 +17,42 @@ from kit.cli.common import PathOption, deployment_options, emit_json, preset_arg
 @standard_options
 def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
        base_image: str | None, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
+       accept_preset_change: bool,
        as_json: bool) -> None:
     """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
     from kit.deploy.pipeline import prepare_resolved
     from kit.run.workflow import up as stack_up
 
     resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image,
-                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
+                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     prepared = prepare_resolved(resolved)
     from kit.deploy.service_env import unread_env_warnings
 
-    for warning in unread_env_warnings(prepared.files, out_dir / ".env"):
+    warnings = [*prepared.report.warnings, *unread_env_warnings(prepared.files, out_dir / ".env")]
+    for warning in warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     from kit.cli.output import progress
 
     with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
         ready = stack_up(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)
     rt, name = prepared.preset.runtime, prepared.deployment.serve.served_model_name
+    keyed = _has_api_key(out_dir)
+    from kit.deploy.door import client_host
+
+    url = f"http://{client_host(rt.bind_address)}:{rt.port}"  # one the front door answers to, never 0.0.0.0
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
-                   "url": f"http://{rt.bind_address}:{rt.port}", "ready_seconds": round(ready, 1)})
+                   "url": url, "ready_seconds": round(ready, 1),
+                   "api_key_in": str(out_dir / ".env") if keyed else None},
+                  warnings=[str(w) for w in warnings])
         return
     import shlex
 
-    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(rt.bind_address, rt.bind_address)
-    url = f"http://{host}:{rt.port}"
-    auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if _has_api_key(out_dir) else ""
     click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on {url}")
+    auth = auth_header_option(out_dir) if keyed else ""
     if auth:
-        click.echo(f"  (the server wants the key in {out_dir / '.env'}: export VLLM_API_KEY from there first)")
+        click.echo(f"  (the key is VLLM_API_KEY in {out_dir / '.env'}; these lines read it from there)")
     click.echo(f"  curl -s {url}/v1/models{auth}")
     body = shlex.quote(f'{{"model": "{name}", "prompt": "Hello", "max_tokens": 16}}')
     click.echo(f"  curl -s {url}/v1/completions -H 'Content-Type: application/json'{auth} -d {body}")
@@ -55,11 +62,21 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
 
 
 def _has_api_key(out_dir: Path) -> bool:
-    try:
-        lines = (out_dir / ".env").read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return False
-    return any(line.partition("=")[0].strip() == "VLLM_API_KEY" and line.partition("=")[2].strip() for line in lines)
+    from kit.core.envfile import env_value
+
+    return env_value(out_dir / ".env", "VLLM_API_KEY") is not None
+
+
+def auth_header_option(out_dir: Path) -> str:
+    """A curl header option that sends the folder's key as printed, in any POSIX shell in the current directory: the
+    .env is read by a subshell (never this process's output: the key's value is not printed), as compose reads it
+    for the simple NAME=value lines the kit writes."""
+    import shlex
+
+    env_file = str(out_dir / ".env")
+    if "/" not in env_file:  # `. .env` would search PATH first
+        env_file = f"./{env_file}"
+    return f' -H "Authorization: Bearer $(. {shlex.quote(env_file)} && echo "$VLLM_API_KEY")"'
 
 
 @click.command()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, split_args, standard_options, \
-    status
+from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, repin_steps, split_args, \
+    standard_options, status
 
 
 def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
@@ -38,6 +38,7 @@ def plan_rows(upgrade) -> list[tuple[str, str, str]]:  # noqa: ANN001 - kit.depl
         ("activation GiB", lambda p: f"{p.activation_gib:.2f}"),
         ("non-torch GiB", lambda p: f"{p.non_torch_gib:.2f}"),
         ("CUDA graphs GiB", lambda p: f"{p.cuda_graph_gib:.2f}"),
+        ("KV sizing margin GiB", lambda p: f"{p.kv_reserve_gib:.2f}" if p.inputs.get("extensible_kv_cache") else "-"),
         ("KV cache GiB", lambda p: f"{p.kv_cache_gib:.2f}"),
         ("KV cache tokens", lambda p: f"{p.kv_cache_tokens:,}"),
         ("max concurrency", lambda p: f"{p.max_concurrency:.2f}x"),
@@ -99,12 +100,14 @@ def _report(upgrade) -> None:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
 @click.command()
 @preset_arguments
 @click.option("--to", "to", metavar="VERSION", required=True, callback=_release,
-              help="The vLLM release to move to (X.Y.Z; the kit needs its flag snapshot, kit/data/flags/).")
+              help="The vLLM release to move to (X.Y.Z; the kit needs its flag snapshot and row: its own, or the "
+                   "user's in $XDG_CONFIG_HOME/vllm-kit/).")
 @click.option("--out", "out_dir", type=PathOption(folder=True), default=None,
               help="The deployment folder (its vllm-kit.yaml says what it is); the diff is against its files. "
                    "Without it, the preset at its release is compared with the same at VERSION.")
 @click.option("--apply", "apply", is_flag=True,
-              help="Render the upgrade into --out, the override recorded in its vllm-kit.yaml (only when clean).")
+              help="Render the upgrade into --out, the override recorded in its vllm-kit.yaml (only without problems; "
+                   "a recorded image.pin_digest is dropped, the pinned image being the old release's).")
 @click.option("--force", is_flag=True, help="With --apply: overwrite files you edited since the kit wrote them.")
 @standard_options
 def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: Path | None, apply: bool,
@@ -113,8 +116,9 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
 
     Lists the flags the move touches (removed, renamed, refused values, deprecations, new spellings, changed
     defaults the command relies on), the checks of `kit validate` at VERSION, the memory plan before and after,
-    and the diff of the render. Writes nothing unless --apply. Exit 0 when the upgrade is clean, 1 when it has
-    problems.
+    and the diff of the render. Writes nothing unless --apply. Exit 0 when the upgrade has no problems, 1 when it
+    has. A deployment pinned by digest (image.pin_digest) is not clean even then: the pinned image is the old
+    release's, so --apply drops the pin and the steps after it are build, push and the new pin.
     """
     from kit.deploy.record import Request
     from kit.deploy.upgrade import plan_upgrade
@@ -124,9 +128,13 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     if force and not apply:
         raise click.UsageError("--force goes with --apply (it overwrites your edits when writing)")
     ref, overrides, _ = split_args(args, preset_option)
+    from kit.core.userdata import shadowed_user_files
+
+    for note in shadowed_user_files([to]):
+        status(f"note: {note}")
     result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
     applied = None
-    if apply and result.clean:
+    if apply and result.writable:
         from kit.core.write import write_files
 
         assert out_dir is not None and result.files is not None
@@ -134,7 +142,7 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}
-        emit_json(data, ok=result.clean,
+        emit_json(data, ok=result.writable,
                   problems=[problem_json(p.where, p.message, p.hint) for p in result.problems],
                   warnings=[str(w) for w in result.new_warnings])
     else:
@@ -144,7 +152,7 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     if result.stale and not as_json:
         status(f"note: {out_dir} differs from a render at {result.current} too (the preset or the kit changed since "
                f"it was rendered), and the diff includes that: `kit render --out {out_dir} --diff` shows that part")
-    if not result.clean:
+    if not result.writable:
         if not as_json:
             click.secho(f"the upgrade to {to} has {len(result.problems)} problem(s):", fg="red", err=True)
             for problem in result.problems:
@@ -156,9 +164,22 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         return
     if result.current == to:
         status(f"already at vLLM {to}")
+    elif result.dropped_pin is not None:
+        # Not clean: the running image is pinned by digest, and vLLM {to} is another image, to build and push first.
+        steps = repin_steps(out_dir if out_dir is not None else Path("DIR"), result.after_repository)
+        if applied is not None:
+            status(f"upgraded to vLLM {to}, and the pin {result.dropped_pin} dropped: it is the image at "
+                   f"{result.current}, which compose would go on running; next: {steps}")
+        else:
+            status(f"not clean: the deployment is pinned to {result.dropped_pin}, the image at {result.current}; "
+                   f"--apply drops the pin (compose builds the {to} image here), then: {steps}")
     elif applied is not None:
         status(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
                f"`kit build --out {out_dir}`")
+    if result.writable and result.new_warnings and result.current != to:
+        # a warning of the new release may be about the build itself (kit/data/compat.yaml release_warnings)
+        status(f"note: read the {len(result.new_warnings)} new warning(s) at {to} above before building: they may "
+               "stop `kit build`")
     elif out_dir is not None:
         status(f"clean: `kit upgrade --to {to} --out {out_dir} --apply` writes it")
     else:

@@ -17,6 +17,7 @@ from kit.cli.common import deployment_options, emit_json, preset_arguments, reso
 @standard_options
 def warm(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: int | None, wheelhouse: Path | None,
          base_image: str | None, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
+         accept_preset_change: bool,
          as_json: bool) -> None:
     """Fill a deployment's caches before its first start: kit warm [preset=NAME] --out DIR.
 
@@ -35,7 +36,8 @@ def warm(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: 
     from kit.run.warm import warm as warm_stack
 
     resolved = resolve_deployment(args, preset_option, out_dir, port=port, base_image=base_image,
-                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides)
+                                  allow_no_fit=allow_no_fit, replace=replace, reset_overrides=reset_overrides,
+                                  accept_preset_change=accept_preset_change)
     prepared = prepare_resolved(resolved)
     with progress("warm") as on_line:
         result = warm_stack(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)

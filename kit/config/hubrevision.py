@@ -24,22 +24,26 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 TIMEOUT_S = 30
 
 
+def revision_problem(revision: str) -> str | None:
+    """Why a revision is neither a 40-hex commit nor a git ref name, or None. The in-image fetch writes a revision as
+    a file under the cache's refs/ folder, so `../../x` would land outside it: its rule (fetch_files.py
+    revision_problem) is the one `kit validate` applies, read from the script the render ships."""
+    from kit.config.hubfetch import shipped_fetch_functions
+
+    problem: str | None = shipped_fetch_functions()["revision_problem"](revision)
+    return problem
+
+
 def is_commit(revision: str | None) -> bool:
     return bool(revision) and COMMIT.fullmatch(revision or "") is not None
 
 
 def env_file_values(path: Path, keys: tuple[str, ...]) -> dict[str, str]:
-    """KEY=VALUE lines of a compose .env for the keys asked (quotes stripped); the file may be absent."""
-    found: dict[str, str] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return found
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() in keys and value.strip():
-            found[key.strip()] = value.strip().strip("'\"")
-    return found
+    """The keys asked of a compose .env, as compose reads them (kit/core/envfile.py); the file may be absent."""
+    from kit.core.envfile import env_value
+
+    found = {key: env_value(path, key) for key in keys}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def commit_of(model_id: str, revision: str | None, environ: dict[str, str]) -> str:

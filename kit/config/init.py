@@ -32,6 +32,9 @@ _MODELINE = re.compile(r"^#\s*yaml-language-server:\s*\$schema=.*$", re.MULTILIN
 SCHEMA_TITLE = "vllm-kit preset"  # kit/config/schema.py: how the kit knows a schema.json is its own
 
 
+DEFAULT_SOURCE = "cpu"
+
+
 @dataclass(frozen=True)
 class MadePreset:
     name: str
@@ -40,6 +43,7 @@ class MadePreset:
     schema_status: str  # create | updated | identical | kept (a schema.json that is not the kit's)
     shadows: tuple[str, ...] = ()  # origins whose preset of this name the new one hides
     warnings: list[str] = field(default_factory=list)
+    source: str = DEFAULT_SOURCE  # what it was copied from: a name, or a file's path
 
 
 def preset_text(source_text: str, name: str, source: str) -> str:
@@ -47,12 +51,16 @@ def preset_text(source_text: str, name: str, source: str) -> str:
     body = _MODELINE.sub("", source_text, count=1).lstrip("\n")
     # Only names the kit validated go into the comment (a path could hold a character that ends a YAML comment).
     origin = f"the {source} preset" if not looks_like_path(source) and name_problem(source) is None else "a preset file"
+    if looks_like_path(source) and Path(source).stem == name:
+        origin = f"the {name} preset it shadows"
     intro = (f"# {name}: your preset, started from {origin} by `kit init`. `kit validate preset={name}` checks it;\n"
              f"# `kit render preset={name} --out DIR` writes its deployment (both from the folder above presets/).\n")
     return f"{SCHEMA_LINE}\n{intro}{body}"
 
 
-def init_preset(name: str, source: str = "cpu") -> MadePreset:
+def init_preset(name: str, source: str | None = None) -> MadePreset:
+    """``source`` None: the preset ``preset=NAME`` meant until now (a shipped one, or your config folder's), so the
+    new file starts as the same deployment and only your edits change it; ``cpu`` when NAME is new."""
     problem = name_problem(name)
     if problem:
         raise PresetError(f"preset name {name!r} {problem}")
@@ -62,6 +70,8 @@ def init_preset(name: str, source: str = "cpu") -> MadePreset:
         raise KitError(f"{target}: already exists; kit init never overwrites a preset",
                        hint="edit it, delete it first, or choose another NAME")
     shadowed = find_named(name)  # before the new file exists: what preset=NAME meant until now
+    if source is None:
+        source = str(shadowed.path) if shadowed is not None else DEFAULT_SOURCE
     source_path = find_preset(source)
     load_preset(str(source_path) if looks_like_path(source) else source)  # a broken source is refused, not copied
     where = str(source_path)
@@ -91,7 +101,7 @@ def init_preset(name: str, source: str = "cpu") -> MadePreset:
         # ./presets is the shipped folder: this is the kit's own checkout
         warnings.append(f"{folder} is the kit's shipped presets folder (this is a checkout of vllm-kit): "
                         f"{name} is a shipped preset now")
-    return MadePreset(name, target, schema_path, schema_status, shadows, warnings)
+    return MadePreset(name, target, schema_path, schema_status, shadows, warnings, source)
 
 
 def _write_schema(folder: Path) -> tuple[Path, str]:

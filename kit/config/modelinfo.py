@@ -1,10 +1,11 @@
 """What the planner needs to know about a model, read from its config.json.
 
-``load_model_spec`` takes a local model directory, a path to a config.json, or a
-Hugging Face id. Ids resolve from the bundled catalog (``kit/data/models/``), and
-from the hub only when the caller allows it and ``huggingface_hub`` is installed.
-Nothing here downloads weights: exact weight bytes come from a safetensors index
-(``metadata.total_size``) or from the headers of local ``*.safetensors`` files.
+``load_model_spec`` takes a local model directory, a path to a config.json, or a Hugging Face id. An id resolves
+from the bundled catalog (``kit/data/models/``, an offline cache of 17 models), then from the Hugging Face cache on
+this machine, then, where the caller allows it, from the hub through ``huggingface_hub`` (kit/config/modelsource.py).
+Keys a config.json leaves out are filled as transformers fills them for its ``model_type``
+(kit/data/model_defaults.yaml). Nothing here downloads weights: the stored bytes come from the safetensors headers
+(local files, or ranged reads of the hub's), an index's ``metadata.total_size`` where only the index is at hand.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ DTYPE_BYTES = {
     "int16": 2, "I16": 2, "int32": 4, "I32": 4, "int64": 8, "I64": 8,
     "bool": 1, "BOOL": 1, "F64": 8, "float64": 8,
 }
+# safetensors dtypes that vLLM casts to the model dtype when it loads an unquantised checkpoint
+FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
 class QuantSpec(BaseModel):
@@ -94,9 +97,36 @@ class ModelSpec(BaseModel):
     layer_types: tuple[str, ...] | None = None
     # A vision encoder beside the language model (config.json has vision_config / a vision tower)
     has_vision: bool = False
-    # Exact checkpoint size when known (safetensors index or headers)
+    # The checkpoint's stored tensor bytes when known (safetensors headers, or an index's total_size), and the same
+    # per safetensors dtype ("BF16", "I32", ...) where the headers were read: packed quantised weights, scales,
+    # zeros and unquantised layers each as stored
     weights_bytes: int | None = None
+    weights_bytes_by_dtype: tuple[tuple[str, int], ...] = ()
+    # the transformers config file whose defaults filled the keys config.json leaves out (kit/data/model_defaults.yaml);
+    # None: a model_type the kit has no row for, read as given
+    config_defaults: str | None = None
     source: str = ""  # where the config came from (path, catalog, hub)
+
+    def stored_bytes_as_loaded(self, dtype: str) -> int | None:
+        """The checkpoint's stored tensor bytes as they land on the GPU when served in ``dtype`` (None: unknown).
+
+        Floating-point tensors of an unquantised checkpoint are cast to ``dtype``; a quantised checkpoint's tensors
+        (packed integers, scales, zeros, and the layers it left unquantised) load as stored. Without a per-dtype
+        breakdown the total is used only when the checkpoint's dtype has the same width as ``dtype``."""
+        if not self.weights_bytes:
+            return None
+        width = DTYPE_BYTES.get(dtype)
+        if width is None:
+            return None
+        if self.quantization is not None:
+            return self.weights_bytes
+        if self.weights_bytes_by_dtype:
+            total = 0
+            for name, size in self.weights_bytes_by_dtype:
+                stored = DTYPE_BYTES.get(name)
+                total += size * width // stored if name in FLOAT_DTYPES and stored else size
+            return total
+        return self.weights_bytes if DTYPE_BYTES.get(self.torch_dtype) == width else None
 
     @property
     def is_moe(self) -> bool:
@@ -210,11 +240,53 @@ def _num_labels(cfg: dict[str, Any]) -> int | None:
     return len(labels) if isinstance(labels, dict) and labels else None
 
 
-def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None) -> ModelSpec:
+def config_defaults(model_type: Any) -> dict[str, Any] | None:
+    """transformers' defaults for ``model_type`` (kit/data/model_defaults.yaml), a wrapper's text model's row for a
+    multimodal wrapper; None for a model_type the table lacks."""
+    from kit.core.datafiles import load_yaml
+
+    rows = load_yaml("model_defaults.yaml")["model_types"]
+    row = rows.get(model_type) if isinstance(model_type, str) else None
+    if row is not None and row.get("text_model_type"):
+        row = rows.get(row["text_model_type"])
+    return row
+
+
+def with_transformers_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``cfg`` with the keys it leaves out filled as transformers fills them for its model_type, and the config
+    file those defaults come from (None: an unknown model_type, returned as given)."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
+    section = text if text is not None else cfg
+    row = config_defaults(section.get("model_type") or cfg.get("model_type"))
+    if row is None:
+        return cfg, None
+    filled = dict(section)
+    for key in ("head_dim", "num_key_value_heads", "sliding_window"):
+        if key not in filled and row.get(key) is not None:
+            filled[key] = row[key]
+    if "tie_word_embeddings" not in cfg and "tie_word_embeddings" not in filled:
+        filled["tie_word_embeddings"] = bool(row.get("tie_word_embeddings"))
+    if row.get("sliding_switch") and not filled.get("use_sliding_window"):
+        filled["sliding_window"] = None  # Qwen2/Qwen3: the window is in force only with use_sliding_window
+    layers = _whole_number(filled.get("num_hidden_layers"))
+    if row.get("sliding_every") and filled.get("sliding_window") and "layer_types" not in filled and layers:
+        every = _whole_number(filled.get(row.get("sliding_every_key") or "")) or int(row["sliding_every"])
+        every = every if every >= 1 else int(row["sliding_every"])
+        filled["layer_types"] = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+    return ({**cfg, "text_config": filled} if text is not None else filled), str(row["source"])
+
+
+def spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_bytes: int | None = None,
+                     weights_by_dtype: dict[str, int] | None = None) -> ModelSpec:
     """Build a ModelSpec from a config.json dict; a missing, absurd or malformed field is a PlanError naming it."""
     check_config_values(cfg, source)
+    cfg, defaults = with_transformers_defaults(cfg)
     try:
         spec = _spec_from_config(cfg, name=name, source=source, weights_bytes=weights_bytes)
+        spec = spec.model_copy(update={
+            "config_defaults": defaults,
+            "weights_bytes_by_dtype": tuple(sorted((weights_by_dtype or {}).items())),
+        })
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
         # Shapes the checks above do not cover (e.g. a list where a mapping belongs deep in quantization_config).
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -308,14 +380,32 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
     )
 
 
-def safetensors_bytes(model_dir: Path) -> int | None:
-    """Checkpoint bytes from the index's metadata.total_size, or by reading local file headers.
+class StoredTensors(BaseModel):
+    """A checkpoint's stored tensor bytes: the total, and per safetensors dtype where the headers were read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    total: int
+    by_dtype: dict[str, int] = {}
+
+    def add(self, other: StoredTensors) -> StoredTensors:
+        by_dtype = dict(self.by_dtype)
+        for name, size in other.by_dtype.items():
+            by_dtype[name] = by_dtype.get(name, 0) + size
+        return StoredTensors(total=self.total + other.total, by_dtype=by_dtype)
+
+
+def stored_tensors(model_dir: Path) -> StoredTensors | None:
+    """The checkpoint's tensors as stored: from the headers of the local ``*.safetensors`` files (the index's shards
+    when there is an index and they are all here), else from the index's metadata.total_size.
 
     Every read is bounded before it happens (kit/data/input_limits.yaml): the index's size, each header's
     8-byte length prefix against the format's cap, the kit's cap and the file's size, the shard count.
     """
     limits = input_limits()
     index = model_dir / "model.safetensors.index.json"
+    index_total: int | None = None
+    files = sorted(model_dir.glob("*.safetensors"))
     if index.is_file():
         data = _load_json(index, limits["files"]["safetensors_index_max_bytes"])
         metadata = data.get("metadata") if isinstance(data, dict) else None
@@ -324,26 +414,51 @@ def safetensors_bytes(model_dir: Path) -> int | None:
             number = _whole_number(total)
             if number is None or number < 0:
                 raise PlanError(f"{index}: metadata.total_size: {shown(total)} is not a byte count")
-            if number:
-                return number
-    files = sorted(model_dir.glob("*.safetensors"))
+            index_total = number or None
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        shards = sorted({str(v) for v in weight_map.values()}) if isinstance(weight_map, dict) else []
+        present = {file.name for file in files}
+        if shards and all(name in present for name in shards):
+            files = [model_dir / name for name in shards]  # what vLLM loads; a consolidated copy beside it is not
+        elif index_total:
+            return StoredTensors(total=index_total)
     if not files:
         return None
     caps = limits["safetensors"]
     if len(files) > caps["shards_max"]:
         raise PlanError(f"{model_dir}: {len(files)} safetensors files, more than the {caps['shards_max']} the kit reads")
     budget = caps["headers_total_max_bytes"]
-    total = 0
+    stored = StoredTensors(total=0)
     for file in files:
         tensors, header_bytes = _safetensors_tensor_bytes(file, min(caps["header_read_max_bytes"], budget),
                                                           caps["format_header_max_bytes"])
         budget -= header_bytes
-        total += tensors
-    return total or None
+        stored = stored.add(tensors)
+    return stored if stored.total else None
 
 
-def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tuple[int, int]:
-    """(bytes of the tensors ``file`` holds, bytes of its header), reading only the bounded header."""
+def safetensors_header_bytes(header: Any, where: str, data_size: int | None) -> StoredTensors:
+    """The tensors a parsed safetensors header describes, per dtype; each tensor's data_offsets must lie within
+    ``data_size`` (None: the data is not at hand, e.g. a header read from the hub)."""
+    if not isinstance(header, dict):
+        raise PlanError(f"{where}: the safetensors header is not a JSON object")
+    by_dtype: dict[str, int] = {}
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
+        if pair is None or None in pair or not 0 <= pair[0] <= pair[1] or (
+                data_size is not None and pair[1] > data_size):
+            raise PlanError(f"{where}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
+        dtype = meta.get("dtype")
+        name = dtype if isinstance(dtype, str) and dtype.isalnum() and len(dtype) <= 16 else "unknown"
+        by_dtype[name] = by_dtype.get(name, 0) + pair[1] - pair[0]
+    return StoredTensors(total=sum(by_dtype.values()), by_dtype=by_dtype)
+
+
+def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tuple[StoredTensors, int]:
+    """(the tensors ``file`` holds, bytes of its header), reading only the bounded header."""
     with open_regular(file, str(file), error=PlanError, what="safetensors file") as (fd, size):
         prefix = os.pread(fd, 8, 0)
         if len(prefix) < 8:
@@ -356,20 +471,7 @@ def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tup
         if length > read_cap:
             raise PlanError(f"{file}: header of {length} bytes is more than the kit reads ({read_cap} bytes left)")
         raw = os.pread(fd, length, 8)
-    header = _parse_json(raw, str(file))
-    if not isinstance(header, dict):
-        raise PlanError(f"{file}: the safetensors header is not a JSON object")
-    data_size = size - 8 - length
-    total = 0
-    for key, meta in header.items():
-        if key == "__metadata__":
-            continue
-        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
-        pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
-        if pair is None or None in pair or not 0 <= pair[0] <= pair[1] <= data_size:
-            raise PlanError(f"{file}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
-        total += pair[1] - pair[0]
-    return total, length
+    return safetensors_header_bytes(_parse_json(raw, str(file)), str(file), size - 8 - length), length
 
 
 def catalog_path(model_id: str) -> Path:
@@ -400,30 +502,27 @@ def _load_json(path: Path, limit: int | None = None) -> Any:
     return _parse_json(read_capped(path, str(path), limit, error=PlanError, what="JSON file"), str(path))
 
 
-def _from_hub(model_id: str) -> ModelSpec | None:
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        return None
-    try:
-        config_path = Path(hf_hub_download(model_id, "config.json"))
-    except Exception:  # noqa: BLE001 - offline, gated, missing: all mean "not from the hub"
-        return None
-    weights = None
-    try:
-        weights = safetensors_bytes(Path(hf_hub_download(model_id, "model.safetensors.index.json")).parent)
-    except Exception:  # noqa: BLE001, S110 - no index on the hub: the weights' size stays unknown
-        pass
-    return spec_from_config(_load_json(config_path), name=model_id, source=f"hub:{model_id}", weights_bytes=weights)
-
-
 TINY_MODEL_PREFIX = "kit:"
 # Where multimodal configs keep their vision encoder's settings (Qwen2.5-VL, LLaVA, Gemma 3, Llama 4, InternVL).
 VISION_KEYS = ("vision_config", "vision_tower_config", "vision_encoder_config")
 
 
-def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
-    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:<tiny model kind>``) to a ModelSpec."""
+LOCAL_MODEL_HINT = "give --model (beside a preset: model=) a model folder or its config.json"
+
+
+def spec_from_folder(folder: Path, config: Path, *, name: str, source: str) -> ModelSpec:
+    """The spec of the model whose config.json is ``config``, its stored weights read from ``folder``."""
+    stored = stored_tensors(folder)
+    return spec_from_config(_load_json(config), name=name, source=source,
+                            weights_bytes=stored.total if stored else None,
+                            weights_by_dtype=stored.by_dtype if stored else None)
+
+
+def load_model_spec(ref: str, *, hub: bool = False, revision: str | None = None) -> ModelSpec:
+    """Resolve ``ref`` (directory, config.json path, HF id, or ``kit:<tiny model kind>``) to a ModelSpec.
+
+    An id is looked up in the bundled catalog, then the Hugging Face cache (HF_HUB_CACHE, HF_HOME), then, with
+    ``hub``, on the hub itself (HF_ENDPOINT, HF_TOKEN; never with HF_HUB_OFFLINE set)."""
     if ref.startswith(TINY_MODEL_PREFIX):  # a test model the kit makes: its shape is known before it exists
         from kit.config.tinymodel import KINDS, shape_config
 
@@ -436,25 +535,32 @@ def load_model_spec(ref: str, *, allow_hub: bool = False) -> ModelSpec:
         config = path / "config.json"
         if not config.is_file():
             raise PlanError(f"{path}: no config.json in this directory", hint="point --model at a model directory or its config.json")
-        return spec_from_config(_load_json(config), name=path.name, source=str(config), weights_bytes=safetensors_bytes(path))
+        return spec_from_folder(path, config, name=path.name, source=str(config))
     if found is not None:  # a file; a FIFO or device is refused when read
-        return spec_from_config(_load_json(path), name=path.parent.name or path.stem, source=str(path),
-                                weights_bytes=safetensors_bytes(path.parent))
-    if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
-        try:
-            bundled, found = user_path(str(catalog_path(ref)), error=PlanError)
-        except PlanError:  # a name no file can have is not in the catalog
-            bundled, found = catalog_path(ref), None
-        if found is not None:
-            return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
-        if allow_hub:
-            spec = _from_hub(ref)
-            if spec is not None:
-                return spec
-    raise PlanError(
-        f"model {ref!r} is not a local path and not in the bundled catalog",
-        hint=(
-            "pass a local config: --model /path/to/model-dir or --model /path/to/config.json"
-            + ("" if allow_hub else " (or allow hub look-ups where the hub is reachable)")
-        ),
-    )
+        return spec_from_folder(path.parent, path, name=path.parent.name or path.stem, source=str(path))
+    from kit.config import modelsource
+
+    if not modelsource.is_hub_id(ref):
+        raise PlanError(f"model {shown(ref)}: no such file or folder, and not a Hugging Face id (org/name)",
+                        hint=LOCAL_MODEL_HINT + ", or a hub id such as Qwen/Qwen3-8B")
+    bundled = catalog_path(ref)
+    if bundled.is_file():  # shapes do not change between a model's revisions
+        return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
+    environ = dict(os.environ)
+    snapshot = modelsource.cached_snapshot(ref, revision, environ)
+    # A cached config.json alone (what a hub look-up leaves of a one-file checkpoint) does not say what the weights
+    # store: the hub's headers do, so that the same command plans the same bytes on every run.
+    if snapshot is not None and (not hub or modelsource.hub_offline(environ) or modelsource.has_weights(snapshot)):
+        return spec_from_folder(snapshot, snapshot / "config.json", name=ref, source=f"hf-cache:{ref}")
+    if not hub:
+        raise PlanError(f"model {ref!r} is not a local path, not in the bundled catalog and not in the Hugging Face "
+                        f"cache ({modelsource.hub_cache_dir(environ)})",
+                        hint=LOCAL_MODEL_HINT + ", or download the model first")
+    try:
+        config, stored = modelsource.from_hub(ref, revision, environ)
+    except modelsource.HubUnreachable:
+        if snapshot is None:
+            raise
+        return spec_from_folder(snapshot, snapshot / "config.json", name=ref, source=f"hf-cache:{ref}")
+    return spec_from_config(config, name=ref, source=f"hub:{ref}", weights_bytes=stored.total if stored else None,
+                            weights_by_dtype=stored.by_dtype if stored else None)

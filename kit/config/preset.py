@@ -14,7 +14,7 @@ import re
 import types
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +28,7 @@ from kit.core.gpus import gpu_key, unknown_gpu_hint
 from kit.core.errors import PresetError, Problem, shown
 from kit.core.inputfiles import NUMBER_MAX, decode_utf8, input_limits, read_capped, user_path
 from kit.core.overrides import MalformedOverride, override_where, split_override
+from kit.core.versions import VERSION_RE
 from kit.core.safevalue import (
     UnsafeValue,
     check_argument,
@@ -38,7 +39,6 @@ from kit.core.safevalue import (
 )
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
-VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
 
 # Docker's size grammar for memory and /dev/shm (docker/go-units size.go, RAMInBytes -> parseSize, v0.5.0): a
 # number, then an optional unit, either after one space or directly; units are case-insensitive, binary
@@ -129,10 +129,33 @@ def model_path_problem(path: str) -> str | None:
                     "(./models/NAME, or an absolute path)")
         return None
     normal = "/" + normal.lstrip("/")  # POSIX keeps a leading // as is
+    return _system_folder_problem(normal, rules) or _linked_path_problem(path, rules)
+
+
+def _system_folder_problem(normal: str, rules: dict[str, Any]) -> str | None:
     if normal in rules["exact"] or any(normal == top or normal.startswith(top + "/") for top in rules["under"]):
         return (f"is a system folder ({normal}): a local model is mounted into the containers; point at the model's "
                 "own folder (e.g. /srv/models/NAME)")
     return None
+
+
+def _linked_path_problem(path: str, rules: dict[str, Any]) -> str | None:
+    """The folder a path reaches on this host, links followed: a link to /etc passes as text, not as what Docker
+    mounts. Checked only where a link is on the way (the path as written was checked above)."""
+    import posixpath
+
+    expanded = os.path.expanduser(path)
+    try:
+        real = os.path.realpath(expanded)
+    except (OSError, ValueError):
+        return None
+    if real == posixpath.normpath(expanded):
+        return None
+    home = os.path.realpath(os.path.expanduser("~"))
+    if real.startswith(home.rstrip("/") + "/"):
+        return None  # below the user's own home, as ~/... is
+    problem = _system_folder_problem(real, rules)
+    return f"resolves, links followed, to {real}, which {problem}" if problem else None
 
 
 class Strict(BaseModel):
@@ -203,9 +226,14 @@ def model_name_for_path(path: str) -> str:
     return posixpath.basename(posixpath.normpath(path.rstrip("/"))) or path
 
 
+class HostPath:
+    """Marks a field whose text is a folder on the host: on the command line an unquoted ``~`` there is the home
+    folder, as a shell user means it, not YAML's null (``value_kind``: kind "path")."""
+
+
 class Model(Strict):
     id: str = Field(..., min_length=1, description="Hugging Face id (org/name); with host_path, the model's name")
-    host_path: str | None = Field(
+    host_path: Annotated[str | None, HostPath()] = Field(
         None, description="A model folder on the host (absolute, ~/..., or relative to the deployment folder): "
         "mounted read-only into the containers; system folders are refused",
     )
@@ -235,11 +263,24 @@ class Model(Strict):
         # bind mount's source.
         return None if value is None else check_argument(value)
 
+    @field_validator("revision")
+    @classmethod
+    def _commit_or_ref(cls, value: str | None) -> str | None:
+        from kit.config.hubrevision import revision_problem
+
+        problem = value is not None and revision_problem(value)
+        if problem:
+            raise ValueError(f"{problem}: a revision is a 40-hex commit or a branch or tag name (e.g. main, v1.0)")
+        return value
+
     @field_validator("id")
     @classmethod
     def _hub_id(cls, value: str) -> str:
         if looks_like_model_path(value):
             # Before, a path here was bind-mounted silently; a host folder is now only ever taken by its own field.
+            refused = model_path_problem(value)
+            if refused is not None:  # model.host_path refuses it too: offer no spelling that is refused next
+                raise ValueError(f"is a host path that model.host_path refuses too: {refused}")
             raise ValueError(f"is a host path: a model folder goes in model.host_path (mounted read-only), and "
                              f"model.id names it (host_path: {value}, id: {model_name_for_path(value)}; "
                              f"on the command line model={value} sets both)")
@@ -360,7 +401,11 @@ class Image(Strict):
     def _known_version(cls, value: str) -> str:
         known = vllm_table()["versions"]
         if value not in known:
-            raise ValueError(f"vLLM {value} is not in the kit's version table (known: {', '.join(known)})")
+            from kit.core.userdata import VERSIONS_FILE, user_config_dir
+
+            raise ValueError(f"vLLM {value} is not in the kit's version table (known: {', '.join(known)}); a "
+                             f"release the kit does not ship takes a row in {user_config_dir() or '~/.config/vllm-kit'}"
+                             f"/{VERSIONS_FILE}")
         return value
 
     @field_validator("base")
@@ -408,9 +453,32 @@ class Image(Strict):
         return value
 
 
+DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def server_name(name: str, where: str) -> str:
+    """A name the API is reached by, as the front door compares it with Host: an IP address (in its canonical form)
+    or a DNS name of letters, digits and hyphens (lower-cased; no wildcard, no port, no trailing dot)."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    lowered = name.lower()
+    labels = lowered.split(".")
+    if (not name.isascii() or len(lowered) > 253 or not all(DNS_LABEL.fullmatch(label) for label in labels)
+            or labels[-1].isdigit()):
+        raise ValueError(f"{where}: not a DNS name or an IP address (letters, digits, hyphens and dots; no port, "
+                         "wildcard or trailing dot)")
+    return lowered
+
+
 class Runtime(Strict):
     port: int = Field(8000, ge=1, le=65535, description="Host port the API is published on")
     bind_address: str = Field("127.0.0.1", description="Host address to publish on; 0.0.0.0 exposes it to the network")
+    server_names: list[str] = Field(
+        default_factory=list, max_length=32,
+        description="Further names (DNS names or IP addresses) clients reach the API by, beside 127.0.0.1, localhost "
+        "and bind_address: the front door refuses any other Host header (a web page rebound to this address)")
     shm_size: str | None = Field(
         None, description="/dev/shm size in any form Docker accepts: 10.24g, 4G, 4gb, 4096m, bytes "
         "(default: computed from the plan)",
@@ -424,7 +492,15 @@ class Runtime(Strict):
     healthcheck_start_period: int | None = Field(
         None, ge=10, description="Seconds the healthcheck allows for model loading (default: computed)"
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra non-secret environment variables")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra non-secret environment variables, from the kit's list of harmless "
+        "ones (kit/data/env_allow.yaml); any other name goes in unsafe_env")
+    unsafe_env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables the kit does not know to be harmless (they may load "
+        "code or files into the server): set only what you have read; every render warns about each")
+    unsafe_engine_flags: list[str] = Field(
+        default_factory=list, description="engine flags that load code or open files (kit/data/switches.yaml engine, "
+        "action unsafe), allowed by name here; every render warns about each")
     cpu_kvcache_space_gib: float | None = Field(None, gt=0, description="CPU backend: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
     cpu_omp_threads_bind: str | None = Field(None, description="CPU backend: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, 0-31)")
     startup_plan: bool = Field(
@@ -439,8 +515,10 @@ class Runtime(Strict):
         "default round_robin)",
     )
     require_api_key: bool = Field(
-        False, description="The server refuses to start without VLLM_API_KEY in .env (compose) or the Secret's "
-        "VLLM_API_KEY key (Kubernetes: the secretKeyRef is not optional); the key itself never goes in the preset",
+        True, description="The stack refuses to start without a non-empty VLLM_API_KEY in .env (compose) or the "
+        "Secret's VLLM_API_KEY key (Kubernetes: the secretKeyRef is not optional); kit render writes a random one "
+        "into .env when there is none. false (asked for by name) runs keyless when .env sets no key, and every "
+        "validate, render and up warns; the key itself never goes in the preset",
     )
     k8s_runtime_class: str | None = Field(
         None, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$", max_length=253,
@@ -471,7 +549,17 @@ class Runtime(Strict):
         ipaddress.ip_address(value)
         return value
 
-    @field_validator("env")
+    @field_validator("server_names")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        names = []
+        for index, name in enumerate(value):
+            names.append(server_name(name, f"server_names[{index}]"))
+        if len(set(names)) != len(names):
+            raise ValueError("a server name is listed twice")
+        return names
+
+    @field_validator("env", "unsafe_env")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
         for name, text in value.items():
@@ -803,9 +891,12 @@ def _strings_in(value: Any) -> list[str]:
 # How an override's value is read, by the type of the field it sets (``value_kind``):
 #   text        the field takes text: the value is the text typed (image.cuda=12.9, model.id=0.33, engine.x=true
 #               for a text flag); null/~ unset it, and quotes are YAML's (image.cuda='null' is the text null)
+#   path        a host folder (a field marked HostPath): as text, but ~ is the home folder (a shell's meaning,
+#               which the field's check then refuses); only null unsets it
 #   text-items  a list or mapping of text: a YAML flow list or mapping whose unquoted items stay text
 #   yaml        anything else (numbers, booleans, JSON flags): typed like a preset file's plain scalar
 _NULLS = ("~", "null", "Null", "NULL")
+_PATH_NULLS = ("null", "Null", "NULL")
 
 
 def _without_none(annotation: Any) -> Any:
@@ -858,6 +949,8 @@ def value_kind(path: list[str], version: str | None = None) -> str:
             return "yaml"
         if part not in fields:
             return "yaml"
+        if index == len(path) - 1 and any(isinstance(mark, HostPath) for mark in fields[part].metadata):
+            return "path"
         current = _without_none(fields[part].annotation)
     return _kind_of(current)
 
@@ -877,6 +970,8 @@ def parse_override_value(raw: str, where: str, kind: str = "yaml") -> Any:
     quoted = len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\""
     if kind == "text" and not quoted:
         return None if raw in _NULLS else raw
+    if kind == "path" and not quoted:
+        return None if raw in _PATH_NULLS else raw
     flow = raw[0] in "[{" or quoted
     if not flow:
         loader = PresetLoader("")
@@ -1018,8 +1113,15 @@ def problems_from_validation(exc: ValidationError, where: str) -> list[Problem]:
                 message += f" (got {shown(err['input'])})"
             if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
                 hint = "YAML reads an unquoted number or true/false as one: quote the value"
+        if not field:  # a check across sections (Preset._consistent) names the field it is about first
+            named = _LEADING_FIELD.match(message)
+            if named and named.group(1).split(".")[0] in Preset.model_fields:
+                field, message = named.group(1), message[named.end():]
         problems.append(Problem(f"{where}: {field}" if field else where, message, hint))
     return problems
+
+
+_LEADING_FIELD = re.compile(r"^([a-z_]+\.[a-z_]+) ")
 
 
 def _out_of_range_numbers(value: Any, path: str = "") -> list[str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.datafiles import PRESETS_DIR
+from kit.core.userdata import user_config_dir
 
 PROJECT, USER, SHIPPED = "project", "user", "shipped"
 PROJECT_FOLDER = "presets"  # under the current working folder
@@ -59,13 +60,8 @@ def name_problem(name: str) -> str | None:
 
 def user_presets_dir() -> Path | None:
     """``$XDG_CONFIG_HOME/vllm-kit/presets``, else ``~/.config/vllm-kit/presets``; None without a home folder."""
-    base = os.environ.get("XDG_CONFIG_HOME", "")
-    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and ignored
-        try:
-            base = str(Path.home() / ".config")
-        except RuntimeError:  # no HOME and no passwd entry
-            return None
-    return Path(base) / "vllm-kit" / "presets"
+    folder = user_config_dir()
+    return None if folder is None else folder / "presets"
 
 
 def project_presets_dir() -> Path:

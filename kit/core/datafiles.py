@@ -13,7 +13,7 @@ import yaml
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kit/, above this core/ package
 DATA_DIR = PACKAGE_DIR / "data"
 # In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
-# beside the package (the layout README.md describes). A wheel or sdist install ships them inside the package as
+# beside the package (the layout docs/architecture/index.md describes). A wheel or sdist install ships them inside the package as
 # kit/_presets, kit/_images, kit/_compose (pyproject.toml maps them). This is the one place that knows both.
 REPO_ROOT = PACKAGE_DIR.parent
 
@@ -50,7 +50,22 @@ def load_yaml(name: str) -> Any:
 
 
 def vllm_table() -> dict[str, Any]:
-    return load_yaml("vllm.yaml")
+    """kit/data/vllm.yaml, with the `versions` rows of releases it lacks from the user's config folder
+    (kit/core/userdata.py: $XDG_CONFIG_HOME/vllm-kit/vllm.yaml; the shipped rows win)."""
+    from kit.core.userdata import user_config_dir
+
+    return _vllm_table_with(user_config_dir())
+
+
+@functools.cache
+def _vllm_table_with(user_folder: Path | None) -> dict[str, Any]:
+    shipped = load_yaml("vllm.yaml")
+    if user_folder is None:
+        return shipped
+    from kit.core.userdata import user_version_rows
+
+    rows = user_version_rows(user_folder, shipped)
+    return {**shipped, "versions": {**shipped["versions"], **rows}} if rows else shipped
 
 
 def gpu_catalog() -> dict[str, dict[str, Any]]:

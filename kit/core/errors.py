@@ -47,11 +47,14 @@ class KitError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, hint: str | None = None, problems: list[Problem] | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[Problem] | None = None,
+                 detail: list[str] | None = None):
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.problems = list(problems or [])
+        # lines shown under the error as they are (a diff): each printed through one_line, so none can break out
+        self.detail = list(detail or [])
 
     def lines(self) -> list[str]:
         if self.problems:
@@ -76,7 +79,15 @@ class SmokeError(KitError):
 
 
 class PlanError(KitError):
-    """The memory planner cannot plan these inputs (missing model field, impossible parallelism)."""
+    """The memory planner cannot plan these inputs (missing model field, impossible parallelism).
+
+    ``field``: the preset field the problem is about (``engine.max_model_len``), so a preset's error names it, and
+    names the override when the value came from the command line."""
+
+    def __init__(self, message: str, *, hint: str | None = None, problems: list[Problem] | None = None,
+                 field: str | None = None):
+        super().__init__(message, hint=hint, problems=problems)
+        self.field = field
 
 
 class WriteError(KitError):

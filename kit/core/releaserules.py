@@ -42,3 +42,16 @@ def quantization_method_gone(method: str, vllm_version: str, *, registry: bool =
     if known is not None and name not in known:
         return f"quantization method {name} is not in vLLM {vllm_version}'s registry (QuantizationMethods)"
     return None
+
+
+def quantization_spellings(method: str, vllm_version: str) -> list[str]:
+    """The names close to ``method`` in ``vllm_version``'s registry, when ``method`` is in no release's registry the
+    kit has read and has no rule of its own: a misspelling (awq4 for awq), not a method some release removed."""
+    import difflib
+
+    table = load_yaml("compat.yaml")
+    name = method.lower()
+    registries = table.get("quantization_methods") or {}
+    if name in table["quantization"] or any(name in known for known in registries.values()):
+        return []
+    return difflib.get_close_matches(name, registries.get(vllm_version) or [], n=3, cutoff=0.6)

@@ -7,7 +7,8 @@ through a symlink: a link at ``.kit``, at a folder under it or at a file it writ
 the path, not followed. Folders are walked with ``O_NOFOLLOW`` relative to the folder above (``dir_fd``), so a
 link swapped in between a check and a write is refused too; the file's own open uses ``O_NOFOLLOW``.
 The all-or-nothing renderer (kit/core/write.py) has its own checks for the files it writes; ``.env`` is written
-by kit/run/stack.py write_smoke_env with ``O_EXCL | O_NOFOLLOW``.
+by kit/core/envfile.py fill_env_values (a temp file made with ``O_EXCL | O_NOFOLLOW``, renamed over it) and by
+kit/run/stack.py write_smoke_env with ``O_EXCL | O_NOFOLLOW``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
+# A release as a preset pins it and the kit ships or reads its data: X.Y.Z, or X.Y.Z.postN (never "latest").
+VERSION_RE = r"^\d+\.\d+\.\d+(\.post\d+)?$"
 # Hostile input (a preset's vllm_version, a tool's output) is refused before packaging turns digits into ints.
 MAX_VERSION_LENGTH = 64
 # Vendor spellings PEP 440 refuses ("24.0.7-ce", "2.24.0-desktop.1", "575.51.03-server"): their leading release.
@@ -40,3 +42,9 @@ def version_or_oldest(text: str) -> Version:
 def release_at_least(text_or_version: str | Version, since: tuple[int, ...]) -> bool:
     current = text_or_version if isinstance(text_or_version, Version) else version(text_or_version)
     return current >= Version(".".join(str(part) for part in since))
+
+
+def cc_tuple(text: str) -> tuple[int, int]:
+    """A compute capability ("8.6", "12.1") as (major, minor), so 12.1 orders after 9.0."""
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kit.config.preset import Preset, display_path
 from kit.config.strategy import strategy_of
@@ -51,7 +51,16 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
     problems = []
     ranks = eng.tp * eng.pp
     if hw.gpu is not None:
+        from kit.core.datafiles import gpu_catalog
+
         gpus = hw.count * hw.nodes
+        per_host = gpu_catalog().get(hw.gpu, {}).get("per_host")
+        if per_host is not None and hw.count > per_host:
+            problems.append(Problem(
+                f"{where}: hardware.count",
+                f"{hw.count} GPUs per node, but a {hw.gpu} host has {per_host} (kit/data/gpus.yaml per_host)",
+                f"set hardware.count to {per_host} (more hosts: hardware.nodes)",
+            ))
         if ranks > gpus:
             problems.append(Problem(
                 f"{where}: engine.tensor_parallel_size",
@@ -69,6 +78,26 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
             problems.append(Problem(f"{where}: engine.distributed_executor_backend",
                                     "more than one node needs the ray backend", "set it to ray"))
     return problems
+
+
+def parallel_layout_problems(where: str, preset: Preset, target: str = "compose") -> list[Problem]:
+    """The errors `kit validate` finds in how the ranks (tensor x pipeline parallel x replicas) map onto the GPUs."""
+    from kit.deploy.router import replica_problems
+
+    return check_parallelism(where, preset) + replica_problems(where, preset, target) + \
+        check_cluster(where, preset, target)[0]
+
+
+def _leader_pod_clashes(where: str, taken: dict[str, int], target: str) -> list[Problem]:
+    """Kubernetes: the leader pod also holds the API server behind its door, on the pod's loopback."""
+    from kit.deploy import deployment as dep
+
+    if target == "compose":
+        return []
+    return [Problem(f"{where}: {name}",
+                    f"port {port} clashes: the API server takes it in the leader pod, behind the front door",
+                    f"give {name} another port")
+            for name, port in taken.items() if port == dep.POD_SERVER_PORT and name.startswith("cluster.")]
 
 
 def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[list[Problem], list[Problem]]:
@@ -144,6 +173,7 @@ def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[
                 f"port {port} clashes: {server_field} and {name} both take it on the head",
                 "give the API server (runtime.port) or Ray (cluster.ray_port, cluster.dashboard_port) another port",
             ))
+    errors += _leader_pod_clashes(where, taken, target)
     low, high = dep.RAY_WORKER_PORTS
     for name, port in [(server_field, server_port), ("cluster.ray_port", cl.ray_port),
                        ("cluster.dashboard_port", cl.dashboard_port)]:
@@ -160,51 +190,85 @@ def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[
 LOOPBACK = ("127.0.0.1", "::1")
 
 
-def check_exposure(where: str, preset: Preset) -> list[Problem]:
-    """The API published beyond loopback: anyone who reaches the address may use the server.
+def check_exposure(where: str, preset: Preset, target: str = "compose") -> list[Problem]:
+    """A stack that may run without a key: only when the preset asks for it by name (runtime.require_api_key=false),
+    and then on every validate, render and up.
 
-    The key itself is only ever in .env (VLLM_API_KEY), which the kit never reads; with runtime.require_api_key the
-    stack refuses to start without it (compose's required interpolation, a non-optional secretKeyRef), so then
-    there is nothing to warn of. Otherwise the warning says what must be true rather than guessing whether it is."""
+    The key itself is only ever in .env (VLLM_API_KEY), which the checks never read: with the key required (the
+    default) the stack refuses to start without one (compose's required interpolation, a non-optional
+    secretKeyRef) and kit render writes a random one into .env, so then there is nothing to warn of."""
     rt = preset.runtime
-    if rt.bind_address in LOOPBACK or rt.require_api_key:
+    if rt.require_api_key:
         return []
+    reach = ("every pod that reaches the Service" if target != "compose" else
+             f"anyone who reaches {rt.bind_address}:{rt.port}, beyond this host's loopback"
+             if rt.bind_address not in LOOPBACK else
+             f"every program on this host, and a web page in a browser here, through {rt.bind_address}:{rt.port}")
     return [Problem(
-        f"{where}: runtime.bind_address",
-        f"publishes the API on {rt.bind_address}:{rt.port}, beyond this host's loopback: without an API key "
-        "anyone who reaches that address can run requests on it",
-        "set runtime.require_api_key=true and VLLM_API_KEY in .env (the server then requires 'Authorization: Bearer "
-        "<key>', and the stack does not start without it), or publish on 127.0.0.1 behind a proxy that authenticates",
+        f"{where}: runtime.require_api_key",
+        "false: unless .env sets VLLM_API_KEY, the stack runs keyless, and every route it serves "
+        f"(/v1/models, /metrics, the inference routes) is open to {reach}",
+        "drop runtime.require_api_key=false: kit render then writes a random VLLM_API_KEY into .env, and the stack "
+        "does not start without one",
     )]
 
 
 COMMIT_RE = r"[0-9a-f]{40}"
 
 
-def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
-    """Switches that open the server or load code (kit/data/switches.yaml), in runtime.env and engine flags alike,
-    and runtime.env naming a variable the kit sets itself (it would silently replace the kit's value)."""
+def _env_problems(where: str, preset: Preset, rules: dict[str, Any]) -> tuple[list[Problem], list[Problem]]:
+    """runtime.env against the allow-list (kit/data/env_allow.yaml), runtime.unsafe_env warned about every time, and
+    both against the names refused outright and those the kit sets itself."""
     from kit.core.datafiles import load_yaml
 
-    rules = load_yaml("switches.yaml")
+    allowed = load_yaml("env_allow.yaml")["names"]
     errors: list[Problem] = []
     warnings: list[Problem] = []
-    user_env = preset.runtime.env
-    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)" for name in strategy_of(preset).image_env(preset)}}
-    for name in user_env:
+    kit_env = {**rules["kit_env"], **{name: "the image sets it (its Dockerfile ENV)"
+                                      for name in strategy_of(preset).image_env(preset)}}
+    fields = [("runtime.env", name) for name in preset.runtime.env]
+    fields += [("runtime.unsafe_env", name) for name in preset.runtime.unsafe_env]
+    for field_name, name in fields:
+        at = f"{where}: {field_name}.{name}"
         rule = rules["env"].get(name)
-        if rule:
-            (errors if rule["action"] == "refuse" else warnings).append(Problem(
-                f"{where}: runtime.env.{name}", f"{'refused' if rule['action'] == 'refuse' else 'opens the server'}: "
-                f"{name} {rule['reason']} ({rule['source']})",
-                "remove it from runtime.env" if rule["action"] == "refuse" else "set it only where every client is trusted"))
+        if rule and rule["action"] == "refuse":
+            errors.append(Problem(at, f"refused: {name} {rule['reason']} ({rule['source']})",
+                                  f"remove it from {field_name}"))
         elif name in kit_env:
             errors.append(Problem(
-                f"{where}: runtime.env.{name}",
-                f"the kit sets {name} itself ({kit_env[name]}); a value here would silently replace it",
-                "remove it from runtime.env" + ("" if not kit_env[name].startswith("set from runtime.")
-                                                else f"; {kit_env[name].removeprefix('set from ')} sets it")))
+                at, f"the kit sets {name} itself ({kit_env[name]}); a value here would silently replace it",
+                f"remove it from {field_name}" + ("" if not kit_env[name].startswith("set from runtime.")
+                                                  else f"; {kit_env[name].removeprefix('set from ')} sets it")))
+        elif field_name == "runtime.unsafe_env":
+            why = f": {name} {rule['reason']} ({rule['source']})" if rule else ""
+            warnings.append(Problem(at, f"unsafe: set in the server unchecked (the kit does not know it to be "
+                                    f"harmless; it may load code or files){why}",
+                                    "keep it only if you have read what it does; runtime.env takes the names in "
+                                    "kit/data/env_allow.yaml"))
+        elif name not in allowed:
+            errors.append(Problem(
+                at, f"{name} is not on the kit's list of harmless server variables (kit/data/env_allow.yaml): an "
+                "unknown variable can load code or files into the server (LD_AUDIT, GCONV_PATH, PYTHONWARNINGS, "
+                "VLLM_LOGGING_CONFIG_PATH do)",
+                f"if you need it and know what it does, set it as runtime.unsafe_env.{name} instead (every render "
+                "then warns about it)"))
+    return errors, warnings
+
+
+def _engine_problems(where: str, preset: Preset, rules: dict[str, Any]) -> tuple[list[Problem], list[Problem]]:
+    """engine flags that load code or open files (kit/data/switches.yaml engine): refused unless
+    runtime.unsafe_engine_flags names them, then warned about every time."""
+    from kit.config.flags import load_snapshot
+
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
     flags = preset.engine.flags()
+    acknowledged = set(preset.runtime.unsafe_engine_flags)
+    for index, name in enumerate(preset.runtime.unsafe_engine_flags):
+        if name not in rules["engine"] or rules["engine"][name]["action"] == "refuse-without-revision":
+            errors.append(Problem(f"{where}: runtime.unsafe_engine_flags[{index}]",
+                                  f"{name} is not an engine flag the kit holds back (kit/data/switches.yaml engine)",
+                                  "list only the flags `kit validate` refused; set any other flag under engine"))
     for flag, rule in rules["engine"].items():
         value = flags.get(flag)
         if value in (None, False, "", []):
@@ -219,10 +283,33 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
                 f"refused with {pinned}: it {rule['reason']} ({rule['source']})",
                 "pin model.revision to the commit you reviewed (its 40-hex id, from the model's commit history on the "
                 "hub; `kit lock --out DIR` records the commit a branch is at now), or drop trust_remote_code"))
+            continue
+        if rule["action"] == "unsafe-unless-suggested":
+            spec = load_snapshot(preset.image.vllm_version).flags.get(flag)
+            if spec is not None and value in spec.suggestions:
+                continue
+        if flag in acknowledged:
+            warnings.append(Problem(f"{where}: engine.{flag}", f"unsafe: loads code or opens files: it "
+                                    f"{rule['reason']} ({rule['source']})",
+                                    "set it only with code and folders you control"))
         else:
-            warnings.append(Problem(f"{where}: engine.{flag}", f"loads code or opens files: it {rule['reason']} "
-                                    f"({rule['source']})", "set it only with code and folders you control"))
+            errors.append(Problem(
+                f"{where}: engine.{flag}", f"refused: it {rule['reason']} ({rule['source']})",
+                f"if you control that code or folder, also list it: runtime.unsafe_engine_flags=[{flag}] (every "
+                "render then warns about it)"))
     return errors, warnings
+
+
+def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
+    """Switches that open the server or load code (kit/data/switches.yaml, kit/data/env_allow.yaml), in runtime.env
+    and engine flags alike, and runtime.env naming a variable the kit sets itself (it would silently replace the
+    kit's value)."""
+    from kit.core.datafiles import load_yaml
+
+    rules = load_yaml("switches.yaml")
+    env_errors, env_warnings = _env_problems(where, preset, rules)
+    flag_errors, flag_warnings = _engine_problems(where, preset, rules)
+    return env_errors + flag_errors, env_warnings + flag_warnings
 
 
 def has_registry_host(repository: str) -> bool:
@@ -336,9 +423,8 @@ def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = 
     report.errors += switch_errors
     report.warnings += switch_warnings
     report.errors += check_parallelism(where, preset)
-    if target == "compose":  # on Kubernetes the Service, not runtime.bind_address, decides who reaches the API
-        report.warnings += check_exposure(where, preset)
-    else:
+    report.warnings += check_exposure(where, preset, target)
+    if target != "compose":
         report.warnings += check_k8s_image(where, name, preset)
     from kit.deploy.router import replica_problems
 

@@ -14,7 +14,9 @@ from kit.config.preset import Preset
 from kit.config.strategy import jetson_build, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import KitError, Problem
-from kit.core.releaserules import quantization_method_gone, quantization_min_cc, versioned  # noqa: F401
+from kit.core.releaserules import quantization_method_gone, quantization_min_cc, quantization_spellings, \
+    versioned  # noqa: F401
+from kit.core.versions import cc_tuple
 from kit.core.versions import version as pep440
 
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
@@ -22,11 +24,6 @@ FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 def compat_table() -> dict[str, Any]:
     return load_yaml("compat.yaml")
-
-
-def cc_tuple(text: str) -> tuple[int, int]:
-    major, _, minor = str(text).partition(".")
-    return int(major), int(minor or 0)
 
 
 def cc_floor(cuda: str | None, vllm_version: str) -> str:
@@ -42,33 +39,6 @@ def cc_floor(cuda: str | None, vllm_version: str) -> str:
         if cc_tuple(cuda) >= cc_tuple(row["cuda"]):
             chosen = row["min_cc"]
     return versioned(chosen, vllm_version)
-
-
-def unverified_variant(vllm_version: str, cuda: str | None) -> str | None:
-    """Why the official image of a CUDA variant is not known to exist (vllm.yaml official_variants_unverified)."""
-    release = vllm_table()["versions"].get(vllm_version, {})
-    return (release.get("official_variants_unverified") or {}).get(cuda) if cuda else None
-
-
-def variant_caveat(vllm_version: str, cuda: str) -> str:
-    """The words every piece of advice naming an unverified variant image carries ('' when it is verified)."""
-    why = unverified_variant(vllm_version, cuda)
-    if not why:
-        return ""
-    ref = vllm_table()["versions"][vllm_version]["official_variants"][cuda]
-    return f"; UNVERIFIED: {ref} may not exist ({why}): check `docker manifest inspect {ref}` first"
-
-
-def variant_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
-    img = preset.image
-    if not strategy_of(preset).vllm_image or not unverified_variant(img.vllm_version, img.cuda):
-        return []
-    ref = vllm_table()["versions"][img.vllm_version]["official_variants"][img.cuda]
-    return [("warning", "image.cuda",
-             f"the image {ref} is not verified to exist ({unverified_variant(img.vllm_version, img.cuda)})",
-             f"check `docker manifest inspect {ref}` on a connected host before building; if it is missing, pin "
-             "image.base_digest to an image you have checked, or drop image.cuda (driver >= "
-             f"{vllm_table()['cuda'][vllm_table()['versions'][img.vllm_version]['cuda']]['min_driver']})")]
 
 
 def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
@@ -89,15 +59,17 @@ def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
 
 def _floor_fix(have: tuple[int, int], vllm_version: str, need: str) -> str:
     """Which pin or image runs on a GPU below the build's floor, read from the version table."""
+    # A build other than a release's default is vLLM's own image of that CUDA (official_variants): the slim
+    # strategy installs only the default one's wheels, so the fix names the official strategy with it.
     same = [b for b in builds_running_on(have) if b[0] == vllm_version]
     if same:
         _, cuda, _ = same[0]
-        return (f"use image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has kernels for this GPU)"
-                + variant_caveat(vllm_version, cuda))
+        return (f"use image.strategy=official image.cuda={cuda} (vLLM {vllm_version}'s CUDA {cuda} build still has "
+                "kernels for this GPU)")
     older = [b for b in builds_running_on(have) if pep440(b[0]) < pep440(vllm_version)]
     if older:
         version, cuda, default = older[0]
-        pin = f"image.vllm_version={version}" + ("" if default else f" with image.cuda={cuda}")
+        pin = f"image.vllm_version={version}" + ("" if default else f" image.strategy=official image.cuda={cuda}")
         return (f"use {pin} (its CUDA {cuda} build still compiles kernels for compute capability "
                 f"{cc_floor(cuda, version)}), or a GPU with compute capability {need} or newer")
     return f"pick a GPU with compute capability {need} or newer, or image.strategy=cpu"
@@ -166,17 +138,34 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
     return rows
 
 
+def gone_method_rows(vllm_version: str, method: str, method_set: bool,
+                     cpu: bool = False) -> list[tuple[str, str, str, str]]:
+    """An error when ``vllm_version`` no longer has quantization ``method``, on any device: bitsandbytes and
+    in-tree GGUF are gone from 0.32.0 on, for the CPU backend as much as for CUDA (compat.yaml `removed_in`).
+    The older release suggested must have the build the preset needs (a CPU build for ``cpu``)."""
+    gone = quantization_method_gone(method, vllm_version)
+    if not gone:
+        return []
+    field = "engine.quantization" if method_set else "model.id"
+    close = quantization_spellings(method, vllm_version) if method_set else []
+    if close:  # a misspelling: no release has it, so no older release is the way out
+        return [("error", field, f"{gone}; vLLM {vllm_version} refuses it (did you mean {close[0]}?)",
+                 f"use engine.quantization={close[0]}")]
+    versions = vllm_table()["versions"]
+    older = sorted((v for v in versions if quantization_method_gone(method, v) is None
+                    and (not cpu or "cpu" in versions[v])), key=pep440, reverse=True)
+    return [("error", field, f"{gone}; vLLM {vllm_version} refuses it",
+             ("pick a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)"
+              + (f", or image.vllm_version={older[0]}" if older else "")))]
+
+
 def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[int, int], label: str,
                        vllm_version: str, method: str, method_set: bool) -> list[tuple[str, str, str, str]]:
     rules = table["quantization"]
     field = "engine.quantization" if method_set else "model.id"
-    gone = quantization_method_gone(method, vllm_version)
+    gone = gone_method_rows(vllm_version, method, method_set)
     if gone:
-        older = sorted((v for v in vllm_table()["versions"] if quantization_method_gone(method, v) is None),
-                       key=pep440, reverse=True)
-        return [("error", field, f"{gone}; vLLM {vllm_version} refuses it",
-                 ("pick a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)"
-                  + (f", or image.vllm_version={older[0]}" if older else "")))]
+        return gone
     rule = rules.get(method.lower())
     if rule is None:
         return []
@@ -290,6 +279,36 @@ def _build_cuda(preset: Preset) -> str | None:
     return strategy_of(preset).build_cuda(preset)
 
 
+def release_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    """A release's known breakage the preset's strategy meets (compat.yaml `release_warnings`): warnings."""
+    rules = (compat_table().get("release_warnings") or {}).get(preset.image.vllm_version) or []
+    strategy = preset.image.strategy
+    return [("warning", "image.vllm_version", rule["message"], rule.get("hint", ""))
+            for rule in rules if strategy in rule.get("strategies", [strategy])]
+
+
+def evidence_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    """The image the preset is built on, where nothing confirms that its tag exists (kit/data/image_evidence.yaml
+    `confirmed: false`): a warning, so an unconfirmed tag is never rendered silently."""
+    from kit.config.strategy import strategy_of
+    from kit.core.datafiles import load_yaml
+
+    try:
+        image = strategy_of(preset).base(preset).image
+    except (KeyError, ValueError):
+        return []  # the strategy's own checks refuse the preset
+    entry = load_yaml("image_evidence.yaml")["images"].get(image)
+    if entry is not None and entry.get("confirmed", True):
+        return []
+    # no entry: a release row from the user's config folder (every image the kit's own tables name has one)
+    why = entry.get("unverified") if entry else "the kit has no evidence of it: a release row of your own names it"
+    return [("warning", "image.vllm_version",
+             f"{image}: nothing confirms that this tag exists ({why or 'no sighting recorded'}; "
+             "kit/data/image_evidence.yaml)",
+             f"check it before building: `docker manifest inspect {image}` (or pull it), or pass a base you have "
+             "with --base-image")]
+
+
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
     from kit.memory.shape import parallelism_problems
@@ -312,13 +331,18 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
             attention_backend=extra.get("attention_backend"),
             cuda=_build_cuda(preset),
         )
+    else:  # the CPU backend: no compute capability, but a method the release dropped is still refused
+        method = eng.quantization or (spec.quantization.method if spec is not None and spec.quantization else None)
+        if method:
+            rows += gone_method_rows(img.vllm_version, method, eng.quantization is not None, cpu=True)
     if spec is not None:
         group = spec.quantization.group_size if spec.quantization else None
         for field, message, fix in parallelism_problems(spec, eng.tp, eng.pp, group):
             rows.append(("error", field, f"{message} (model {spec.name})", fix))
     rows += platform_rows(preset)
-    rows += variant_rows(preset)
     rows += jetson_rows(preset)
+    rows += release_rows(preset)
+    rows += evidence_rows(preset)
 
     errors: list[Problem] = []
     warnings: list[Problem] = []

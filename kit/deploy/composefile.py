@@ -223,7 +223,7 @@ def compose_file(ctx: RenderContext) -> str:
     if d.gpu_devices:
         server["deploy"] = _gpu_deploy(ctx)
     rt = d.preset.runtime
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {"name": _s(ctx.project)} if ctx.project else {}
     if ctx.includes:
         doc["include"] = [_s(path) for path in ctx.includes]
     fetcher = fetch_service(ctx)
@@ -277,7 +277,8 @@ def compose_file(ctx: RenderContext) -> str:
         comments = {(first + k[2:] if k[:2] == ("services", serve) else k): v for k, v in comments.items()}
         comments.update(replica_comments)
     start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
-             if ctx.included_by else "Start: docker compose up -d --wait    Stop: docker compose down")
+             if ctx.included_by else "Start: kit up --out DIR, or docker compose -p PROJECT up -d --wait (PROJECT: "
+             "vllm-kit.yaml's project, one per folder)    Stop: kit down --out DIR")
     header = [*_header(ctx), start, SECRETS_LINE, *_notes(ctx)]
     return dump_with_comments(doc, header, comments)
 
@@ -334,6 +335,7 @@ def cluster_compose_file(ctx: RenderContext) -> str:
                        "depends_on": {ctx.model_make_service: {"condition": "service_completed_successfully"}}}
         one_shots[ctx.fetch_service] = fetcher
     doc = {
+        **({"name": _s(ctx.project)} if ctx.project else {}),
         "services": {**one_shots, name: node},
         "volumes": {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **({d.serve.model_volume: {}} if d.serve.model_volume else {})},
     }

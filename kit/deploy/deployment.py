@@ -18,6 +18,9 @@ from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
 
 CONTAINER_PORT = 8000
+# Kubernetes: the server listens on the pod's loopback here, and the front door (a sidecar, kit/deploy/k8s.py) on
+# CONTAINER_PORT on the pod's address, so the Service and every other pod reach the server only through the door.
+POD_SERVER_PORT = 8001
 MODELS_DIR = "/models"
 HF_HOME = f"{APP_HOME}/.cache/huggingface"
 
@@ -181,7 +184,7 @@ class ServeSpec:
     # model.generate: the model-make service's command (makes the tiny model in MODEL_MAKE_DIR when config.json is missing)
     model_make_command: list[str] | None
     serve_args: list[str]
-    pod_serve_args: list[str]  # the same, listening on 0.0.0.0:8000 in its own network namespace (Kubernetes)
+    pod_serve_args: list[str]  # the same, on the pod's loopback 127.0.0.1:8001 behind its door (Kubernetes)
     environment: dict[str, str]
     cluster: ClusterPlan | None = None  # several nodes: head and worker roles
 
@@ -486,6 +489,7 @@ def environment_for(preset: Preset) -> dict[str, str]:
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
         env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
     env.update(rt.env)
+    env.update(rt.unsafe_env)  # accepted by name, with a warning on every render (checks.check_switches)
     return dict(sorted(env.items()))
 
 
@@ -720,7 +724,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         model_volume=model_volume,
         model_make_command=model_make_command_for(preset, python, model_arg),
         serve_args=serve_args,
-        pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("0.0.0.0", CONTAINER_PORT)),
+        pod_serve_args=serve_args_for(preset, served, model_arg, server, listen=("127.0.0.1", POD_SERVER_PORT)),
         environment=environment_for(preset),
         cluster=cluster,
     )

@@ -7,10 +7,16 @@ The key never reaches a rendered file: the config says ``"Bearer ${VLLM_API_KEY}
 own environment when it reads the config (HAProxy configuration manual, "Environment variables"), and compose sets
 that variable from .env by interpolation. With no key in .env the inference routes are open, as the server itself
 is without a key; every other route stays refused either way.
+
+Before any route is looked at, the door refuses a Host it is not served as (``served_hosts``: DNS rebinding), a
+body over the cap or of unstated length, and (``option http-buffer-request``) a body slower than the header timeout.
+Kubernetes runs the same config in a sidecar (kit/deploy/k8s.py: ``resolve=False``, the server on the pod's loopback).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -23,6 +29,15 @@ DIR = "door"
 KEY_ENV = "VLLM_API_KEY"
 # A site's mirror of the pinned image (or a stand-in), from .env or the environment by compose interpolation.
 IMAGE_ENV = "VLLM_KIT_DOOR_IMAGE"
+
+
+# A Host value the config may name: a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port; or a
+# name with the door's own `${POD_NAMESPACE}` (HAProxy expands it from its environment inside double quotes).
+HOST_VALUE = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(\.\$\{POD_NAMESPACE\}[a-z.]*)?)(:[0-9]{1,5})?")
+
+
+def _quoted(value: str) -> str:
+    return f'"{value}"'
 
 
 @cache
@@ -81,16 +96,70 @@ def _acl_name(index: int) -> str:
     return f"route_{index}"
 
 
-def door_config(backend: str, backend_port: int, routes: list[Route], title: str) -> str:
-    """HAProxy's config: the allow-list, the key check, CORS closed, one backend (the server or the router)."""
+def host_form(name: str) -> str:
+    """A name as it stands in a Host header: an IPv6 address in brackets (RFC 9110 7.2, RFC 3986 3.2.2)."""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def client_host(bind_address: str) -> str:
+    """The address a client on this machine uses for a server bound to ``bind_address``, in URL form: every-address
+    binds are reached on loopback (0.0.0.0 as 127.0.0.1, :: as [::1]), an IPv6 address in brackets. It is also a
+    Host the front door answers to (``served_hosts``)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bind_address, host_form(bind_address))
+
+
+def served_hosts(preset: Any, port: int) -> list[str]:
+    """The Host values a compose stack's door answers to: 127.0.0.1, localhost, the bind address (unless it is every
+    address: then only the names the user configures mean this machine) and runtime.server_names, each without a port
+    and with the published one. Any other Host is refused (kit/data/door.yaml: DNS rebinding)."""
+    rt = preset.runtime
+    names = ["127.0.0.1", "localhost"]
+    bind = ipaddress.ip_address(rt.bind_address)
+    if bind.version == 6:  # an IPv6 bind is reached on this machine as [::1] (`kit up` prints that for ::)
+        names.append("::1")
+    if not bind.is_unspecified:
+        names.append(rt.bind_address)
+    names += list(rt.server_names)
+    return with_port(names, port)
+
+
+def with_port(names: list[str], port: int) -> list[str]:
+    seen: list[str] = []
+    for name in names:
+        for value in (host_form(name), f"{host_form(name)}:{int(port)}"):
+            if value not in seen:
+                seen.append(value)
+    return seen
+
+
+def _host_value(value: str) -> str:
+    """A Host value for the config: a DNS name or address with an optional port, or the fixed `${POD_NAMESPACE}`
+    forms (kit/deploy/k8s.py); anything else would change the config's structure."""
+    if not HOST_VALUE.fullmatch(value):
+        raise ValueError(f"not a Host value for the door: {value!r}")
+    return value
+
+
+def door_config(backend: str, backend_port: int, routes: list[Route], title: str, *, hosts: list[str],
+                resolve: bool = True) -> str:
+    """HAProxy's config: the Host allow-list, bounded requests, the route allow-list, the key check, CORS closed,
+    one backend (the server or the router; ``resolve`` by the stack network's DNS, else an address as written)."""
     data = door_data()
     t = data["timeouts"]
     check_text(title, "a door title")
     backend = check_text(backend, "a backend host")
+    if not hosts:
+        raise ValueError("a door needs the Host values it answers to")
+    body_max = int(data["body_max_bytes"])
     lines = [
         f"# Rendered by vllm-kit for {title} (the front door, kit/deploy/door.py); `kit render` rewrites it.",
         "# Only the routes below pass; each but the open ones needs 'Authorization: Bearer <VLLM_API_KEY>'.",
-        "# The key is read from the door's environment (.env) when HAProxy starts: it is not in this file.",
+        "# The key is read from the door's environment (.env, or the Secret on Kubernetes) when HAProxy starts: it is",
+        "# not in this file.",
         "global",
         "    log stdout format raw local0 info",
         f"    maxconn {int(data['maxconn'])}",
@@ -99,19 +168,33 @@ def door_config(backend: str, backend_port: int, routes: list[Route], title: str
         "    mode http",
         "    log global",
         "    option httplog",
+        "    # The request rules below wait for the body (up to one buffer) within `timeout http-request`, as for the",
+        "    # headers: a slow body is cut as a slow header is.",
+        "    option http-buffer-request",
         f"    timeout connect {t['connect']}",
         f"    timeout http-request {t['http_request']}",
         f"    timeout client {t['idle']}",
         f"    timeout server {t['idle']}",
         "",
-        "# The stack network's DNS (Docker's resolver, from the container's resolv.conf): a restarted server",
-        "# container may come back on another address.",
-        "resolvers stack",
-        "    parse-resolv-conf",
-        "    hold valid 10s",
-        "",
+        *(["# The stack network's DNS (Docker's resolver, from the container's resolv.conf): a restarted server",
+           "# container may come back on another address.",
+           "resolvers stack",
+           "    parse-resolv-conf",
+           "    hold valid 10s",
+           ""] if resolve else []),
         "frontend door",
         f"    bind :{int(data['container_port'])}",
+        "    # Only the names this door is served as: a web page whose name was rebound to this address (DNS rebinding)",
+        "    # sends its own name as Host. One Host header, one of these, case-insensitive.",
+        "    acl one_host req.fhdr_cnt(host) eq 1",
+        f"    acl served_host req.fhdr(host) -i -m str {' '.join(_quoted(_host_value(h)) for h in hosts)}",
+        f"    http-request deny deny_status {int(data['host_refused_status'])} unless one_host served_host",
+        f"    # Bodies: at most {body_max} bytes, and their length stated up front (Content-Length): a chunked body",
+        "    # could not be measured before it reaches the server.",
+        "    http-request deny deny_status 400 if { req.fhdr_cnt(transfer-encoding) gt 0 }",
+        "    http-request deny deny_status 400 if { req.fhdr_cnt(content-length) gt 1 }",
+        "    http-request deny deny_status 400 if METH_POST !{ req.hdr(content-length) -m found }",
+        f"    http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {body_max} }}",
         "    # CORS closed: no preflight, no Origin reaches the server, no grant leaves the door.",
         "    http-request deny deny_status 403 if METH_OPTIONS",
         "    http-request del-header Origin",
@@ -136,7 +219,7 @@ def door_config(backend: str, backend_port: int, routes: list[Route], title: str
         "    default_backend api",
         "",
         "backend api",
-        f"    server api {backend}:{int(backend_port)} resolvers stack init-addr libc,none",
+        f"    server api {backend}:{int(backend_port)}" + (" resolvers stack init-addr libc,none" if resolve else ""),
     ]
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text, k8s_escape
 from kit.core.yamlwrite import checked, comment_lines, yaml_text
 from kit.deploy import deployment as dep
+from kit.deploy import door
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext
@@ -131,15 +132,89 @@ def labels(d: dep.Deployment, **extra: str) -> dict[str, str]:
 
 
 def probes(d: dep.Deployment) -> dict[str, Any]:
-    """startup covers loading (the compose healthcheck's start period); then readiness and liveness on /health."""
-    def http(period: int, failures: int, timeout: int) -> dict[str, Any]:
-        return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
-                "failureThreshold": failures, "timeoutSeconds": timeout}
+    """startup covers loading (the compose healthcheck's start period); then readiness and liveness on /health, asked
+    inside the server's container (it listens on the pod's loopback only, behind the door), as compose's healthcheck
+    asks it."""
+    url = f"http://127.0.0.1:{dep.POD_SERVER_PORT}/health"
+    check = ["{python}", "-c", f"import urllib.request; urllib.request.urlopen('{url}', timeout={{timeout}})"]
+
+    def health(period: int, failures: int, timeout: int) -> dict[str, Any]:
+        command = [part.format(python=d.python, timeout=timeout) for part in check]
+        return {"exec": {"command": literal_list(command)}, "periodSeconds": period,
+                "failureThreshold": failures, "timeoutSeconds": timeout + 1}
 
     return {
-        "startupProbe": http(PROBE_PERIOD, math.ceil(d.healthcheck_start_period / PROBE_PERIOD), 5),
-        "readinessProbe": http(PROBE_PERIOD, 3, 5),
-        "livenessProbe": http(15, 4, 10),
+        "startupProbe": health(PROBE_PERIOD, math.ceil(d.healthcheck_start_period / PROBE_PERIOD), 5),
+        "readinessProbe": health(PROBE_PERIOD, 3, 5),
+        "livenessProbe": health(15, 4, 10),
+    }
+
+
+# The serving container's command runs under this guard when the key is required: `optional: false` only makes the
+# Secret hold the name, and `kubectl create secret --from-env-file` with `VLLM_API_KEY=` gives it an empty value, with
+# which vLLM and the door run without authentication. Fixed text: no preset value enters it (Kubernetes expands only
+# `$(NAME)`, which it does not contain).
+KEY_GUARD = ('if [ -z "${VLLM_API_KEY}" ]; then echo "VLLM_API_KEY is empty in the Secret: '
+             'runtime.require_api_key is true; set a key (kubectl create secret ... --from-env-file=.env)" >&2; '
+             'exit 1; fi; exec "$0" "$@"')
+
+
+def key_guarded(d: dep.Deployment, command: list[str]) -> list[str]:
+    """The server's command, refusing to start with an empty required key: `sh -c GUARD COMMAND...`, to which
+    Kubernetes appends the args as they were, then the guard execs COMMAND with them."""
+    from kit.deploy.service_env import api_key_required
+
+    return ["/bin/sh", "-c", KEY_GUARD, *command] if api_key_required(d) else command
+
+
+def door_config_map(d: dep.Deployment) -> str:
+    return f"{app_name(d)}-door"
+
+
+def door_hosts(d: dep.Deployment) -> list[str]:
+    """The Host values the pod's door answers to: 127.0.0.1 and localhost (probes, `kubectl port-forward` to local
+    port 8000), the Service's names in the pod's own namespace (HAProxy expands POD_NAMESPACE from the door's
+    environment) and runtime.server_names (an Ingress's host), with the Service's port or without."""
+    service_names = [app_name(d)] + [f"{app_name(d)}.${{POD_NAMESPACE}}{tail}" for tail in ("", ".svc",
+                                                                                          ".svc.cluster.local")]
+    return door.with_port(["127.0.0.1", "localhost", *service_names, *d.preset.runtime.server_names],
+                          dep.CONTAINER_PORT)
+
+
+def door_config_text(d: dep.Deployment) -> str:
+    return door.door_config("127.0.0.1", dep.POD_SERVER_PORT, door.door_routes(d.preset), f"preset {d.preset_name}",
+                            hosts=door_hosts(d), resolve=False)
+
+
+def door_container(d: dep.Deployment) -> dict[str, Any]:
+    """The front door as a sidecar (kit/deploy/door.py, the compose stacks' door): the pod's only port, the route
+    allow-list and the key check in front of the server on the pod's loopback."""
+    from kit.deploy.service_env import API_KEY_ENV, api_key_required
+
+    data = door.door_data()
+    rules_k8s = data["k8s"]
+    config_dir = data["config_path"].rsplit("/", 1)[0]
+    return {
+        "name": door.SERVICE,
+        "image": door.image_ref(),
+        "command": ["haproxy", "-db", "-f", data["config_path"]],
+        "env": [
+            {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {
+                "name": secret_name(d), "key": API_KEY_ENV, "optional": not api_key_required(d)}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "ports": [{"name": "http", "containerPort": int(data["container_port"])}],
+        # Through the door, as a client asks: ready once the server behind it answers.
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http",
+                                       "httpHeaders": [{"name": "Host", "value": "localhost"}]},
+                           "periodSeconds": PROBE_PERIOD, "failureThreshold": 3, "timeoutSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 15, "failureThreshold": 4,
+                          "timeoutSeconds": 5},
+        "volumeMounts": [{"name": "door-config", "mountPath": config_dir, "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "resources": {"requests": {"cpu": str(rules_k8s["cpu"]), "memory": str(rules_k8s["memory"])},
+                      "limits": {"memory": str(rules_k8s["memory_limit"])}},
     }
 
 
@@ -263,7 +338,8 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
         "command": literal_list(d.fetch_command),
         "env": [{"name": "HF_HOME", "value": dep.HF_HOME}, *secret_env(d, "fetch")],
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
-        "securityContext": container_security(d),
+        # The server's added capability (SYS_NICE on the CPU backend, for NUMA placement) is not the fetch's.
+        "securityContext": {**container_security(d), "capabilities": {"drop": ["ALL"]}},
     }
 
 
@@ -281,18 +357,20 @@ def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[
         "securityContext": container_security(d),
     }
     if serves:
-        server["ports"] = [{"name": "http", "containerPort": dep.CONTAINER_PORT}]
+        server["command"] = key_guarded(d, command)
         server.update(probes(d))
     if d.cluster is not None and serves:
-        server["ports"].append({"name": "ray-gcs", "containerPort": d.cluster.ray_port})
+        server["ports"] = [{"name": "ray-gcs", "containerPort": d.cluster.ray_port}]
     server["resources"] = resources_for(d, plan, serves=serves)
+    if serves:  # the door beside the server: the pod's API port is the door's
+        vols.append({"name": "door-config", "configMap": {"name": door_config_map(d)}})
     spec: dict[str, Any] = {
         # vLLM never calls the Kubernetes API: no service-account token in the pod for a compromise to use.
         "automountServiceAccountToken": False,
         "securityContext": pod_security(d),
         "initContainers": [*([model_make_container(d, image, mounts)] if makes_model(d) else []),
                            fetch_container(d, image, mounts)],
-        "containers": [server],
+        "containers": [server, door_container(d)] if serves else [server],
         "volumes": vols,
         "terminationGracePeriodSeconds": 30,
     }
@@ -441,7 +519,7 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
         f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
         "  kubectl apply -k k8s/",
-        "Each container reads only its own keys of that Secret (secretKeyRef): the server VLLM_API_KEY"
+        "Each container reads only its own keys of that Secret (secretKeyRef): the server and its door VLLM_API_KEY"
         + (" (required: runtime.require_api_key)" if d.preset.runtime.require_api_key else "")
         + ", the model fetch HF_TOKEN and HF_ENDPOINT.",
         "networkpolicy.yaml: the API port from pods of this namespace only"
@@ -450,11 +528,15 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
     ]
-    # The compose stacks' front door (kit/deploy/door.py) is not rendered here: vLLM's key guards /v1, /v2, /inference
-    # and /cohere only (vllm/entrypoints/serve/middleware/authenticate.py).
-    lines.append("No front door here: the Service reaches every route of vLLM, and its key guards only /v1, /v2, "
-                 "/inference and /cohere (/invocations, /tokenize answer without it): keep the Service cluster-internal "
-                 "behind an ingress that passes only the inference routes.")
+    # vLLM's key guards /v1, /v2, /inference and /cohere only (vllm/entrypoints/serve/middleware/authenticate.py):
+    # the compose stacks' front door stands in front of the server here too.
+    lines.append(f"Front door: HAProxy ({door.image_ref().split('@')[0]}) beside the server in its pod, the pod's only "
+                 f"port ({dep.CONTAINER_PORT}); the server listens on the pod's loopback. It passes "
+                 f"{', '.join(r.path for r in door.door_routes(d.preset))} (each but /health with the key) and only the "
+                 "Host names in door-configmap.yaml (add an Ingress's name with runtime.server_names); "
+                 f"kubectl port-forward svc/{app_name(d)} 8000:8000 reaches it as localhost:8000.")
+    if d.preset.runtime.require_api_key:
+        lines.append("An empty VLLM_API_KEY in the Secret stops the server at start (runtime.require_api_key).")
     if d.preset.runtime.k8s_runtime_class:
         lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
                      "the cluster needs that RuntimeClass.")
@@ -491,6 +573,9 @@ def render_manifests(ctx: RenderContext, launcher: str, tiny_model: str | None =
         # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
         docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
                                         "ReadOnlyMany" if d.cluster else "ReadWriteOnce")
+    docs["door-configmap.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                   "metadata": {"name": door_config_map(d), "labels": labels(d)},
+                                   "data": {door.config_file().rsplit("/", 1)[1]: door_config_text(d)}}
     files = {f"{K8S_DIR}/{rel}": dump(doc) for rel, doc in docs.items()}
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": sorted(docs)}

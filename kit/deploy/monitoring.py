@@ -199,8 +199,8 @@ def monitoring_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     }
     env_example = [
         "# Grafana's admin password (the monitoring profile): required where Grafana runs (a Ray cluster's head host);",
-        "# the stack refuses to start without it.",
-        f"{ADMIN_PASSWORD_ENV}=",
+        "# the stack refuses to start without it. kit render writes a random one into .env when there is none.",
+        f"# {ADMIN_PASSWORD_ENV}=",
     ]
     return ProfileParts(
         services=_services(ctx.d.preset.runtime.restart, host_network),

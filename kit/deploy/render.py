@@ -59,6 +59,9 @@ class RenderContext:
     ray_worker_ports: tuple[int, int] = dep.RAY_WORKER_PORTS
     ray_client_port: int = dep.RAY_CLIENT_PORT
     ray_dashboard_agent_port: int = dep.RAY_DASHBOARD_AGENT_PORT
+    # The folder's compose project (vllm-kit.yaml `project`, one per folder), written as compose.yaml's top-level
+    # `name`, so a `docker compose ...` typed in the folder acts on this stack; "" when rendered for no folder.
+    project: str = ""
 
     @property
     def door_paths(self) -> str:
@@ -104,9 +107,9 @@ class RenderContext:
         """Where the server answers from inside its own container (its host's, with host networking)."""
         cl = self.d.cluster
         if cl is not None and cl.host_network:
-            address = self.d.preset.runtime.bind_address
-            host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(address, f"[{address}]" if ":" in address else address)
-            return f"http://{host}:{cl.server_port}/health"
+            from kit.deploy.door import client_host
+
+            return f"http://{client_host(self.d.preset.runtime.bind_address)}:{cl.server_port}/health"
         return f"http://127.0.0.1:{self.port}/health"
 
     @property
@@ -116,7 +119,9 @@ class RenderContext:
 
 
 def requirements_text(d: Deployment) -> str:
-    lines = [f"# Pinned by vllm-kit for preset {d.preset_name} (vLLM {d.vllm_version})."]
+    # No preset name: the file is COPYed before the venv is installed, so a name here would make every renamed copy
+    # of a preset install its venv again instead of taking the cached layer (images/venv.Dockerfile.j2).
+    lines = [f"# Pinned by vllm-kit (vLLM {d.vllm_version})."]
     lines += d.requirements
     return "\n".join(lines) + "\n"
 
@@ -203,12 +208,14 @@ def door_files(ctx: RenderContext) -> dict[str, str]:
         backend, port = ROUTER_SERVICE, router_spec(ctx.d.preset).container_port
     else:
         backend, port = ctx.server_service, ctx.port
-    text = door.door_config(backend, port, door.door_routes(ctx.d.preset), f"preset {ctx.d.preset_name}")
+    text = door.door_config(backend, port, door.door_routes(ctx.d.preset), f"preset {ctx.d.preset_name}",
+                            hosts=door.served_hosts(ctx.d.preset, ctx.d.preset.runtime.port))
     return {door.config_file(ctx.service_suffix): text}
 
 
 def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "compose",
-           plan: Plan | None = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = ()) -> dict[str, str]:
+           plan: Plan | None = None, companions: tuple[Companion, ...] = (), profiles: tuple[str, ...] = (),
+           project: str = "") -> dict[str, str]:
     """compose: one compose.yaml, or compose.head.yaml + compose.worker.yaml for several nodes; each companion
     adds compose.NAME.yaml (its servers, on the same image), which compose.yaml includes; each profile
     (kit/deploy/profiles.py) adds its services to compose.yaml and its files beside it.
@@ -235,6 +242,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
         door=target == "compose" and d.cluster is None,
+        project=project,
     )
     if profiles:
         # The API servers of the stack: with several nodes only the head serves (workers run Ray alone).
@@ -268,7 +276,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).
             other = replace(ctx, d=companion.d, plan_lines=list(companion.plan_lines), includes=[], profile_parts=(),
-                            service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml")
+                            service_suffix=f"-{companion.d.preset_name}", included_by="compose.yaml", project="")
             files[side_by_side_file(companion.d.preset_name)] = compose_file(other)
             files.update(door_files(other))
     else:

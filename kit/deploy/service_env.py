@@ -1,12 +1,17 @@
 """Which variables of the stack's .env (compose) or Secret (Kubernetes) each container gets: kit/data/service_env.yaml.
 
 Public entry points: ``env_names(role, d, target)`` (the names, in the table's order) and ``compose_environment``
-(those names as compose `environment` entries with no value, which compose resolves from .env at `up`).
+(those names as compose `environment` entries with no value, which compose resolves from .env at `up`);
+``fill_stack_env`` writes into the folder's .env what a rendered stack requires and the kit can make (the table's
+``generated``: random secrets, plain defaults), and says what is still missing.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kit.core.datafiles import load_yaml
@@ -54,6 +59,84 @@ def compose_environment(role: str, d: Any) -> dict[str, str | None]:
 
 
 _INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
+
+
+def required_names(files: dict[str, str], preset: Any) -> list[str]:
+    """The .env names without which the rendered stack does not start: compose's required interpolations
+    (``${NAME:?...}``) in its compose files, and the API key when the preset requires one (Kubernetes: a
+    non-optional secretKeyRef into the Secret made from .env)."""
+    names: list[str] = []
+    for rel in sorted(files):
+        if rel.startswith("compose") and rel.endswith(".yaml"):
+            names += _REQUIRED.findall(files[rel])
+    if preset.runtime.require_api_key:
+        names.append(API_KEY_ENV)
+    return list(dict.fromkeys(names))
+
+
+def generated_value(name: str) -> str | None:
+    """A value the kit makes for ``name`` (service_env.yaml ``generated``), None for a name only the user knows."""
+    generated = table()["generated"]
+    if name in generated["secrets"]:
+        return secrets.token_urlsafe(32)
+    default = generated["defaults"].get(name)
+    return None if default is None else str(default)
+
+
+@dataclass
+class EnvFill:
+    """What ``fill_stack_env`` did: the names it wrote (secrets and defaults), the required names .env still lacks
+    (the user's to set: the kit cannot make them), and why .env could not be read or written, if so."""
+
+    path: Path
+    written: list[str] = field(default_factory=list)
+    defaults: dict[str, str] = field(default_factory=dict)  # of ``written``, those with a plain value (printable)
+    missing: list[str] = field(default_factory=list)
+    not_read: str | None = None
+
+    def lines(self) -> list[str]:
+        """What to tell the user: the names written (a secret's value never), and what is left to set."""
+        out = []
+        made = [n for n in self.written if n not in self.defaults]
+        if made:
+            out.append(f"wrote {', '.join(made)} into {self.path} (random; it stays there, the kit never prints it)")
+        if self.defaults:
+            out.append(f"wrote {', '.join(f'{k}={v}' for k, v in self.defaults.items())} into {self.path} (a default; "
+                       "change it there)")
+        return out
+
+
+HEADER = ("Written by vllm-kit: what the stack requires and .env did not set (kit/data/service_env.yaml generated).",
+          "Change a value here; the kit never replaces one that is set. Keep this file out of version control.")
+
+
+def fill_stack_env(files: dict[str, str], preset: Any, env_path: Path) -> EnvFill:
+    """Give ``env_path`` (the folder's .env) every required name it does not set that the kit can make; a .env that
+    is a link, a FIFO or not a plain file is neither read nor written (``not_read`` says why)."""
+    from kit.core.envfile import EnvFileError, fill_env_values, is_set, read_env_file
+
+    result = EnvFill(env_path)
+    required = required_names(files, preset)
+    try:
+        current = read_env_file(env_path)
+        wanted = {}
+        for name in required:
+            if is_set(current.get(name)):
+                continue
+            value = generated_value(name)
+            if value is None:
+                result.missing.append(name)
+            else:
+                wanted[name] = value
+        result.written = fill_env_values(env_path, wanted, HEADER) if wanted else []
+    except EnvFileError as exc:
+        result.not_read = exc.message.removeprefix(f"{env_path}: ")
+        result.missing = required
+        return result
+    defaults = table()["generated"]["defaults"]
+    result.defaults = {name: wanted[name] for name in result.written if name in defaults}
+    return result
 
 
 def names_compose_reads(files: dict[str, str]) -> set[str]:
@@ -71,28 +154,27 @@ def names_compose_reads(files: dict[str, str]) -> set[str]:
     return names
 
 
-def unread_env_names(files: dict[str, str], env_text: str) -> list[str]:
-    """The names set in a stack's .env that no container takes (a shared env_file passed them all before). Only the
-    names are read, never a value."""
+def unread_env_names(files: dict[str, str], env_names: list[str]) -> list[str]:
+    """The names set in a stack's .env that no container takes (a shared env_file passed them all before)."""
     if not any(rel.startswith("compose") for rel in files):
         return []  # Kubernetes: the Secret is made from .env, and each container names its keys
     taken = names_compose_reads(files)
-    unread = []
-    for line in env_text.splitlines():
-        name, sep, _ = line.strip().removeprefix("export ").partition("=")
-        name = name.strip()
-        if sep and name and not name.startswith("#") and name not in taken:
-            unread.append(name)
-    return list(dict.fromkeys(unread))
+    # What the kit writes for an add-on stays when the add-on goes (--without): its data volume keeps the account
+    # that password made, and --with takes it back. Not the user's stray setting, so not warned about.
+    made = {*table()["generated"]["secrets"], *table()["generated"]["defaults"]}
+    return [name for name in dict.fromkeys(env_names) if name not in taken and name not in made]
 
 
 def unread_env_warnings(files: dict[str, str], env_path: Any) -> list[Problem]:
-    """Warnings for ``unread_env_names`` of the folder's .env (none when there is no readable .env)."""
-    try:
-        text = env_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return []
+    """Warnings for ``unread_env_names`` of the folder's .env, read as compose reads it (python-dotenv; only the
+    names are shown, never a value), or one warning when it is not a plain file the kit reads."""
+    from kit.core.envfile import EnvFileError, read_env_file
+
+    try:  # a bare name (no `=`) sets nothing
+        names = [name for name, value in read_env_file(env_path).items() if value is not None]
+    except EnvFileError as exc:
+        return [Problem(str(env_path), f"not read: {exc.message.removeprefix(f'{env_path}: ')}", exc.hint)]
     return [Problem(f"{env_path}: {name}", "reaches no container: each service gets only the .env names "
                     "compose.yaml lists (kit/data/service_env.yaml)",
                     "a setting for the server goes in the preset's runtime.env")
-            for name in unread_env_names(files, text)]
+            for name in unread_env_names(files, names)]

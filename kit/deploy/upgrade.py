@@ -12,6 +12,9 @@ One entry point, ``plan_upgrade(request, out_dir, to) -> Upgrade`` (`kit upgrade
 - the diff a render at the new release would make: against the folder (what `kit render --out DIR
   image.vllm_version=TO --diff` prints), or, without a folder, against a render at the current release.
 
+A release the kit does not ship is read from the user's config folder (kit/core/userdata.py): its snapshot in
+``$XDG_CONFIG_HOME/vllm-kit/flags/``, its row in ``$XDG_CONFIG_HOME/vllm-kit/vllm.yaml``.
+
 It writes nothing: ``Upgrade.files`` is the set `--apply` writes (the record then holds the override, so later
 renders of the folder keep the release).
 """
@@ -27,6 +30,7 @@ from kit.config.flags import FlagError, FlagSnapshot, available_versions, check_
     load_snapshot, renamed_flag
 from kit.config.preset import display_path, load_preset
 from kit.core.errors import KitError, Problem
+from kit.core.userdata import VERSIONS_FILE
 from kit.deploy.record import Request, Resolved, resolve
 
 if TYPE_CHECKING:
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
 UPGRADE_FIELD = "image.vllm_version"
 # How to make a snapshot (kit/config/flagsnap.py): in a throwaway venv with that release, or where vLLM is installed.
 SNAPSHOT_COMMAND = "python -m kit.config.flagsnap --regenerate {version}"
-SNAPSHOT_IN_PLACE = "python -m kit.config.flagsnap kit/data/flags/vllm-{version}.json"
+SNAPSHOT_IN_PLACE = "python -m kit.config.flagsnap"
 
 
 class NoSnapshot(KitError):
@@ -48,7 +52,7 @@ class FlagChange:
     """One flag of this deployment that the new release treats differently."""
 
     flag: str  # vLLM's name for it: the engine key (snake_case), or the option the kit passes
-    change: str  # removed | renamed | value | deprecated | option | default
+    change: str  # removed | renamed | value | deprecated | option | default | meaning
     source: str  # preset (engine.FLAG is set) | kit (the kit's part of the command) | default (left to vLLM)
     message: str
     hint: str | None = None
@@ -71,6 +75,9 @@ class Side:
     plan: Plan | None = None  # None (see plan_note)
     plan_note: str | None = None
     files: dict[str, str] | None = None  # None: the render is refused (problems say why)
+    dropped_pin: str | None = None  # the image.pin_digest the render drops: the image changes under it
+    overrides: tuple[str, ...] | None = None  # what the render used (the pin dropped); None when refused
+    repository: str | None = None  # image.repository (where a pinned image was pushed)
 
     @property
     def fits(self) -> bool | None:
@@ -115,8 +122,23 @@ class Upgrade:
         return found
 
     @property
-    def clean(self) -> bool:
+    def writable(self) -> bool:
+        """No problems: `--apply` writes it (exit 0)."""
         return not self.problems and self.after.files is not None
+
+    @property
+    def clean(self) -> bool:
+        """Writable, and nothing to do after but build: a pinned image that changes needs a push and a new pin."""
+        return self.writable and self.dropped_pin is None
+
+    @property
+    def dropped_pin(self) -> str | None:
+        """The recorded image.pin_digest the upgrade drops: the new release is another image than the pinned one."""
+        return self.after.dropped_pin if self.current != self.target else None
+
+    @property
+    def after_repository(self) -> str | None:
+        return self.after.repository
 
     @property
     def files(self) -> dict[str, str] | None:
@@ -134,6 +156,7 @@ class Upgrade:
             "to": self.target,
             "overrides": list(self.overrides),
             "clean": self.clean,
+            "dropped_pin": self.dropped_pin,
             "flags": [f.as_data() for f in self.flags],
             "compatibility": {
                 "problems": [str(p) for p in self.after.problems],
@@ -152,18 +175,22 @@ class Upgrade:
 
 
 def snapshot_for(version: str) -> FlagSnapshot:
-    """The release's flag snapshot, or NoSnapshot saying how to make one."""
+    """The release's flag snapshot (the kit's, or the user's from their config folder), or NoSnapshot saying how
+    to make one."""
     try:
         return load_snapshot(version)
     except FlagError:
+        from kit.core.userdata import user_config_dir
+
         known = ", ".join(available_versions()) or "none"
+        folder = user_config_dir() or Path("~/.config/vllm-kit")
         raise NoSnapshot(
-            f"no vLLM flag snapshot for {version} (kit/data/flags/ has: {known}): the flags it removed or changed "
-            "cannot be told",
+            f"no vLLM flag snapshot for {version} (the kit and {folder}/flags/ have: {known}): the flags it removed "
+            "or changed cannot be told",
             hint=f"make one from vLLM {version} itself: `{SNAPSHOT_COMMAND.format(version=version)}` installs it in "
-                 f"a throwaway venv and writes kit/data/flags/vllm-{version}.json from its `vllm serve` parser (or, "
-                 f"where that vLLM is installed, `{SNAPSHOT_IN_PLACE.format(version=version)}`); the release also "
-                 "needs its row in kit/data/vllm.yaml") from None
+                 f"a throwaway venv and writes {folder}/flags/vllm-{version}.json from its `vllm serve` parser (or, "
+                 f"where that vLLM is installed, `{SNAPSHOT_IN_PLACE}`); the release also needs its row, in "
+                 f"{folder}/{VERSIONS_FILE} (README: Releases the kit does not ship)") from None
 
 
 def _options_of(snapshot: FlagSnapshot) -> dict[str, str]:
@@ -194,7 +221,11 @@ def _removed(key: str, old: FlagSnapshot, new: FlagSnapshot, current: str, targe
     spec = old.flags[key]
     took = f"vLLM {current} took it" + (f" ({spec.help})" if spec.help else "")
     if key in new.aliases:
-        canonical = new.aliases[key][0]
+        canonical, negative = new.aliases[key]
+        if negative:  # e.g. disable_log_requests: 0.33 accepts --disable-log-requests as enable_log_requests false
+            return FlagChange(key, "renamed", "preset",
+                              f"vLLM {target} accepts it as the command-line form of {canonical}: false",
+                              f"write engine.{canonical}: false", blocking=True, after=canonical)
         return FlagChange(key, "renamed", "preset", f"is another name for {canonical} in vLLM {target}",
                           f"write engine.{canonical}", blocking=True, after=canonical)
     entry = renamed_flag(key)
@@ -249,6 +280,7 @@ def flag_changes(engine: Mapping[str, Any], current: str, target: str,
                                       f"`{_argv_text(then)}` becomes `{_argv_text(now)}` in the command (the "
                                       f"same setting, as vLLM {target} spells it)",
                                       before=then, after=now))
+    changes += _meaning_changes(engine, current, target)
     old_options, new_options = _options_of(old), _options_of(new)
     kit_keys = set()
     for option in kit_options:
@@ -269,6 +301,29 @@ def flag_changes(engine: Mapping[str, Any], current: str, target: str,
                                   f"set engine.{key} to keep the old default" if keep else None,
                                   before=then, after=now))
     return changes
+
+
+def _meaning_changes(engine: Mapping[str, Any], current: str, target: str) -> list[FlagChange]:
+    """A flag the preset sets whose value means something else at ``target``: gpu_memory_utilization below 1.0 where
+    the target sizes an extensible KV cache from measured memory (0.34: vllm/v1/worker/extensible_kv_cache.py
+    `measure_kv_cache_blocks` warns for 0.7 < value < 1.0 when it withholds 1 GiB or more)."""
+    from kit.memory.rules import rules_for
+
+    util = engine.get("gpu_memory_utilization")
+    before = rules_for(current).get("kv_sizing") or {}
+    sizing = rules_for(target).get("kv_sizing") or {}
+    off = engine.get("enable_extensible_kv_cache") is False or engine.get("kv_cache_memory_bytes") is not None \
+        or engine.get("num_gpu_blocks_override") is not None
+    if util is None or off or not sizing.get("extensible_default") or before.get("extensible_default") \
+            or not 0.7 < float(util) < 1.0:
+        return []
+    return [FlagChange(
+        "gpu_memory_utilization", "meaning", "preset",
+        f"vLLM {target} sizes the KV cache from the memory free after warm-up and CUDA-graph capture (the extensible "
+        f"KV cache) and leaves it unset (1.0) by default; {util:g} now only caps the cache, keeping "
+        f"{1 - float(util):.0%} of the card from it (vLLM warns at start when that is 1 GiB or more)",
+        "keep it if something vLLM does not see needs that memory later (a desktop session that grows, another "
+        "process on the GPU); otherwise drop engine.gpu_memory_utilization", before=util, after=util)]
 
 
 def _kit_options(preset: Preset) -> list[str]:
@@ -299,7 +354,9 @@ def _side(resolved: Resolved, version: str) -> Side:
     else:
         return Side(version, warnings=tuple(prepared.report.warnings), plan=prepared.report.plan,
                     plan_note=None if prepared.report.plan is not None else "no memory plan (see the warnings)",
-                    files=prepared.files)
+                    files=prepared.files, dropped_pin=prepared.dropped_pin,
+                    repository=prepared.preset.image.repository,
+                    overrides=tuple(prepared.resolved.overrides) if prepared.resolved else None)
     # The render is refused; the plan may still be there (a misfit, a compatibility rule).
     try:
         _, path, preset = load_preset(resolved.ref, resolved.overrides)
@@ -334,6 +391,6 @@ def plan_upgrade(request: Request, out_dir: Path | None, to: str) -> Upgrade:
     recorded = before_resolved.recorded is not None
     stale = bool(out_dir is not None and recorded and before.files is not None and diff_files(before.files, out_dir))
     return Upgrade(preset=before_resolved.record.preset_name, out_dir=out_dir, current=current, target=to,
-                   overrides=tuple(after_resolved.overrides), flags=tuple(flags), before=before, after=after,
+                   overrides=after.overrides if after.overrides is not None else tuple(after_resolved.overrides), flags=tuple(flags), before=before, after=after,
                    diff=diff, diff_against="folder" if out_dir is not None else "current", stale=stale, resolved=after_resolved)
 

@@ -126,12 +126,14 @@ def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     }
     env_example = [
         "# ---- Open WebUI (--with webui). It calls the server with VLLM_API_KEY above.",
-        "# Required: signs its login sessions; the stack refuses to start without it. Make one: openssl rand -hex 32",
-        f"{secret}=",
+        "# Required: signs its login sessions; the stack refuses to start without it. kit render writes a random one",
+        "# into .env when there is none.",
+        f"# {secret}=",
         "# Required: the admin account, created at the first start (sign-up is off, so it is the only way in; add",
         "# users from its admin panel). Change the password there later: Open WebUI keeps the account in webui-data.",
-        "WEBUI_ADMIN_EMAIL=",
-        "WEBUI_ADMIN_PASSWORD=",
+        "# kit render writes admin@localhost and a random password into .env when they are not set.",
+        "# WEBUI_ADMIN_EMAIL=admin@localhost",
+        "# WEBUI_ADMIN_PASSWORD=",
         f"# {admin_name}={data['admin_name_default']}",
         f"# Its port on this host (default {int(data['default_host_port'])}).",
         f"# WEBUI_PORT={int(data['default_host_port'])}",

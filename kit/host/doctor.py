@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.config.strategy import strategy_of
+from kit.config.strategy import strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.gpus import gpu_key
 from kit.core.versions import version_or_oldest
@@ -332,10 +332,8 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
     for other, ref in (release.get("official_variants") or {}).items():
         if other != cuda and runs(other):
             switch = "" if on_vllm_image else "image.strategy=official "  # overrides, as typed
-            from kit.deploy.compat import variant_caveat
-
             options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
-                           f"{table['cuda'][other]['min_driver']}{variant_caveat(img.vllm_version, other)})")
+                           f"{table['cuda'][other]['min_driver']})")
     note = None
     compat = host_table()["cuda_forward_compat"]
     rule = compat.get(cuda)
@@ -368,11 +366,8 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
             build = usable[0]
             extra = "" if build == older["cuda"] else (
                 f" image.cuda={build}" + ("" if on_vllm_image else " image.strategy=official"))
-            from kit.deploy.compat import variant_caveat
-
-            caveat = "" if build == older["cuda"] else variant_caveat(version, build)
             options.append(f"image.vllm_version={version}{extra} (its CUDA {build} build needs driver >= "
-                           f"{table['cuda'][build]['min_driver']}{caveat})")
+                           f"{table['cuda'][build]['min_driver']})")
     return options, note
 
 
@@ -489,7 +484,9 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
     """Disk wanted for the image and the weights, with how it was reckoned."""
     table = host_table()
     if preset is None:
-        return float(table["default_need_gib"]), "an official image and a small model"
+        official = strategy_for("official").disk_gib()
+        return (official + float(table["default_model_gib"]),
+                f"an official image (~{official:.0f} GiB, its newest published size) and a small model")
     strategy = strategy_of(preset)
     image = strategy.disk_gib()
     weights, how = 0.0, "weights unknown"

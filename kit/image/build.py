@@ -32,6 +32,17 @@ PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collec
 
 
 @dataclass(frozen=True)
+class BuildStep:
+    """One Dockerfile instruction as the classic builder ran it: its wall time (from its `Step N/M` line to the
+    next one, or to the end of the build) and whether it came from the layer cache."""
+
+    number: int
+    instruction: str
+    seconds: float
+    cached: bool
+
+
+@dataclass(frozen=True)
 class BuildResult:
     image_id: str
     tags: list[str]
@@ -42,6 +53,7 @@ class BuildResult:
     script_path: Path
     cached_steps: int = 0
     total_steps: int = 0
+    steps: tuple[BuildStep, ...] = ()
 
 
 @dataclass
@@ -211,6 +223,8 @@ def build_image(request: BuildRequest, log_dir: Path,
     image_id = None
     cached = total = 0
     started = time.monotonic()
+    # (number, instruction, start, cached) per step; a step's time runs until the next step starts.
+    timeline: list[list] = []
     with open_nofollow(log_path) as log:
         log.write(redact("$ DOCKER_BUILDKIT=0 " + shlex.join(request.command())) + "\n")
         stream = client.api.build(
@@ -234,10 +248,13 @@ def build_image(request: BuildRequest, log_dir: Path,
                     m = STEP_RE.match(line.strip())
                     if m:
                         total = int(m.group(2))
+                        timeline.append([int(m.group(1)), m.group(3), time.monotonic(), False])
                         if progress:
                             progress(f"step {m.group(1)}/{m.group(2)}: {m.group(3)[:100]}")
                     elif line.strip() == "---> Using cache":
                         cached += 1
+                        if timeline:
+                            timeline[-1][3] = True
                     elif progress and line.strip().startswith(PIP_PROGRESS):
                         # pip inside the build: installing the wheels is the long step (minutes for torch);
                         # without these lines it would look stuck. The full output is in build.log.
@@ -252,6 +269,12 @@ def build_image(request: BuildRequest, log_dir: Path,
                 )
     if image_id is None:
         raise BuildError("build produced no image", hint=f"full log: {log_path}")
+    ended = time.monotonic()
+    ends = [step[2] for step in timeline[1:]] + [ended]
+    # Step 0: before the first step line, the SDK tars the context (the wheelhouse too) and the engine reads it.
+    steps = tuple([BuildStep(0, "(send the build context)", (timeline[0][2] if timeline else ended) - started, False)]
+                  + [BuildStep(number, instruction, end - start, was_cached)
+                     for (number, instruction, start, was_cached), end in zip(timeline, ends, strict=True)])
     image = client.images.get(image_id)
     for tag in request.tags[1:]:
         repo, _, tag_name = tag.rpartition(":")
@@ -267,4 +290,16 @@ def build_image(request: BuildRequest, log_dir: Path,
         script_path=script_path,
         cached_steps=cached,
         total_steps=total,
+        steps=steps,
     )
+
+
+def step_table(steps: tuple[BuildStep, ...] | list[BuildStep], width: int = 90) -> str:
+    """The build's steps and seconds, one line each, for `make bench` and `kit build`'s log readers."""
+    lines = []
+    for step in steps:
+        instruction = " ".join(step.instruction.split())
+        if len(instruction) > width:
+            instruction = instruction[:width - 3] + "..."
+        lines.append(f"  {step.number:>3}  {step.seconds:7.1f} s  {'cache' if step.cached else '     '}  {instruction}")
+    return "\n".join(lines)

@@ -3,7 +3,7 @@
 Public entry point: ``image_sizes(ref) -> SizeBreakdown``. Layers come from the image history (the instruction
 that made each); files from the flattened file system (``docker export``, streamed: what a container sees, so a
 file a later layer deleted counts nowhere). A file belongs to the distribution whose dist-info RECORD lists it
-(what pip uninstall would remove); the rest are counted by top-level directory only.
+(what pip uninstall would remove), byte-code to its source's; the rest are counted by top-level directory only.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ def _dist_info_name(folder: str) -> tuple[str, str]:
     return name, version
 
 
+def _source_of(path: str) -> str | None:
+    """The module a byte-code file was compiled from (`pkg/__pycache__/mod.cpython-311.pyc` -> `pkg/mod.py`), or None.
+
+    Byte-code belongs to its source's distribution (pip uninstall removes it with the source) whether or not the RECORD
+    lists it: pip lists only the byte-code it compiled itself, and the kit's images compile with compileall after
+    `pip install --no-compile` (images/python_venv.j2), as uv does by default."""
+    head, marker, base = path.rpartition("/__pycache__/")
+    if not marker or not base.endswith(".pyc"):
+        return None
+    return f"{head}/{base.split('.', 1)[0]}.py"
+
+
 def breakdown_from_tar(stream, image: str = "", layers: list[dict] | None = None,  # noqa: ANN001 - a file object
                        progress: Callable[[str], None] | None = None) -> SizeBreakdown:
     """The breakdown of a flattened file system given as a tar stream (``docker export``, or a fixture)."""
@@ -66,7 +78,8 @@ def breakdown_from_tar(stream, image: str = "", layers: list[dict] | None = None
     by_dist: dict[str, list[int]] = {}
     by_dir: dict[str, list[int]] = {}
     for path, size in sizes.items():
-        for table, key in ((by_dist, owner.get(path, NO_DIST)), (by_dir, "/" + path.split("/")[0])):
+        dist = owner.get(path) or owner.get(_source_of(path) or "", NO_DIST)
+        for table, key in ((by_dist, dist), (by_dir, "/" + path.split("/")[0])):
             entry = table.setdefault(key, [0, 0])
             entry[0] += size
             entry[1] += 1

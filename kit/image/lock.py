@@ -153,14 +153,19 @@ def _wheelhouse_fits(prepared: Prepared, wheelhouse: Path, header: str) -> bool:
     return requested == wanted
 
 
+def require_wheelhouse(preset_name: str, requirements: list[str], wheelhouse: Path | None) -> None:
+    """Refused before anything is resolved or written: an image that installs wheels is locked from a wheelhouse."""
+    if requirements and wheelhouse is None:
+        raise KitError(f"preset {preset_name}: locking its Python packages needs --wheelhouse DIR",
+                       hint="the wheels are downloaded there and hashed")
+
+
 def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: str | None, offline: bool,
               wheelhouse: Path | None, python_version: str | None = None, glibc: str | None = None,
               refresh: bool = False, progress: Progress | None = None) -> Lock:
     say = progress or (lambda _m: None)
     d = prepared.deployment
-    if d.image.requirements and wheelhouse is None:
-        raise KitError(f"preset {prepared.name}: locking its Python packages needs --wheelhouse DIR",
-                       hint="the wheels are downloaded there and hashed")
+    require_wheelhouse(prepared.name, d.image.requirements, wheelhouse)
     say(f"resolving the base image {d.image.base_image} ({'local image' if offline else 'registry'})")
     base = _locked_base(resolve_base_digest(d.image.base_image, offline=offline))
     packages: list[LockedPackage] = []

@@ -8,9 +8,12 @@ It downloads what vLLM will read and nothing else, one file at a time with a pro
 on stderr, so the server can start with HF_HUB_OFFLINE=1. The kit imports `select_files` for its tests.
 
 Every artefact is fetched at one commit (the hub's answer for the revision asked, model_info's `sha`). Each file is
-hashed as it lies on disk after the download and compared with the hub's tree listing at that commit: an LFS file's
-`lfs.oid` (its sha256), any other file's git blob id (sha1 of "blob SIZE\\0" + content). A mismatch removes that
-revision's snapshot folder and the bad blob, and fails as "corrupt". A sound fetch writes vllm-kit-manifest.json
+streamed into the repo's blobs/ and hashed on the way, never past the size the hub's tree listing at that commit gives,
+then compared with the listing: an LFS file's `lfs.oid` (its sha256), any other file's git blob id (sha1 of
+"blob SIZE\\0" + content). A mismatch (or a body longer or shorter than listed) keeps no blob, removes that
+revision's snapshot folder, and fails as "corrupt". The snapshot folder is computed from the repo id and the commit;
+a listed name that is not a plain relative path, or a revision that is not a commit or a ref name, is refused before
+anything is written. A sound fetch writes vllm-kit-manifest.json
 (revision, sha256 and size of every file) into the snapshot folder; `--verify SPEC` checks it again (kit smoke, in
 the server's container).
 
@@ -154,6 +157,8 @@ def _with_retries(call, what):
     for attempt in range(1, attempts + 1):
         try:
             return call()
+        except FetchFailed:  # the fetch's own verdict (a refused name, a corrupt file): final as it is
+            raise
         except Exception as exc:  # classified here; the kinds not worth a retry raise at once
             kind, detail = _failure_kind(exc)
             if kind != "unreachable" or attempt == attempts:
@@ -171,6 +176,62 @@ _COMMIT_CHARS = set("0123456789abcdef")
 
 def is_commit(revision):
     return bool(revision) and len(revision) == 40 and set(revision) <= _COMMIT_CHARS
+
+
+_REF_FORBIDDEN = set(" ~^:?*[\\")
+
+
+def revision_problem(revision):
+    """Why ``revision`` is neither a 40-hex commit nor a ref name as git check-ref-format takes one, or None.
+    A revision becomes a file under the cache's refs/ folder (_point_ref): `../../x` would be written outside it.
+    `kit validate` applies this rule too (kit.config.hubrevision runs it from this file's text)."""
+    if not isinstance(revision, str) or not revision:
+        return "is empty"
+    if is_commit(revision):
+        return None
+    if len(revision) > 255:
+        return "is longer than 255 characters"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or c in _REF_FORBIDDEN for c in revision):
+        return "holds a space, a control character or one of ~^:?*[\\"
+    if ".." in revision or "@{" in revision or revision == "@" or revision.endswith((".", "/")):
+        return "holds '..' or '@{', or ends with '.' or '/'"
+    for part in revision.split("/"):
+        if not part or part.startswith(".") or part.endswith(".lock"):
+            return "has an empty part, a part starting with '.' or ending with '.lock'"
+    return None
+
+
+def name_problem(name):
+    """Why a listed file name is not a plain relative path inside a snapshot, or None. Refused, not repaired: a
+    mirror that lists `a////b`, `../x`, `/etc/x`, `a\\b` or a NUL is not one to take files from."""
+    if not isinstance(name, str) or not name:
+        return "is empty"
+    if "\0" in name or "\\" in name or any(ord(c) < 0x20 for c in name):
+        return "holds a NUL, a backslash or a control character"
+    if name.startswith("/"):
+        return "is absolute"
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' part"
+    return None
+
+
+def _hub_ref_problem(ref):
+    parts = ref.split("/") if isinstance(ref, str) else []
+    if not 1 <= len(parts) <= 2 or any(name_problem(p) or p.startswith(".") or "--" in p for p in parts):
+        return "is not a hub id"
+    return None
+
+
+def repo_folder(ref):
+    """The HF cache's folder of a model repo, from its id as huggingface_hub names it (file_download.py
+    repo_folder_name: models--ORG--NAME)."""
+    return os.path.join(hub_cache(), "--".join(["models", *ref.split("/")]))
+
+
+def _inside(path, folder):
+    folder = os.path.realpath(folder)
+    return os.path.commonpath([os.path.realpath(path), folder]) == folder
 
 
 def file_digests(path):
@@ -194,17 +255,15 @@ def expected_digest(entry):
     return "git-sha1", entry.blob_id
 
 
-def _discard_snapshot(snapshot, bad_file):
-    """A file did not match: remove that blob and the revision's snapshot folder, so nothing half-checked stays
-    where vLLM (HF_HUB_OFFLINE=1) would load it. The other blobs stay as cache; only the checked snapshot links them."""
+def _discard_snapshot(repo, snapshot):
+    """A file did not match: remove the revision's snapshot folder (computed from the repo and the commit, never from a
+    listed name), so nothing half-checked stays where vLLM (HF_HUB_OFFLINE=1) would load it. The bad bytes never
+    became a blob; the other blobs stay as cache, and only the checked snapshot links them."""
     import shutil
 
-    blobs = os.path.join(os.path.realpath(os.path.dirname(os.path.dirname(snapshot))), "blobs") + os.sep
-    blob = os.path.realpath(bad_file)
-    if blob.startswith(blobs) and os.path.isfile(blob):
-        os.unlink(blob)
-
-    shutil.rmtree(snapshot, ignore_errors=True)
+    if _inside(snapshot, os.path.join(repo, "snapshots")) and os.path.realpath(snapshot) != os.path.realpath(
+            os.path.join(repo, "snapshots")):
+        shutil.rmtree(snapshot, ignore_errors=True)
 
 
 def _write_manifest(snapshot, manifest):
@@ -217,12 +276,69 @@ def _write_manifest(snapshot, manifest):
     os.replace(temporary, target)
 
 
+_READ_TIMEOUT_S = 60
+
+
+def _download(ref, rev, name, size, expected, repo, snapshot):
+    """One listed file, streamed into the repo's blobs/ and hashed on the way: never more bytes than the listing
+    gives (an endless body stops there), then linked into the snapshot as huggingface_hub links it (blobs named by
+    their etag: the sha256 of an LFS file, the git blob id of another). Returns (path, sha256, size)."""
+    import huggingface_hub
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    kind, want = expected
+    if not want or name_problem(want):
+        raise FetchFailed("corrupt", "%s: the listing gives no usable digest (%r)" % (name, want))
+    blobs = os.path.join(repo, "blobs")
+    os.makedirs(blobs, exist_ok=True)
+    temporary = os.path.join(blobs, "%s.%d.incomplete" % (want, os.getpid()))
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - git's blob id
+    written = 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    url = huggingface_hub.hf_hub_url(ref, name, revision=rev)
+    try:
+        with get_session().stream("GET", url, headers=build_hf_headers(), follow_redirects=True,
+                                  timeout=_READ_TIMEOUT_S) as response:
+            hf_raise_for_status(response)
+            with os.fdopen(os.open(temporary, flags, 0o644), "wb") as handle:
+                for chunk in response.iter_bytes(1 << 20):
+                    written += len(chunk)
+                    if written > size:
+                        raise FetchFailed("corrupt", "%s: the mirror sent more than the %d bytes its listing says"
+                                          % (name, size))
+                    handle.write(chunk)
+                    sha256.update(chunk)
+                    sha1.update(chunk)
+        if written != size:
+            raise FetchFailed("corrupt", "%s: %d bytes, the hub's listing says %d" % (name, written, size))
+        got = sha256.hexdigest() if kind == "sha256" else sha1.hexdigest()
+        if got != want:
+            raise FetchFailed("corrupt", "%s: %s %s, the hub's listing says %s" % (name, kind, got, want))
+        blob = os.path.join(blobs, want)
+        os.replace(temporary, blob)
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+    link = os.path.join(snapshot, *name.split("/"))
+    if not _inside(os.path.dirname(link), snapshot):
+        raise FetchFailed("refused", "%s: not a path inside the snapshot" % name)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(os.path.relpath(blob, os.path.dirname(link)), link)
+    return link, sha256.hexdigest(), written
+
+
 def _fetch_hub(art, spec):
     import huggingface_hub
     from huggingface_hub.hf_api import RepoFile
 
     api = huggingface_hub.HfApi()
     ref, asked = art["ref"], art.get("revision") or None
+    problem = _hub_ref_problem(ref) or (asked and revision_problem(asked) and "revision %r %s" % (
+        asked, revision_problem(asked)))
+    if problem:
+        raise FetchFailed("refused", "%s %s" % (ref, problem) if problem == "is not a hub id" else problem)
     # One commit for the listing, the downloads and the manifest: a branch that moves mid-fetch cannot mix two.
     info = _with_retries(lambda: api.model_info(ref, revision=asked), "model info")
     rev = info.sha
@@ -230,47 +346,68 @@ def _fetch_hub(art, spec):
         raise FetchFailed("failed", "the hub answered commit %r for revision %r" % (rev, asked))
     tree = _with_retries(lambda: list(api.list_repo_tree(ref, revision=rev, recursive=True)), "file list")
     entries = {e.path: e for e in tree if isinstance(e, RepoFile)}
+    for name in sorted(entries):
+        if name_problem(name):
+            raise FetchFailed("refused", "the listing names %r, which %s: not a plain path inside the snapshot"
+                              % (name, name_problem(name)))
     sizes = {path: e.size or 0 for path, e in entries.items()}
+    repo = repo_folder(ref)
+    snapshot = os.path.join(repo, "snapshots", rev)  # from the repo and the commit, never from a listed name
+    files = {}
+
+    def download(name):
+        path, sha256, size = _with_retries(
+            lambda: _download(ref, rev, name, sizes[name], expected_digest(entries[name]), repo, snapshot), name)
+        files[name] = {"sha256": sha256, "size": size, "checked": expected_digest(entries[name])[0]}
+        return path
+
     weight_map = None
     index = spec["rules"]["safetensors_index"]
-    if art["mode"] == "weights" and index in sizes:
-        with open(_with_retries(lambda: huggingface_hub.hf_hub_download(ref, index, revision=rev), index)) as handle:
-            weight_map = json.load(handle).get("weight_map")
-    chosen, note = select_files(list(sizes), spec["rules"], art["mode"], spec.get("load_format", "auto"),
-                                spec.get("ignore_patterns"), weight_map)
-    total = sum(sizes[f] for f in chosen)
-    _say("%s %s@%s: %d of %d files, %s (%s)" % (art["role"], ref, rev[:12], len(chosen), len(sizes), _mib(total),
-                                                  note))
-    done, start, files, snapshot = 0, time.monotonic(), {}, None
-    for number, name in enumerate(chosen, 1):
-        path = _with_retries(lambda name=name: huggingface_hub.hf_hub_download(ref, name, revision=rev), name)
-        snapshot = path[: -len(name)].rstrip("/")
-        sha256, git_sha1, size = file_digests(path)
-        kind, expected = expected_digest(entries[name])
-        got = sha256 if kind == "sha256" else git_sha1
-        if got != expected:
-            _discard_snapshot(snapshot, path)
-            raise FetchFailed("corrupt", "%s: %s %s, the hub's listing says %s" % (name, kind, got, expected))
-        files[name] = {"sha256": sha256, "size": size, "checked": kind}
-        done += sizes[name]
-        rate = done / max(time.monotonic() - start, 1e-3)
-        _say("  [%d/%d] %s %s (%s of %s, %s/s) %s ok" % (number, len(chosen), name, _mib(sizes[name]), _mib(done),
-                                                        _mib(total), _mib(rate), kind))
-    if snapshot is not None:
+    try:
+        if art["mode"] == "weights" and index in sizes:
+            with open(download(index)) as handle:
+                weight_map = json.load(handle).get("weight_map")
+        chosen, note = select_files(list(sizes), spec["rules"], art["mode"], spec.get("load_format", "auto"),
+                                    spec.get("ignore_patterns"), weight_map)
+        total = sum(sizes[f] for f in chosen)
+        _say("%s %s@%s: %d of %d files, %s (%s)" % (art["role"], ref, rev[:12], len(chosen), len(sizes), _mib(total),
+                                                      note))
+        done, start = 0, time.monotonic()
+        for number, name in enumerate(chosen, 1):
+            kind = expected_digest(entries[name])[0]
+            if name not in files:
+                download(name)
+            done += sizes[name]
+            rate = done / max(time.monotonic() - start, 1e-3)
+            _say("  [%d/%d] %s %s (%s of %s, %s/s) %s ok" % (number, len(chosen), name, _mib(sizes[name]),
+                                                            _mib(done), _mib(total), _mib(rate), kind))
+    except FetchFailed as failure:
+        if failure.kind == "corrupt":
+            _discard_snapshot(repo, snapshot)
+        raise
+    files = {name: files[name] for name in chosen}
+    if files:
         _write_manifest(snapshot, {"format": MANIFEST_FORMAT, "repo": ref, "revision": rev, "asked": asked,
                                    "files": files})
         _say("  manifest %s: %d files, sha256 each" % (MANIFEST, len(files)))
         if not is_commit(asked):
-            _point_ref(snapshot, asked or "main", rev)
+            _point_ref(repo, asked or "main", rev)
 
 
-def _point_ref(snapshot, revision, commit):
+def _point_ref(repo, revision, commit):
     """refs/REVISION -> commit, as hf_hub_download does for a branch (file_download.py
-    _cache_commit_hash_for_specific_revision), written only once every file checked: vLLM offline asks for "main"."""
-    ref = os.path.join(os.path.dirname(os.path.dirname(snapshot)), "refs", revision)
+    _cache_commit_hash_for_specific_revision), written only once every file checked: vLLM offline asks for "main".
+    The revision is a ref name (revision_problem), so the file stays under the repo's refs/."""
+    if revision_problem(revision):
+        raise FetchFailed("refused", "revision %r %s" % (revision, revision_problem(revision)))
+    refs = os.path.join(repo, "refs")
+    ref = os.path.join(refs, *revision.split("/"))
+    if not _inside(ref, refs):
+        raise FetchFailed("refused", "revision %r: not a name under refs/" % revision)
     os.makedirs(os.path.dirname(ref), exist_ok=True)
     temporary = "%s.%d.tmp" % (ref, os.getpid())
-    with open(temporary, "w") as handle:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(temporary, flags, 0o644), "w") as handle:
         handle.write(commit)
     os.replace(temporary, ref)
 
@@ -286,13 +423,17 @@ def hub_cache():
 
 def snapshot_folder(ref, revision):
     """The HF cache's snapshot folder of a repo at a revision (a commit, or a ref the cache recorded), or None."""
-    repo = os.path.join(hub_cache(), "models--" + ref.replace("/", "--"))
     revision = revision or "main"
+    if _hub_ref_problem(ref) or revision_problem(revision):
+        return None
+    repo = repo_folder(ref)
     if not is_commit(revision):
         try:
             with open(os.path.join(repo, "refs", revision)) as handle:
-                revision = handle.read().strip()
+                revision = handle.read(64).strip()
         except OSError:
+            return None
+        if not is_commit(revision):
             return None
     return os.path.join(repo, "snapshots", revision)
 
@@ -352,6 +493,8 @@ def _reason(failure):
         return "not found on the hub"
     if failure.kind == "gated":
         return "gated: set HF_TOKEN (.env) to a token of an account that accepted its licence on the hub"
+    if failure.kind == "refused" and not failure.detail.startswith("HTTP "):
+        return "refused: %s" % failure.detail
     if failure.kind == "refused":
         return "refused (%s): check HF_TOKEN" % failure.detail
     if failure.kind == "corrupt":

@@ -17,12 +17,24 @@ from __future__ import annotations
 from typing import Any
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.core.versions import cc_tuple
 from kit.memory.inputs import GIB, Resolved
 from kit.memory.rules import rules_for
-from kit.memory.shape import moe_layers_in
+from kit.memory.shape import moe_layers_in, padded_vocab
 from kit.memory.terms import Term, peak_bytes
 
 RUNNER = "vllm/v1/worker/gpu/model_runner.py"
+
+
+def flashinfer_sampler_used(r: Resolved, sampler: dict[str, Any]) -> bool:
+    """Whether vLLM samples with FlashInfer on this GPU (the release's `sampler.flashinfer_when`): a compute capability
+    in its range and more SMs than its floor. A GPU outside the catalog is taken to (the charge is the measured one)."""
+    when = sampler.get("flashinfer_when")
+    if not when or r.compute_capability is None:
+        return True
+    if not cc_tuple(when["min_cc"]) <= cc_tuple(r.compute_capability) <= cc_tuple(when["max_cc"]):
+        return False
+    return r.gpu_sm_count is None or r.gpu_sm_count > int(when["more_than_sms"])
 
 
 def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> list[Term]:
@@ -41,7 +53,7 @@ def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> li
                           source="vllm/v1/worker/gpu/sample/sampler.py apply_sampling_params: 'Copy logits to a new "
                                  "FP32 tensor' (the warm-up pass, SamplingParams.for_sampler_warmup, needs logits "
                                  "processing)"))
-    if sampler.get("flashinfer_topk_mask_and_probs"):
+    if sampler.get("flashinfer_topk_mask_and_probs") and flashinfer_sampler_used(r, sampler):
         # vllm/v1/worker/gpu/sample/sampler.py _sample_random -> vllm/v1/sample/ops/topk_topp_sampler.py
         # flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits (flashinfer-python 0.7.2.post1,
         # the 0.33.0 image's): with a top_k tensor, top_k_mask_logits(logits, top_k) (torch.empty_like: fp32) then
@@ -98,6 +110,9 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
              source=f"3 x [tokens, heads / TP x head_dim] (qkv_proj output; {RUNNER} profile_run skips the attention "
                     "kernel itself, skip_attn=True)"),
     ]
+    mla = rule.get("mla_profile_workspace")
+    if model.is_mla and mla:
+        terms.append(_mla_profile_workspace(r, model, mla, q_heads, act))
     if has_moe:
         n = (model.moe_intermediate_size or model.intermediate_size) / tp
         topk = model.num_experts_per_tok or 1
@@ -122,23 +137,71 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
     if fixed:
         terms.append(Term(figure="activation", name="fixed (fitted)", bytes=fixed * GIB, fitted=True,
                           source="memory_accounting.activation_fixed_gib: small buffers of the profile run"))
-    compiled = 0.0 if r.enforce_eager or r.compile_cache_warm else rule["compile_cold_gib"]
-    if compiled:
-        # memory_accounting.compile_cold_phase "forward": the buffers live beside the forward pass's (the sampler
-        # phase after it does not see them); absent: on top of the whole peak (the 0.26 fit).
-        phase = ("mlp" if has_dense else "moe") if rule.get("compile_cold_phase") == "forward" else None
-        terms.append(Term(figure="activation", name="torch.compile, cold cache (fitted)", bytes=compiled * GIB,
+    if not (r.enforce_eager or r.compile_cache_warm):
+        terms += _cold_compile_terms(r, model, rule, tokens, has_dense)
+    return terms
+
+
+def _mla_profile_workspace(r: Resolved, model: ModelSpec, rule: dict[str, Any], q_heads: float, act: int) -> Term:
+    """The worst-case `kv_b_proj` output latent attention allocates in the profile run (memory_accounting
+    `mla_profile_workspace`, cited in kit/data/vllm.yaml)."""
+    block = r.block_size
+    rows = min(max(int(rule["rows_per_max_model_len"]) * r.max_model_len,
+                   int(rule["blocks_per_seq"]) * r.max_num_seqs * block), int(rule["max_rows"]))
+    rows = -(-max(rows, block) // block) * block
+    per_head = (model.qk_nope_head_dim or 0) + (model.v_head_dim or 0)
+    return Term(figure="activation", name="MLA prefill workspace (profile run)", phase="attention",
+                bytes=rows * q_heads * per_head * act,
+                source=f"vllm/model_executor/layers/attention/mla_attention.py: [min(max(8 x max_model_len, 4 x "
+                       f"max_num_seqs x block_size), 64 Ki) = {rows} rows, heads / TP, qk_nope_head_dim + "
+                       f"v_head_dim] in the model dtype, allocated when the profile run has no attention metadata")
+
+
+def _cold_compile_terms(r: Resolved, model: ModelSpec, rule: dict[str, Any], tokens: int,
+                        has_dense: bool) -> list[Term]:
+    """What a first profile run on a cold compile cache holds beyond the warm one (the plan charges the first start;
+    a warm cache gives it back). From 0.33 both parts are sized from the model's shapes (kit/data/vllm.yaml
+    `memory_accounting`): inductor's first-run MLP buffers beside the forward pass, and a floor the size of the
+    vocabulary-wide weight; earlier releases have one fitted constant."""
+    act = DTYPE_BYTES[r.dtype]
+    tp = r.tensor_parallel_size
+    terms: list[Term] = []
+    # memory_accounting.compile_cold_phase "forward": the buffers live beside the forward pass's (the sampler phase
+    # after it does not see them); absent: on top of the whole peak (the 0.26 fit).
+    phase = ("mlp" if has_dense else "moe") if rule.get("compile_cold_phase") == "forward" else None
+    buffers = float(rule.get("compile_cold_mlp_buffers") or 0.0)
+    if buffers:
+        inter = (model.intermediate_size if has_dense else
+                 (model.moe_intermediate_size or model.intermediate_size) * (model.num_experts_per_tok or 1)) / tp
+        terms.append(Term(
+            figure="activation", name="torch.compile, cold cache: MLP buffers (fitted count)", phase=phase,
+            bytes=buffers * tokens * inter * act, fitted=True,
+            source=f"memory_accounting.compile_cold_mlp_buffers ({buffers:g}) x [tokens, intermediate / TP] in the "
+                   "model dtype: inductor's first run keeps the MLP's gate_up and activation outputs apart from the "
+                   "eager ones (measured at 2048-8192 tokens on Qwen3, Llama and Phi-3.5)"))
+    constant = float(rule.get("compile_cold_gib") or 0.0)
+    if constant:
+        terms.append(Term(figure="activation", name="torch.compile, cold cache (fitted)", bytes=constant * GIB,
                           fitted=True, phase=phase,
                           source="memory_accounting.compile_cold_gib: inductor's buffers in the first profile run on "
-                                 "a cold compile cache (the plan charges the first start; a warm cache gives it back)"))
-        floor = float(rule.get("compile_cold_floor_gib", 0.0))
-        if floor:
-            # memory_accounting.compile_cold_floor_gib: a cold first profile run peaks at no less than this, whatever
-            # the token budget (a phase of its own: the peak is the larger of it and the others).
-            terms.append(Term(figure="activation", name="torch.compile, cold cache: the first run's floor (fitted)",
-                              bytes=floor * GIB, fitted=True, phase="compile",
-                              source="memory_accounting.compile_cold_floor_gib: the peak of a cold first profile "
-                                     "run at small token budgets, measured per release"))
+                                 "a cold compile cache"))
+    copies = float(rule.get("compile_cold_floor_vocab_copies") or 0.0)
+    floor = float(rule.get("compile_cold_floor_gib") or 0.0)
+    if copies or floor:
+        # measured at TP 1 only; with TP > 1 the whole vocabulary's size is charged, not the rank's shard (the safe
+        # side until a tensor-parallel cold start is measured)
+        vocab = padded_vocab(model.vocab_size) * model.hidden_size * act * copies
+        # a phase of its own: the peak is the larger of it and the others
+        terms.append(Term(
+            figure="activation", name="torch.compile, cold cache: the first run's floor", phase="compile",
+            bytes=vocab + floor * GIB, fitted=bool(floor),
+            source=(f"memory_accounting.compile_cold_floor_vocab_copies ({copies:g}) x [vocab, hidden] in the "
+                    "model dtype, the size of the embedding: a cold first run peaks at no less, whatever the token "
+                    "budget (Phi-3.5 0.20, Llama-3.1-8B 1.04, Qwen3-8B 1.19, Qwen2.5-14B 1.49 GiB measured; the "
+                    "allocation itself is not located in vLLM's or inductor's source; measured at TP 1 only, so the whole "
+                    "vocabulary is charged with TP > 1)" if copies else
+                    "memory_accounting.compile_cold_floor_gib")
+            + (f" + compile_cold_floor_gib {floor:g} GiB (fitted)" if copies and floor else "")))
     return terms
 
 

@@ -15,14 +15,27 @@ from kit.memory.shape import moe_layers_in
 from kit.memory.terms import Term
 
 
-def cuda_graph_counts(max_num_seqs: int, vllm_version: str) -> tuple[int, int]:
+def cuda_graph_counts(max_num_seqs: int, vllm_version: str, max_num_batched_tokens: int | None = None,
+                      performance_mode: str = "balanced") -> tuple[int, int]:
     """Graphs vLLM captures by default (vllm/config/vllm.py `_set_cudagraph_sizes`; kit/data/vllm.yaml
-    `cuda_graph_capture`), as (piecewise, full): piecewise for every capture size up to the largest, full ones for
-    the sizes up to max_num_seqs."""
+    `cuda_graph_capture`), as (piecewise, full): piecewise for every capture size, full ones for the sizes up to
+    max_num_seqs. The largest size is min(max_size, factor x max_num_seqs), capped by max_num_batched_tokens where the
+    release does; interactivity mode captures every size up to `interactivity_up_to`; a release may add
+    max_num_batched_tokens and max_num_seqs themselves to the list."""
     capture = rules_for(vllm_version)["cuda_graph_capture"]
     largest = min(int(capture["max_size"]), int(capture["max_num_seqs_factor"]) * max_num_seqs)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16))
-    piecewise = [s for s in sizes if s <= largest]
+    decode_fits = max_num_seqs <= largest  # before the token cap: vLLM's uniform decode size test
+    if capture.get("capped_by_batched_tokens") and max_num_batched_tokens is not None:
+        largest = min(largest, max_num_batched_tokens)
+    interactive = capture.get("interactivity_up_to") if performance_mode == "interactivity" else None
+    sizes = set(range(1, min(largest, int(interactive)) + 1)) if interactive else {s for s in (1, 2, 4) if s <= largest}
+    sizes |= set(range(8, min(largest + 1, 256), 8)) | set(range(256, largest + 1, 16))
+    if max_num_batched_tokens is not None:
+        if capture.get("adds_max_num_batched_tokens") and max_num_batched_tokens <= largest:
+            sizes.add(max_num_batched_tokens)
+        if capture.get("adds_max_num_seqs") and decode_fits and max_num_seqs <= max_num_batched_tokens:
+            sizes.add(max_num_seqs)
+    piecewise = sorted(sizes)
     full = [s for s in piecewise if s <= max_num_seqs]
     return len(piecewise), len(full)
 
@@ -42,10 +55,16 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
     if not r.cuda_graph_charged:
         return []
     estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
-    piecewise, full = cuda_graph_counts(r.max_num_seqs, r.vllm_version)
+    piecewise, full = cuda_graph_counts(r.max_num_seqs, r.vllm_version, r.max_num_batched_tokens, r.performance_mode)
     moe = model is not None and layers is not None and moe_layers_in(model, layers) > 0
     scale = float(estimate.get("moe_scale", 1.0)) if moe else 1.0
     scaled = f" x moe_scale {scale:g} (fused-MoE layers)" if scale != 1.0 else ""
+    reference = estimate.get("reference_layers")
+    if reference and not moe and layers is not None:
+        # a piecewise graph is one piece per decoder layer (torch.compile splits at each attention op), and a full
+        # graph holds each layer's kernels: both grow with the layers of the stage
+        scale = len(layers) / float(reference)
+        scaled = f" x {len(layers)} layers / {reference} (the layers the rates were measured on)"
     terms = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
                   fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate["base_gib"] else []
     if "per_full_graph_gib" in estimate:

@@ -8,13 +8,19 @@ The questions users ask of a model, a GPU and a tensor parallel size:
   other sequences wait for room. So the answer is a whole number of blocks, or the model's own limit.
 - The most sequences of ``max_model_len`` tokens the KV cache holds at once, with ``max_num_seqs`` set to that
   number (a larger ``max_num_seqs`` costs sampler and CUDA-graph memory, so the count is searched, not divided),
-  and at most ``max_num_batched_tokens`` (vLLM refuses more sequences than batched tokens).
-- The smallest tensor parallel size of 1, 2, 4 and 8 that fits (the planner refuses those the heads do not divide).
+  and at most ``max_num_batched_tokens`` (vLLM refuses more sequences than batched tokens). vLLM starts with more
+  (the rest wait for room): the plan says how many it holds at once (``Plan.sequences_at_once``), and this answer
+  is the largest ``max_num_seqs`` whose own plan holds them all.
+- The smallest tensor parallel size of 1, 2, 4 and 8 that fits, among those the hardware allows (a GPU that is one
+  per host, and what the caller refuses: a preset's hardware.count); the planner refuses those the heads or the
+  vocabulary do not divide.
 - The least lossy precision that fits at the given size: an fp8 KV cache, FP8 weights quantised at load, a
   quantised checkpoint of the model from the catalog (``kit/data/models``), with and without an fp8 KV cache.
 
-Every answer is a bounded binary search (or a short scan) over ``plan(...).fits``; tests check that each answer
-fits and that one block (one sequence, the next smaller size) more does not.
+Every answer is a bounded binary search (or a short scan) over plans made by ``at(change)``: the caller's way to the
+very inputs plain ``kit plan`` would plan with that change (beside a preset: the preset loaded with the change as
+overrides, so ``max_model_len: auto``, batch defaults and CUDA-graph sizes are resolved again at each value). Tests
+check that each answer fits and that one block (one sequence, the next smaller size) more does not.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kit.config.modelinfo import ModelSpec
-from kit.core.errors import PlanError
-from kit.memory.inputs import PlanInputs, derived_max_model_len, find_gpu
+from kit.core.errors import KitError, PlanError
+from kit.memory.inputs import PlanInputs, derived_max_model_len, find_gpu, resolve_gpu
 from kit.memory.plan import Plan, plan
 
 TP_SIZES = (1, 2, 4, 8)
+# The planner inputs plain `kit plan` uses with a change applied ({}: as asked); raises KitError where it refuses.
+InputsAt = Callable[[dict[str, Any]], PlanInputs]
+# Why the caller's hardware does not allow a tensor parallel size (None: it does).
+HardwareRefusal = Callable[[int], str | None]
 
 
 class Answer(BaseModel):
@@ -64,8 +74,9 @@ class Tried(BaseModel):
 
     tensor_parallel_size: int
     fits: bool
-    error: str | None  # vLLM's start-up error, or why the planner refuses the size
+    error: str | None  # vLLM's start-up error, why the planner refuses the size, or why the hardware does not allow it
     plan_refused: bool = False  # the planner refuses the size (a divisibility rule), so it was not planned
+    hardware_refused: bool = False  # more GPUs than the host or the preset has, or fewer than it maps: not planned
 
 
 class FitReport(BaseModel):
@@ -115,11 +126,16 @@ def changed_from(asked: Plan, change: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in change.items() if asked.inputs.get(k, object()) != v}
 
 
-def _planned(inputs: PlanInputs, change: dict[str, Any]) -> Plan | None:
-    """The plan with ``change`` applied, or None where the planner refuses those inputs."""
+def inputs_at(inputs: PlanInputs) -> InputsAt:
+    """``at`` for a caller with planner inputs alone (no preset, no ``auto`` to resolve again)."""
+    return lambda change: with_change(inputs, change)
+
+
+def _planned(at: InputsAt, change: dict[str, Any]) -> Plan | None:
+    """The plan with ``change`` applied, or None where the planner (or the preset) refuses those inputs."""
     try:
-        return plan(with_change(inputs, change), suggest=False)
-    except PlanError:
+        return plan(at(change), suggest=False)
+    except KitError:
         return None
 
 
@@ -137,16 +153,10 @@ def largest_true(ok: Callable[[int], bool], low: int, high: int) -> int:
     return low
 
 
-def kv_blocks(result: Plan) -> int:
-    """KV cache blocks of the binding rank, as the plan's concurrency was computed from them."""
-    i = result.inputs
-    per_request = -(-i["max_model_len"] // i["block_size"])
-    return round(result.max_concurrency * per_request)
-
-
-def max_model_len_fit(inputs: PlanInputs) -> Answer:
+def max_model_len_fit(inputs: PlanInputs, at: InputsAt | None = None) -> Answer:
     """The largest max_model_len that fits at the inputs' max_num_seqs (a multiple of the block size, or the
     model's derived limit)."""
+    at = at or inputs_at(inputs)
     asked = plan(inputs, suggest=False)  # impossible inputs are the caller's error, raised here
     block = asked.inputs["block_size"]
     derived = derived_max_model_len(inputs.model)
@@ -155,50 +165,65 @@ def max_model_len_fit(inputs: PlanInputs) -> Answer:
         return min(blocks * block, derived)
 
     def ok(blocks: int) -> bool:
-        at = _planned(inputs, {"max_model_len": length(blocks)})
-        return at is not None and at.fits
+        found = _planned(at, {"max_model_len": length(blocks)})
+        return found is not None and found.fits
 
     blocks = largest_true(ok, 1, -(-derived // block))
     if blocks < 1:
         return Answer(value=None, change={}, limit="none_fits")
     value = length(blocks)
     return Answer(value=value, change={"max_model_len": value}, limit="model" if value == derived else "kv_cache",
-                  plan=_planned(inputs, {"max_model_len": value}))
+                  plan=_planned(at, {"max_model_len": value}))
 
 
-def max_num_seqs_fit(inputs: PlanInputs) -> Answer:
-    """The most sequences of the inputs' max_model_len that the KV cache holds at once, max_num_seqs set to it."""
+def max_num_seqs_fit(inputs: PlanInputs, at: InputsAt | None = None) -> Answer:
+    """The largest max_num_seqs whose own plan holds that many sequences of its max_model_len at once."""
+    at = at or inputs_at(inputs)
     asked = plan(inputs, suggest=False)
-    length, block = asked.inputs["max_model_len"], asked.inputs["block_size"]
-    per_request = -(-length // block)
     cap = asked.inputs["max_num_batched_tokens"]  # "max_num_batched_tokens must be >= max_num_seqs" (vLLM)
 
     def ok(seqs: int) -> bool:
-        at = _planned(inputs, {"max_num_seqs": seqs})
-        return at is not None and at.fits and seqs * per_request <= kv_blocks(at)
+        found = _planned(at, {"max_num_seqs": seqs})
+        return found is not None and found.holds_every_sequence
 
     seqs = largest_true(ok, 1, cap)
     if seqs < 1:
         return Answer(value=0, change={}, limit="none_fits", plan=asked)
     return Answer(value=seqs, change={"max_num_seqs": seqs},
                   limit="max_num_batched_tokens" if seqs == cap else "kv_cache",
-                  plan=_planned(inputs, {"max_num_seqs": seqs}))
+                  plan=_planned(at, {"max_num_seqs": seqs}))
 
 
-def tensor_parallel_fit(inputs: PlanInputs) -> tuple[Answer, list[Tried]]:
-    """The smallest tensor parallel size in TP_SIZES that fits, with each size tried up to it."""
+def host_refusal(inputs: PlanInputs, tp: int) -> str | None:
+    """Why one host with this GPU cannot run ``tp`` x pipeline parallel ranks (kit/data/gpus.yaml ``per_host``)."""
+    gpu = resolve_gpu(inputs)
+    ranks = tp * inputs.pipeline_parallel_size
+    if gpu is not None and gpu.per_host is not None and ranks > gpu.per_host:
+        return f"{ranks} GPUs, but a {gpu.name} host has {gpu.per_host}"
+    return None
+
+
+def tensor_parallel_fit(inputs: PlanInputs, at: InputsAt | None = None,
+                        hardware: HardwareRefusal | None = None) -> tuple[Answer, list[Tried]]:
+    """The smallest tensor parallel size in TP_SIZES that the hardware allows and that fits, with each size tried up
+    to it. ``hardware`` says why the caller's hardware does not allow a size (a preset's hardware.count)."""
     if inputs.device == "cpu":
         return Answer(value=None, change={}, limit="not_applicable"), []
+    at = at or inputs_at(inputs)
     tried: list[Tried] = []
     for tp in TP_SIZES:
+        refused = host_refusal(inputs, tp) or (hardware(tp) if hardware else None)
+        if refused:
+            tried.append(Tried(tensor_parallel_size=tp, fits=False, error=refused, hardware_refused=True))
+            continue
         try:
-            at = plan(inputs.model_copy(update={"tensor_parallel_size": tp}), suggest=False)
-        except PlanError as exc:
+            found = plan(at({"tensor_parallel_size": tp}), suggest=False)
+        except KitError as exc:
             tried.append(Tried(tensor_parallel_size=tp, fits=False, error=exc.message, plan_refused=True))
             continue
-        tried.append(Tried(tensor_parallel_size=tp, fits=at.fits, error=at.error))
-        if at.fits:
-            return Answer(value=tp, change={"tensor_parallel_size": tp}, limit="first_that_fits", plan=at), tried
+        tried.append(Tried(tensor_parallel_size=tp, fits=found.fits, error=found.error))
+        if found.fits:
+            return Answer(value=tp, change={"tensor_parallel_size": tp}, limit="first_that_fits", plan=found), tried
     return Answer(value=None, change={}, limit="none_fits"), tried
 
 
@@ -245,19 +270,23 @@ def precision_options(inputs: PlanInputs) -> list[tuple[str, dict[str, Any]]]:
     return options
 
 
-def precision_fit(inputs: PlanInputs) -> tuple[Answer, list[Option]]:
+def precision_fit(inputs: PlanInputs, at: InputsAt | None = None) -> tuple[Answer, list[Option]]:
     """Every precision option planned at the inputs' sizes; the answer is the first (least lossy) that fits."""
+    at = at or inputs_at(inputs)
     options: list[Option] = []
     for label, change in precision_options(inputs):
-        changed = with_change(inputs, change)
+        def option_at(more: dict[str, Any], change: dict[str, Any] = change) -> PlanInputs:
+            return at({**change, **more})
+
         try:
-            at = plan(changed, suggest=False)
-        except PlanError as exc:
+            changed = option_at({})
+            found = plan(changed, suggest=False)
+        except KitError as exc:
             options.append(Option(label=label, change=change, fits=False, error=exc.message, max_model_len=None))
             continue
-        longest = max_model_len_fit(changed).value
-        options.append(Option(label=label, change=change, fits=at.fits, error=at.error, max_model_len=longest,
-                              plan=at))
+        longest = max_model_len_fit(changed, option_at).value
+        options.append(Option(label=label, change=change, fits=found.fits, error=found.error, max_model_len=longest,
+                              plan=found))
     first = next((o for o in options if o.fits), None)
     if first is None:
         limit = "not_applicable" if not options else "none_fits"
@@ -265,16 +294,19 @@ def precision_fit(inputs: PlanInputs) -> tuple[Answer, list[Option]]:
     return Answer(value=first.label, change=first.change, limit="first_that_fits", plan=first.plan), options
 
 
-def fit(inputs: PlanInputs) -> FitReport:
-    """Answer every question for ``inputs`` (their max_model_len, max_num_seqs and tensor parallel size are the
-    ones asked about; unset ones are vLLM's defaults). Raises PlanError for inputs the planner refuses."""
-    asked = plan(inputs, suggest=False)
+def fit(inputs: PlanInputs | InputsAt, hardware: HardwareRefusal | None = None) -> FitReport:
+    """Answer every question for ``inputs``, or for ``at({})`` where given the caller's ``at`` (their max_model_len,
+    max_num_seqs and tensor parallel size are the ones asked about; unset ones are vLLM's defaults). Raises
+    KitError for inputs the planner refuses."""
+    at = inputs_at(inputs) if isinstance(inputs, PlanInputs) else inputs
+    asked_inputs = at({})
+    asked = plan(asked_inputs, suggest=False)
 
     def delta(answer: Answer) -> Answer:
         return answer.model_copy(update={"change": changed_from(asked, answer.change)})
 
-    tp, tried = tensor_parallel_fit(inputs)
-    precision, options = precision_fit(inputs)
-    return FitReport(asked=asked, max_model_len=delta(max_model_len_fit(inputs)),
-                     max_num_seqs=delta(max_num_seqs_fit(inputs)), tensor_parallel_size=delta(tp),
+    tp, tried = tensor_parallel_fit(asked_inputs, at, hardware)
+    precision, options = precision_fit(asked_inputs, at)
+    return FitReport(asked=asked, max_model_len=delta(max_model_len_fit(asked_inputs, at)),
+                     max_num_seqs=delta(max_num_seqs_fit(asked_inputs, at)), tensor_parallel_size=delta(tp),
                      tried_tensor_parallel=tried, precision=precision, options=options)

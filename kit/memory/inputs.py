@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.core.errors import PlanError
+from kit.core.versions import cc_tuple
 from kit.memory.rules import DEFAULT_VLLM_VERSION, batch_defaults, cuda_graphs_charged_by, parse_version, rules_for, version_gate
 
 GIB = 1 << 30
@@ -32,12 +33,13 @@ class GpuInfo(BaseModel):
     arch: Literal["amd64", "arm64"]
     kind: Literal["consumer", "workstation", "datacenter", "embedded"]
     unified_memory: bool = False
+    per_host: int | None = Field(default=None, ge=1)  # the most one host can have, where the hardware fixes it
+    sm_count: int | None = None  # streaming multiprocessors (FlashInfer's sampler needs more than 16)
     source: str = ""
 
     @property
     def cc(self) -> tuple[int, int]:
-        major, _, minor = self.compute_capability.partition(".")
-        return int(major), int(minor or 0)
+        return cc_tuple(self.compute_capability)
 
 
 @lru_cache(maxsize=1)
@@ -53,7 +55,8 @@ def find_gpu(name: str) -> GpuInfo:
 
     key = gpu_key(name)
     if key is None:
-        raise PlanError(f"unknown GPU {name!r}", hint=f"{unknown_gpu_hint(name)} (or give --gpu-memory-gib)")
+        raise PlanError(f"unknown GPU {name!r}", hint=f"{unknown_gpu_hint(name)} (or give --gpu-memory-gib)",
+                        field="hardware.gpu")
     return gpu_catalog()[key]
 
 
@@ -110,9 +113,13 @@ class PlanInputs(BaseModel):
     cpu_kvcache_space_gib: float | None = Field(default=None, gt=0)
     entrypoint: Literal["serve", "llm"] = "serve"  # `vllm serve` (API server) or the offline LLM class
     runner: Literal["auto", "generate", "pooling"] = "auto"  # --runner (pooling: embeddings, scores)
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced"  # --performance-mode
     convert: Literal["auto", "none", "embed", "classify"] = "auto"  # --convert
     lora: LoraInputs | None = None  # None: LoRA not enabled
     draft: DraftInputs | None = None  # None: no draft checkpoint
+    # --enable-extensible-kv-cache / --no-enable-extensible-kv-cache (vLLM 0.34+); None: the release's default
+    # (kit/data/vllm.yaml `kv_sizing`). kv_cache_memory_bytes or num_gpu_blocks_override also turn it off.
+    extensible_kv_cache: bool | None = None
 
 
 
@@ -166,9 +173,12 @@ class Resolved(BaseModel):
     cpu_kvcache_space_gib: float | None
     entrypoint: str
     cuda_graph_charged: bool
+    gpu_sm_count: int | None = None  # None: the GPU is not in the catalog
+    performance_mode: str = "balanced"
     runner: str = "generate"
     pooling_task: str | None = None  # embed | classify with the pooling runner
     encoder_only: bool = False  # encoder-only attention: vLLM keeps no KV cache
+    extensible_kv_cache: bool = False  # sized after warm-up and CUDA-graph capture (vLLM 0.34+, kv_sizing)
 
 
 def derived_max_model_len(model: ModelSpec) -> int:
@@ -225,6 +235,7 @@ def _resolve_quant(inputs: PlanInputs) -> tuple[str | None, float | None, int | 
                 f"Quantization method specified in the model config ({ckpt.method}) does not match the "
                 f"quantization method specified in the `quantization` argument ({wanted}).",
                 hint=f"drop --quantization (the checkpoint is {ckpt.method}) or pick an unquantised checkpoint",
+                field="engine.quantization",
             )
         return wanted, ckpt.bits, ckpt.group_size, False
     if family == "fp8":
@@ -234,6 +245,7 @@ def _resolve_quant(inputs: PlanInputs) -> tuple[str | None, float | None, int | 
     raise PlanError(
         f"--quantization {wanted} needs a checkpoint quantised with {wanted}; {inputs.model.name} has no quantization_config",
         hint="use a pre-quantised checkpoint (e.g. an -AWQ or -GPTQ-Int4 repo) or --quantization fp8",
+        field="engine.quantization",
     )
 
 
@@ -257,7 +269,8 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         gone = quantization_method_gone(quant, str(version), registry=False)
         if gone:
             raise PlanError(f"{gone}: vLLM {inputs.vllm_version} refuses it",
-                            hint="use a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)")
+                            hint="use a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)",
+                            field="engine.quantization")
     if inputs.device == "cuda" and gpu is not None and family in QUANT_MIN_CAPABILITY:
         need = _quant_min_capability(family, str(version))
         have = gpu.cc[0] * 10 + gpu.cc[1]
@@ -274,17 +287,24 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         kv_dtype = "auto"  # "CPU backend doesn't support KV cache quantization fallback to auto."
         notes.append("the CPU backend ignores an fp8 KV cache and falls back to the model dtype")
     kv_bytes = 1 if kv_dtype.startswith("fp8") else DTYPE_BYTES[dtype if kv_dtype == "auto" else kv_dtype]
-    util = inputs.gpu_memory_utilization or float(rules["gpu_memory_utilization"])
+    sizing = rules.get("kv_sizing") or {}
+    wanted = sizing.get("extensible_default") if inputs.extensible_kv_cache is None else inputs.extensible_kv_cache
+    # vllm/config/vllm.py `_resolve_extensible_kv_cache` (0.34): CUDA (and ROCm) only
+    extensible = inputs.device == "cuda" and bool(sizing) and bool(wanted)
+    default_util = rules["gpu_memory_utilization"] if extensible or not sizing else sizing["utilization_when_off"]
+    util = inputs.gpu_memory_utilization or float(default_util)
     derived = derived_max_model_len(inputs.model)
     max_len = inputs.max_model_len or derived
     if inputs.max_model_len and inputs.max_model_len > derived:
         raise PlanError(
             f"User-specified max_model_len ({inputs.max_model_len}) is greater than the derived max_model_len "
             f"({derived}, from max_position_embeddings={inputs.model.max_position_embeddings} in the model config)",
-            hint=f"use --max-model-len {derived} or less (vLLM allows more only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
+            hint=f"use --max-model-len {derived} or less (the model's own length: the kit plans no longer context)",
+            field="engine.max_model_len",
         )
     mnbt_default, seqs_default = batch_defaults(version, inputs.device, memory,
-                                                 gpu.name if gpu else inputs.gpu_name or "", inputs.entrypoint)
+                                                 gpu.name if gpu else inputs.gpu_name or "", inputs.entrypoint,
+                                                 inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
     if inputs.device == "cpu":
         block = inputs.block_size or int(rules["cpu_block_size"])
     else:
@@ -320,9 +340,12 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         cpu_kvcache_space_gib=cpu_space,
         entrypoint=inputs.entrypoint,
         cuda_graph_charged=charged,
+        gpu_sm_count=gpu.sm_count if gpu else None,
+        performance_mode=inputs.performance_mode,
         runner=pooling.runner,
         pooling_task=pooling.task,
         encoder_only=pooling.encoder_only,
+        extensible_kv_cache=extensible,
     )
     return resolved, gpu, notes
 

@@ -10,9 +10,10 @@ The per-release figures are kit/data/vllm.yaml `memory_accounting` (through kit/
 from __future__ import annotations
 
 from kit.config.modelinfo import ModelSpec
-from kit.memory.inputs import GIB, Resolved
+from kit.memory.inputs import GIB, QUANT_FAMILY, Resolved
 from kit.memory.rules import rules_for
 from kit.memory.terms import Term
+from kit.memory.weights import machete_runs
 
 
 def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
@@ -32,6 +33,12 @@ def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
                     bytes=rule["non_torch_gib_single"] * GIB, fitted=True,
                     source="memory_accounting.non_torch_gib_single (one GPU, measured per release)")
     terms = [base]
+    marlin = float(rule.get("non_torch_marlin_gib") or 0.0)
+    if marlin and r.device == "cuda" and QUANT_FAMILY.get(r.quantization or "", r.quantization) in ("awq", "gptq") \
+            and not machete_runs(r):
+        terms.append(Term(figure="non_torch", name="Marlin kernels (fitted)", bytes=marlin * GIB, fitted=True,
+                          source="memory_accounting.non_torch_marlin_gib: AWQ/GPTQ on Marlin (compute capability 8.x; "
+                                 "Machete only runs on 9.0) leaves this much more after the profile run"))
     per_entry = rule["sampler_state_bytes_per_vocab_entry"]
     if per_entry and r.runner != "pooling" and r.device == "cuda":
         terms.append(Term(

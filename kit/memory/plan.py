@@ -6,6 +6,10 @@ The model follows vLLM's own start-up (v1 engine, ``gpu_worker.determine_availab
     kv        = requested - (weights + peak activation + non-torch [+ CUDA graph estimate, >= 0.21])
     blocks    = kv // (block_size * KV bytes per token)       (per rank; the engine takes the minimum)
 
+From 0.34 the extensible KV cache (on by default on CUDA) is sized after warm-up and CUDA-graph capture instead:
+``kv = min(requested - non_kv, total - non_kv - margin) - peak`` with the margin max(1 GiB, 0.75 x peak) and a
+default utilization of 1.0 (kit/data/vllm.yaml `kv_sizing` cites the source; `_extensible_kv` below).
+
 Each figure is a sum of named terms from its own module, one per term: kit/memory/weights.py, activation.py,
 nontorch.py, cudagraph.py, kv.py (adapters.py for LoRA and drafts), with the inputs resolved by kit/memory/inputs.py
 and every per-release fact read from kit/data/vllm.yaml by kit/memory/rules.py. ``kit plan --explain`` prints the
@@ -33,8 +37,10 @@ from kit.memory.inputs import (
     resolve,
     resolve_gpu,
 )
-from kit.memory.kv import NO_MEMORY_ERROR, blocks_in, cpu_kv_bytes, kv_bytes_per_token_per_layer, kv_error_text
+from kit.memory.kv import (NO_MEMORY_ERROR, KvLayout, cpu_kv_bytes, full_attention_layout, kv_bytes_per_token_per_layer,
+                           kv_error_text, kv_layout)
 from kit.memory.nontorch import non_torch_terms
+from kit.memory.rules import rules_for
 from kit.memory.shape import check_parallelism, pp_layer_ranges
 from kit.memory.terms import Term, peak_bytes, peak_phase
 from kit.memory.weights import weight_terms
@@ -59,10 +65,30 @@ class Plan(BaseModel):
     suggestions: list[dict[str, Any]]
     inputs: dict[str, Any]
     approximate: dict[str, Any]
+    # What vLLM 0.34's extensible KV cache keeps free beyond the transient peak when it sizes the cache after
+    # warm-up (the margin, where the device rather than the utilization binds); 0 otherwise
+    kv_reserve_gib: float = 0.0
     lora_gib: float = 0.0  # LoRA weight buffers, part of weights_gib
     draft_weights_gib: float = 0.0  # the draft model's weights, part of weights_gib
     # The binding rank's figures as named terms (kit/memory/terms.py), in the JSON only when asked (--explain)
     terms: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def sequences_at_once(self) -> int:
+        """Whole sequences of max_model_len tokens the KV cache holds at once (vLLM's "Maximum concurrency",
+        rounded down); vLLM starts with a larger max_num_seqs, and the sequences beyond these wait for room."""
+        if not self.fits:
+            return 0
+        i = self.inputs
+        per_request = -(-i["max_model_len"] // i["block_size"])
+        # the concurrency is blocks / per_request: recover the whole blocks before dividing again
+        return round(self.max_concurrency * per_request) // per_request
+
+    @property
+    def holds_every_sequence(self) -> bool:
+        """The plan fits and its KV cache holds all max_num_seqs sequences of max_model_len tokens at once: the
+        question `kit plan --fit` answers for max_num_seqs."""
+        return self.fits and self.sequences_at_once >= self.inputs["max_num_seqs"]
 
     def to_json(self, explain: bool = False) -> dict[str, Any]:
         return {
@@ -73,12 +99,14 @@ class Plan(BaseModel):
             "kv_cache_gib": round(self.kv_cache_gib, 2),
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
+            "sequences_at_once": self.sequences_at_once,
             "fits": self.fits,
             "error": self.error,
             "suggestions": [dict(s) for s in self.suggestions],
             "inputs": dict(self.inputs),
             "approximate": dict(self.approximate),
             # only when planned, so plans without LoRA or a draft keep their keys
+            **({"kv_reserve_gib": round(self.kv_reserve_gib, 2)} if self.inputs.get("extensible_kv_cache") else {}),
             **({"lora_gib": round(self.lora_gib, 3)} if "lora" in self.inputs else {}),
             **({"draft_weights_gib": round(self.draft_weights_gib, 3)} if "draft" in self.inputs else {}),
             **({"terms": [dict(t) for t in self.terms]} if explain else {}),
@@ -97,6 +125,7 @@ class _Stage(BaseModel):
     num_layers: int
     lora: float = 0.0  # LoRA buffers, included in weights
     draft_weights: float = 0.0  # draft model weights (last stage), included in weights
+    kv_reserve: float = 0.0  # kept free by the extensible KV cache's margin (0.34), not in the figures above
     terms: list[Term] = []  # every figure above as named terms
 
 
@@ -140,15 +169,47 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         figures = (peak_bytes(activation), sum(t.bytes for t in non_torch), sum(t.bytes for t in graph))
         requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
         kv = requested - weights - figures[0] - figures[1] - figures[2]
+        reserve = 0.0
+        if r.extensible_kv_cache:
+            kv, reserve, reserve_terms = _extensible_kv(r, requested, weights + figures[1] + figures[2], figures[0])
+            terms += reserve_terms
         stages.append(_Stage(weights=weights, activation=figures[0], non_torch=figures[1], cuda_graph=figures[2],
-                             kv_bytes=kv, per_token=per_token, num_layers=len(layers), terms=terms, **extras))
+                             kv_bytes=kv, per_token=per_token, num_layers=len(layers), terms=terms,
+                             kv_reserve=reserve, **extras))
     if inputs.lora is not None:
         notes = notes + lora_notes(model)
     return r, stages, notes
 
 
-def _blocks(stage: _Stage, block: int) -> int:
-    return blocks_in(stage.kv_bytes, stage.per_token, block)
+def _extensible_kv(r: Resolved, requested: float, non_kv: float, peak: float) -> tuple[float, float, list[Term]]:
+    """(KV bytes, margin kept free, its terms) where vLLM sizes an extensible KV cache after warm-up (0.34:
+    vllm/v1/worker/extensible_kv_cache.py `measure_kv_cache_bytes`): the least of the utilization's budget and the
+    device's free memory less a margin, less the transient peak; ``non_kv`` is weights, non-torch and graph pool."""
+    sizing = rules_for(r.vllm_version)["kv_sizing"]
+    margin = max(float(sizing["margin_floor_gib"]) * GIB, float(sizing["margin_fraction"]) * peak)
+    baseline = float(sizing.get("startup_baseline_gib") or 0.0) * GIB
+    budget = requested - non_kv
+    device = r.gpu_memory_gib * GIB - baseline - non_kv - margin
+    kv = min(budget, device) - peak
+    reserve = max(budget - device, 0.0)  # what the device's bound (the margin, the baseline) takes beyond the budget
+    source = ("vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes: min(total x utilization - non-KV, "
+              "free at start - non-KV - max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x peak)) - peak "
+              "(kit/data/vllm.yaml kv_sizing)")
+    terms = []
+    if reserve > 0:
+        terms.append(Term(figure="kv_reserve", name="extensible KV cache margin", bytes=reserve, source=source))
+    if baseline > 0:
+        terms.append(Term(figure="kv_reserve", name="of which: memory in use at vLLM's first snapshot",
+                          bytes=baseline, fitted=True, source="kv_sizing.startup_baseline_gib"))
+    return kv, reserve, terms
+
+
+def _layout(model: ModelSpec, r: Resolved, stage: _Stage, uniform: bool) -> KvLayout:
+    """The stage's block layout; every layer as full attention where kv_layout cannot say (then the plan says it is
+    approximate) or where a draft model's layers share the rank."""
+    per_layer = stage.per_token // stage.num_layers if stage.num_layers else 0
+    layout = kv_layout(model, r, per_layer, stage.num_layers) if uniform and per_layer else None
+    return layout or full_attention_layout(r.block_size, stage.per_token, r.max_model_len)
 
 
 def _terms_json(terms: list[Term]) -> list[dict[str, Any]]:
@@ -159,10 +220,12 @@ def _terms_json(terms: list[Term]) -> list[dict[str, Any]]:
 
 # The model families whose parameter layout the planner counts (dense GQA decoders, Qwen/Mixtral MoE, DeepSeek
 # MLA) and was checked against (kit/data/models, kit/data/calibration.yaml, tests/unit/test_plan.py). Others are
-# planned as a generic decoder and the plan says so.
+# planned as a generic decoder and the plan says so. Gemma-2 and Phi-3 joined after their start-ups on vLLM 0.33
+# (h200-vllm-0.33.0-families: weights within 0.02 %, KV tokens within 1 %, held out of every fit).
 PLANNED_ARCHITECTURES = frozenset({
     "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM",
     "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+    "Gemma2ForCausalLM", "Phi3ForCausalLM",
 })
 # Quantisation families whose weight packing _linear_bytes_per_param models.
 PLANNED_QUANT_FAMILIES = frozenset({"awq", "gptq", "fp8", "bitsandbytes", "compressed-tensors", "modelopt"})
@@ -178,6 +241,10 @@ def _unknown_inputs(model: ModelSpec, r: Resolved) -> list[str]:
     if family is not None and family not in PLANNED_QUANT_FAMILIES:
         reasons.append(f"quantization method {r.quantization[:40]} is unknown to the planner: linear weights sized "
                        f"as {r.weight_bits or 8:g}-bit without scales")
+    if model.config_defaults is None:
+        reasons.append(f"model_type {str(model.model_type)[:40]} is not in the kit's table of transformers' config "
+                       "defaults (kit/data/model_defaults.yaml): config.json is read as given, keys it leaves out "
+                       "are not filled as transformers would")
     if model.torch_dtype not in DTYPE_BYTES:
         reasons.append(f"torch_dtype {model.torch_dtype[:40]} is unknown to the planner: weights sized as {r.dtype}")
     return reasons
@@ -185,7 +252,7 @@ def _unknown_inputs(model: ModelSpec, r: Resolved) -> list[str]:
 
 def _approximate(model: ModelSpec, r: Resolved, gpu_unified: bool, notes: list[str]) -> dict[str, Any]:
     reasons = list(notes) + _unknown_inputs(model, r)
-    if model.is_hybrid:
+    if model.is_hybrid and (r.device != "cuda" or kv_layout(model, r, 1, model.num_layers) is None):
         reasons.append(
             "sliding-window / hybrid attention: vLLM gives sliding-window layers their own KV groups; "
             "this plan sizes every layer as full attention (tokens are a lower bound)"
@@ -195,6 +262,12 @@ def _approximate(model: ModelSpec, r: Resolved, gpu_unified: bool, notes: list[s
     if gpu_unified:
         reasons.append("unified memory: the CPU shares this memory, and vLLM refuses to start when free memory "
                        "is below the requested fraction")
+    if r.extensible_kv_cache:
+        uncalibrated = (rules_for(r.vllm_version)["kv_sizing"].get("uncalibrated") or [])
+        if uncalibrated:
+            reasons.append(f"vLLM {r.vllm_version} sizes the KV cache from the memory free after warm-up and CUDA-graph "
+                           "capture (the extensible KV cache); not calibrated at this release: "
+                           + "; ".join(str(u) for u in uncalibrated))
     return {"value": bool(reasons), "reason": "; ".join(reasons) if reasons else None}
 
 
@@ -212,17 +285,16 @@ def _echo_inputs(r: Resolved, inputs: PlanInputs) -> dict[str, Any]:
 def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
     r, stages, notes = _compute(inputs)
     block = r.block_size
-    blocks = [_blocks(s, block) for s in stages]
+    max_len = r.max_model_len
+    layouts = [_layout(inputs.model, r, s, inputs.draft is None) for s in stages]
+    blocks = [int(s.kv_bytes // lay.bytes_per_block) if s.kv_bytes > 0 and lay.bytes_per_block else 0
+              for s, lay in zip(stages, layouts, strict=True)]
     binding_index = min(range(len(stages)), key=lambda i: (blocks[i], stages[i].kv_bytes))
     binding = stages[binding_index]
     num_blocks = blocks[binding_index]
-    max_len = r.max_model_len
-    blocks_per_request = -(-max_len // block)
+    blocks_per_request = layouts[binding_index].blocks_per_request
     concurrency = num_blocks / blocks_per_request if blocks_per_request else 0.0
-    if max_len % block == 0:
-        tokens = num_blocks * block
-    else:
-        tokens = int(concurrency * max_len)  # vLLM logs max_concurrency * max_model_len
+    tokens = int(concurrency * max_len)  # vLLM logs max_concurrency * max_model_len (kv_cache_utils.py)
     error = None
     kv_gib = binding.kv_bytes / GIB
     if r.encoder_only:
@@ -233,13 +305,14 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
     elif binding.kv_bytes <= 0 or num_blocks == 0:
         error = NO_MEMORY_ERROR
     else:
-        for stage in stages:
+        for stage, lay in zip(stages, layouts, strict=True):
             page = block * stage.per_token
-            needed = blocks_per_request * page
+            needed = lay.blocks_per_request * lay.bytes_per_block
             if needed > stage.kv_bytes:
                 estimate = int(stage.kv_bytes // page) * block
                 estimate = min(estimate, max_len)
-                error = kv_error_text(r.vllm_version, max_len, needed, stage.kv_bytes, estimate)
+                error = kv_error_text(r.vllm_version, max_len, needed, stage.kv_bytes, estimate,
+                                      r.gpu_memory_utilization if r.extensible_kv_cache else None)
                 break
     gpu = resolve_gpu(inputs)
     plan = Plan(
@@ -256,6 +329,7 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
         inputs=_echo_inputs(r, inputs),
         lora_gib=binding.lora / GIB,
         draft_weights_gib=binding.draft_weights / GIB,
+        kv_reserve_gib=binding.kv_reserve / GIB,
         terms=_terms_json(binding.terms),
         approximate=_approximate(inputs.model, r, bool(gpu and gpu.unified_memory), notes),
     )
@@ -310,6 +384,8 @@ def _suggest(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
         for tp in (2, 4, 8):
             if tp <= r.tensor_parallel_size:
                 continue
+            if gpu is not None and gpu.per_host is not None and tp * r.pipeline_parallel_size > gpu.per_host:
+                break  # more GPUs than one host of this kind has (a Jetson module is its own host)
             change = {"tensor_parallel_size": tp}
             if _fits(inputs.model_copy(update=change)):
                 out.append({"kind": "tensor_parallel_size", "change": change,

@@ -30,7 +30,7 @@ def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN20
             if found is not None and stat.S_ISREG(found.st_mode):
                 return load_model_spec(str(config.parent))
         return None
-    return load_model_spec(model.id)
+    return load_model_spec(model.id, hub=True, revision=model.revision)
 
 
 def lora_inputs_for(preset: Preset) -> LoraInputs | None:
@@ -58,10 +58,20 @@ def draft_inputs_for(preset: Preset, base_dir: Path | None = None) -> DraftInput
         candidates.insert(0, str(base_dir / ref))
     for candidate in candidates:
         try:
-            return DraftInputs(ref=ref, method=method, spec=load_model_spec(candidate))
+            return DraftInputs(ref=ref, method=method, spec=load_model_spec(candidate, hub=True, revision=draft[1]))
         except KitError:
             continue
     return DraftInputs(ref=ref, method=method)
+
+
+def extensible_kv_cache_for(preset: Preset) -> bool | None:
+    """engine.enable_extensible_kv_cache, or False where a flag that sizes the cache by hand turns it off
+    (vllm/config/vllm.py `_resolve_extensible_kv_cache`, 0.34); None: the release's default."""
+    eng = preset.engine.flags()
+    if eng.get("kv_cache_memory_bytes") is not None or eng.get("num_gpu_blocks_override") is not None:
+        return False
+    wanted = eng.get("enable_extensible_kv_cache")
+    return None if wanted is None else bool(wanted)
 
 
 def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs | None:
@@ -84,8 +94,10 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         block_size=eng.block_size,
         runner=eng.flags().get("runner", "auto"),
         convert=eng.flags().get("convert", "auto"),
+        performance_mode=eng.flags().get("performance_mode") or "balanced",
         lora=lora_inputs_for(preset),
         draft=draft_inputs_for(preset, base_dir),
+        extensible_kv_cache=extensible_kv_cache_for(preset),
     )
     if hw.gpu is None:
         inputs = PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
@@ -137,7 +149,10 @@ def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tup
     try:
         return as_preset_fixes(plan(inputs)), []
     except KitError as exc:
-        raise KitError(f"{where}: {exc.message}", hint=flags_as_overrides(exc.hint)) from None
+        about: str | None = getattr(exc, "field", None)  # a PlanError says which preset field it is about
+        hint = flags_as_overrides(exc.hint)
+        problems = [Problem(f"{where}: {about}", exc.message)] if about else None  # the hint is the error's
+        raise KitError(f"{where}: {about + ': ' if about else ''}{exc.message}", hint=hint, problems=problems) from None
 
 
 # A vLLM flag with its value, as the planner spells a fix for the command line ("--max-model-len 40960").
@@ -146,7 +161,7 @@ _FLAG_WITH_VALUE = re.compile(r"--([a-z0-9]+(?:-[a-z0-9]+)*)[ =]([^\s;,()]+)")
 
 def flags_as_overrides(text: str | None, fields: frozenset[str] | set[str] = frozenset()) -> str | None:
     """A hint for someone working in a preset: `--max-model-len 4096` becomes `engine.max_model_len=4096`, the
-    override they would type (the engine section names vLLM's flags in snake_case; README: Presets). Only the
+    override they would type (the engine section names vLLM's flags in snake_case; docs/guide/presets.md). Only the
     engine's typed fields and ``fields`` are rewritten: a hint may also name an option of the kit's own."""
     from kit.config.preset import Engine
 

@@ -37,9 +37,16 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@lru_cache(maxsize=1)
-def _entries() -> tuple[tuple[Version, str, dict[str, Any]], ...]:
-    """(release, where, change) of every entry that may set a rule, oldest first."""
+def _user_folder() -> Any:
+    """What the rules depend on besides the shipped table: the user's config folder, whose rows join it."""
+    from kit.core.userdata import user_config_dir
+
+    return user_config_dir()
+
+
+@lru_cache(maxsize=8)
+def _entries(user_folder: Any = None) -> tuple[tuple[Version, str, dict[str, Any]], ...]:  # noqa: ARG001
+    """(release, where, change) of every entry that may set a rule, oldest first (``user_folder``: the cache key)."""
     from kit.core.datafiles import vllm_table
 
     table = vllm_table()
@@ -52,9 +59,9 @@ def _entries() -> tuple[tuple[Version, str, dict[str, Any]], ...]:
 
 
 @lru_cache(maxsize=64)
-def _rules_at(version: Version) -> dict[str, Any]:
+def _rules_at(version: Version, user_folder: Any = None) -> dict[str, Any]:
     rules: dict[str, Any] = {}
-    for release, _, change in _entries():
+    for release, _, change in _entries(user_folder):
         if release <= version:
             rules = _merge(rules, change)
     return rules
@@ -63,7 +70,7 @@ def _rules_at(version: Version) -> dict[str, Any]:
 def rules_for(version: str | Version) -> dict[str, Any]:
     """The planner's rules of vLLM ``version`` (a copy: callers may not change the table)."""
     ver = parse_version(version) if isinstance(version, str) else version
-    return copy.deepcopy(_rules_at(ver))
+    return copy.deepcopy(_rules_at(ver, _user_folder()))
 
 
 def default_gpu_memory_utilization(vllm_version: str) -> float:
@@ -76,9 +83,15 @@ def memory_accounting(version: Version) -> dict[str, Any]:
 
 
 def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_name: str,
-                   entrypoint: str) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them: the first
-    `batch_tiers` tier the GPU matches."""
+                   entrypoint: str, world_size: int = 1) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them: on the CPU backend
+    its `cpu_batch` (times the world size) where the release has one, else the first `batch_tiers` tier the GPU
+    matches."""
+    cpu = rules_for(version).get("cpu_batch")
+    if device == "cpu" and cpu:
+        tokens, seqs = cpu["llm" if entrypoint == "llm" else "serve"]
+        scale = world_size if cpu.get("per_world_size") else 1
+        return int(tokens) * scale, int(seqs) * scale
     name = gpu_name.lower()
     for tier in rules_for(version)["batch_tiers"]:
         conditional = any(k in tier for k in ("min_memory_gib", "name_contains", "name_excludes"))

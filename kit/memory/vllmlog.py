@@ -39,6 +39,16 @@ USAGE_CONSUMED = re.compile(
     r"\(" + _NUM + ", " + _NUM + r" GiB\)\. Actual usage is " + _NUM + r" GiB for consumed memory \(weights \+ "
     r"non-torch\), " + _NUM + r" GiB for peak activation, and " + _NUM + r" GiB for CUDAGraph memory"
 )
+# 0.34's extensible KV cache (vllm/v1/worker/extensible_kv_cache.py at v0.34.0): "Available KV cache memory" is then
+# the reserved capacity before warm-up, and the cache's size is what `measure_kv_cache_blocks` and `extend_kv_cache`
+# log after CUDA-graph capture.
+KV_AFTER_WARMUP = re.compile(
+    r"Memory after warmup: " + _NUM + r" GiB free, " + _NUM + r" GiB committed to the KV cache, " + _NUM
+    + r" GiB kept for transient activations \(" + _NUM + r" GiB allocated at peak, " + _NUM
+    + r" GiB of torch reservation growth\); (\d+) KV cache blocks \(" + _NUM + r" GiB\) fit within the requested "
+    + _NUM + " GiB"
+)
+KV_EXTENDED = re.compile(r"Extended KV cache to (\d+) blocks \(" + _NUM + r" GiB\)")
 GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB total")
 GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _NUM + r" GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
 GRAPH_CAPTURE = re.compile(r"Graph capturing finished in " + _NUM + " secs, took " + _NUM + " GiB")
@@ -78,7 +88,14 @@ class StartupLog:
     cuda_graph_gib: float | None = None  # CUDA graph memory actually captured ("Actual usage ... CUDAGraph")
     cuda_graph_estimate_gib: float | None = None  # profiled estimate ("Estimated CUDA graph memory")
     cuda_graph_charged: bool = False  # the estimate was subtracted from the KV budget
-    kv_cache_gib: float | None = None  # "Available KV cache memory"
+    kv_cache_gib: float | None = None  # "Available KV cache memory"; 0.34's extensible cache: its extended size
+    # 0.34's extensible KV cache, sized after warm-up ("Memory after warmup: ..."); None where the log has no such line
+    kv_capacity_gib: float | None = None  # the reserved capacity ("Available KV cache memory" before warm-up)
+    free_after_warmup_gib: float | None = None
+    kept_for_transients_gib: float | None = None  # max(transient peak, torch's reservation growth)
+    transient_peak_gib: float | None = None
+    torch_reserve_growth_gib: float | None = None
+    kv_blocks: int | None = None
     kv_cache_tokens: int | None = None
     kv_device: str | None = None  # GPU or CPU
     max_concurrency: float | None = None
@@ -217,6 +234,13 @@ def parse(text: str) -> StartupLog:
                 float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
             consumed, peak_with_graphs = float(m.group(5)), float(m.group(6))
             out.cuda_graph_gib = float(m.group(7))
+        if m := KV_AFTER_WARMUP.search(line):
+            (out.free_after_warmup_gib, _, out.kept_for_transients_gib, out.transient_peak_gib,
+             out.torch_reserve_growth_gib) = (float(m.group(i)) for i in range(1, 6))
+            out.kv_blocks = int(m.group(6))
+        if m := KV_EXTENDED.search(line):
+            out.kv_capacity_gib = out.kv_capacity_gib if out.kv_capacity_gib is not None else out.kv_cache_gib
+            out.kv_blocks, out.kv_cache_gib = int(m.group(1)), float(m.group(2))
         if m := GRAPH_ESTIMATE.search(line):
             out.cuda_graph_estimate_gib = float(m.group(1))
         if (m := GRAPH_POOL.search(line)) and out.cuda_graph_estimate_gib is None:

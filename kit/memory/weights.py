@@ -31,7 +31,7 @@ def _linear_bytes_per_param(r: Resolved, model: ModelSpec) -> float:
         # packed int32 weights + fp16 scale + packed zero point per group and output column
         zero_bytes = bits / 8
         residual = 0.0
-        if method == "awq" and _machete_repacks(r):
+        if method == "awq" and machete_runs(r):
             # Machete stores AWQ's zero points pre-multiplied by the scales, in the activation dtype
             # (vllm/model_executor/kernels/linear/mixed_precision/machete.py process_weights_after_loading,
             # transform_w_zp, read at 0.26.0 and 0.33.0), and holds a little more than that per weight (kit/data/vllm.yaml
@@ -49,7 +49,7 @@ def _linear_bytes_per_param(r: Resolved, model: ModelSpec) -> float:
     return bits / 8
 
 
-def _machete_repacks(r: Resolved) -> bool:
+def machete_runs(r: Resolved) -> bool:
     """vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
     "Machete requires compute capability of 90"; kit/data/vllm.yaml `machete_capability`, per release); the H200
     logs at 0.26.0 say "Using MacheteLinearKernel"."""
@@ -201,16 +201,15 @@ def stage_weight_bytes(r: Resolved, model: ModelSpec, counts: Counts, rope: bool
 
 def exact_scale(r: Resolved, model: ModelSpec) -> float:
     """Ratio of the checkpoint's exact bytes to our count of the whole model, when they describe the same thing."""
-    if not model.weights_bytes:
-        return 1.0
     if r.quantization and model.quantization is None:
         return 1.0  # quantised at load: the checkpoint's bytes are not what lands on the GPU
-    ckpt_dtype = model.torch_dtype if model.torch_dtype in DTYPE_BYTES else "bfloat16"
-    if model.quantization is None and DTYPE_BYTES[ckpt_dtype] != DTYPE_BYTES[r.dtype]:
+    # hook: the checkpoint's stored tensor bytes (safetensors headers), as served in r.dtype, when they are known
+    stored = model.stored_bytes_as_loaded(r.dtype)
+    if not stored:
         return 1.0
     whole = stage_counts(model, 1, range(model.num_layers), True, True, 1)
     estimate = stage_weight_bytes(r, model, whole, rope=False)
-    ratio = model.weights_bytes / estimate if estimate else 1.0
+    ratio = stored / estimate if estimate else 1.0
     return ratio if 0.8 < ratio < 1.25 else 1.0  # a wildly different figure means a different checkpoint layout
 
 

@@ -193,13 +193,10 @@ def explicit_base_url(url: str) -> str:
 
 def api_key_from(stack_dir: Path | None, environ: dict[str, str]) -> str | None:
     """VLLM_API_KEY from the stack's .env (the file compose reads), else from the environment."""
-    env_file = stack_dir / ".env" if stack_dir else None
-    if env_file and env_file.is_file():
-        for line in env_file.read_text(encoding="utf-8").splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == "VLLM_API_KEY" and value.strip():
-                return value.strip().strip("'\"")
-    return environ.get("VLLM_API_KEY") or None
+    from kit.core.envfile import env_value
+
+    found = env_value(stack_dir / ".env", "VLLM_API_KEY") if stack_dir else None
+    return found or environ.get("VLLM_API_KEY") or None
 
 
 def served_model(base_url: str, api_key: str | None) -> str:

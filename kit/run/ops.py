@@ -136,6 +136,35 @@ def _same_dir(a: Path, b: Path) -> bool:
         return False
 
 
+class ProjectElsewhere(KitError):
+    """A compose project of the folder's name holds containers started from another folder."""
+
+
+def foreign_folders(project: str, out_dir: Path, labels: Iterable[Mapping[str, str]]) -> list[str]:
+    """The folders (compose's working_dir label) other than ``out_dir`` that containers of ``project`` were started
+    from: compose acts on a project by name, so `down` there would remove them too."""
+    home = out_dir.resolve()
+    return sorted({label.get(LABEL_WORKING_DIR) or "an unknown folder" for label in labels
+                   if label.get(LABEL_PROJECT) == project
+                   and not (label.get(LABEL_WORKING_DIR) and _same_dir(Path(label[LABEL_WORKING_DIR]), home))})
+
+
+def refuse_foreign_project(project: str, out_dir: Path, labels: Iterable[Mapping[str, str]] | None = None) -> None:
+    """Refuse to run compose for ``project`` from ``out_dir`` when another folder started containers under it."""
+    if labels is None:
+        from kit.core.docker_engine import docker_client
+
+        labels = [c.labels for c in docker_client().containers.list(all=True, filters={
+            "label": f"{LABEL_PROJECT}={project}"})]
+    elsewhere = foreign_folders(project, out_dir, labels)
+    if elsewhere:
+        raise ProjectElsewhere(
+            f"{out_dir}: compose project {project} was started from {', '.join(elsewhere)}, not from this folder; "
+            "the kit acts only on the stack of the folder it is given",
+            hint=f"stop it from its own folder (kit down --out {elsewhere[0]}), or docker compose -p {project} down "
+                 "if you mean to remove it")
+
+
 def find_projects(out_dir: Path) -> list[Project]:
     """The projects running (or stopped) from ``out_dir``; when none exists, the directory's default project."""
     from kit.core.docker_engine import docker_client
@@ -189,6 +218,17 @@ def ps(out_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+RUNNING_STATES = ("running", "restarting", "paused")
+
+
+def running_services(out_dir: Path) -> list[dict[str, Any]]:
+    """The ps rows of the containers running from ``out_dir`` (any project); none for a folder with no compose
+    file (nothing can run from it, and Docker is not asked)."""
+    if not any((out_dir / name).is_file() for name in COMPOSE_FILES):
+        return []
+    return [r for r in ps(out_dir) if r["state"] in RUNNING_STATES]
+
+
 # ---------------------------------------------------------------- logs
 
 def logs_argv(project: Project, *, services: tuple[str, ...], follow: bool, tail: int | None,
@@ -206,7 +246,7 @@ def logs_argv(project: Project, *, services: tuple[str, ...], follow: bool, tail
 # ---------------------------------------------------------------- status
 
 def server_url(row: Mapping[str, Any] | None, compose_file: Path | None) -> str:
-    """Where the API server answers from this host, on 127.0.0.1 only (the kit sends traffic nowhere else; README):
+    """Where the API server answers from this host, on 127.0.0.1 only (the kit sends traffic nowhere else; docs/guide/commands.md):
     the running container's published port; with nothing running, the port the compose file publishes; with host
     networking (a multi-node head), the `--port` its command gives vLLM; else vLLM's default 8000."""
     from kit.run.loadtest import LOOPBACK
@@ -312,30 +352,77 @@ def status(out_dir: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- down
 
+class KubernetesFolder(StackNotFound):
+    """`kit down` of a folder that a render switched to --target k8s: no compose file is left to stop with."""
+
+
+def kubernetes_folder_refusal(out_dir: Path, labels: list[Mapping[str, str]] | None) -> KubernetesFolder | None:
+    """Why `kit down` cannot stop ``out_dir``'s stack because the folder is a Kubernetes render now, or None.
+    ``labels``: the labels of this host's compose containers, None when Docker did not answer. What compose
+    started here before the switch still runs under its project name, and `docker compose -p NAME down` removes it
+    without a compose file (run where none is, the folder itself now)."""
+    import shlex
+
+    from kit.deploy.record import RecordError, read_record
+
+    if any((out_dir / name).is_file() for name in COMPOSE_FILES):
+        return None
+    try:
+        record = read_record(out_dir)
+    except (RecordError, OSError):
+        return None
+    if record is None or record.target != "k8s":
+        return None
+    from kit.run.workflow import project_for
+
+    where, manifests = shlex.quote(str(out_dir)), shlex.quote(str(out_dir / "k8s"))
+    cluster = f"the Kubernetes deployment is removed with `kubectl delete -k {manifests}`"
+    message = (f"{out_dir}: a Kubernetes render now (its vllm-kit.yaml records --target k8s; the switch removed "
+               "compose.yaml): `kit down` stops compose stacks, and no part of a Kubernetes deployment runs here")
+    if labels is None:
+        command = f"cd {where} && docker compose -p {project_for(out_dir)} down --remove-orphans"
+        return KubernetesFolder(message, hint=f"Docker did not answer: if the compose stack started here before the "
+                                f"switch still runs, remove it with `{command}`; {cluster}")
+    projects = [p.name for p in projects_from_labels(out_dir, labels)]
+    if not projects:
+        return KubernetesFolder(message, hint=f"no container of a compose stack from this folder is left; {cluster}")
+    commands = " and ".join(f"`cd {where} && docker compose -p {name} down --remove-orphans`" for name in projects)
+    return KubernetesFolder(message + f"; compose project {', '.join(projects)} started here before the switch "
+                            "still has containers", hint=f"remove them with {commands}; {cluster}")
+
+
 def down(out_dir: Path, *, volumes: bool = False) -> list[dict[str, Any]]:
     """Stop every project started from ``out_dir`` (a cluster's head and worker alike) and remove its containers;
     with ``volumes``, its named volumes too. Each project as ``{project, files, containers, volumes}``: what was
     there to remove, so a caller can say what happened. Nothing running: no project, unless ``volumes`` and the
     directory's default project still has volumes (a `kit fetch` fills the cache volume without starting the stack).
     Refuses a directory the kit did not render (``NotADeployment``)."""
+    from docker.errors import DockerException
+
     from kit.core.docker_engine import docker_client
     from kit.run.workflow import project_for
 
+    if not any((out_dir / name).is_file() for name in COMPOSE_FILES):
+        try:
+            found: list[Mapping[str, str]] | None = [
+                c.labels for c in docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})]
+        except (KitError, OSError, DockerException):  # no engine, or one that fails: say what to run by hand
+            found = None
+        refusal = kubernetes_folder_refusal(out_dir, found)
+        if refusal is not None:
+            raise refusal
     rendered = deployment_compose_files(out_dir)
     client = docker_client()
     containers = client.containers.list(all=True, filters={"label": LABEL_PROJECT})
     projects = projects_from_labels(out_dir, [c.labels for c in containers])
     in_project = {p.name: sorted(c.name for c in containers if c.labels.get(LABEL_PROJECT) == p.name) for p in projects}
+    for project in projects:  # a project this folder shares with another: `down` by name would remove both
+        refuse_foreign_project(project.name, out_dir, [c.labels for c in containers])
     if not projects and volumes:
         default = project_for(out_dir)
-        elsewhere = sorted({c.labels.get(LABEL_WORKING_DIR, "?") for c in containers
-                            if c.labels.get(LABEL_PROJECT) == default})
-        if elsewhere:
-            # The folder's default project name is in use by a stack started from another folder: its volumes
-            # are that stack's, whatever this folder's compose file declares.
-            raise NotADeployment(f"{out_dir}: compose project {default} runs from {', '.join(elsewhere)}, not from "
-                                 "here; its volumes are not removed",
-                                 hint=f"stop it from its own folder, or docker compose -p {default} down --volumes")
+        # The folder's project name in use by a stack started from another folder: its volumes are that stack's,
+        # whatever this folder's compose file declares.
+        refuse_foreign_project(default, out_dir, [c.labels for c in containers])
         projects = [Project(default, ())]
     declared = declared_volumes(rendered) if volumes else set()
     done = []

@@ -126,12 +126,9 @@ def write_smoke_env(directory: Path) -> dict[str, str]:
         # .env (compose reads it through the link too) and is only read.
         raise refuse_link(env_path, "the stack's .env")
     if env_path.exists():
-        values = {}
-        for line in env_path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and not key.strip().startswith("#"):
-                values[key.strip()] = value.strip()
-        return values
+        from kit.core.envfile import read_env_file
+
+        return {key: value for key, value in read_env_file(env_path).items() if value is not None}
     values = {"HF_TOKEN": "hf_kitsmoke" + secrets.token_hex(12), "VLLM_API_KEY": "kit-smoke-" + secrets.token_hex(12)}
     try:
         fd = os.open(env_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

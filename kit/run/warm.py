@@ -127,11 +127,9 @@ def refuse_unwarmable(prepared: Prepared, out_dir: Path) -> None:
 
 def refuse_running(out_dir: Path) -> None:
     """Warm is for before the first start: a stack already running from the folder (any project) is refused."""
-    from kit.run.ops import COMPOSE_FILES, ps
+    from kit.run.ops import running_services
 
-    if not any((out_dir / name).is_file() for name in COMPOSE_FILES):
-        return  # a fresh folder: nothing can run from it
-    running = [r for r in ps(out_dir) if r["state"] in ("running", "restarting", "paused")]
+    running = running_services(out_dir)
     if running:
         names = ", ".join(sorted({f"{r['service']} ({r['project']})" for r in running}))
         raise KitError(f"{out_dir}: the stack is already running ({names})",
@@ -177,13 +175,14 @@ def warm(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, f
     """Render, build if needed, start the server(s), one request each, measure the cache, stop. On a failure,
     what warm started is stopped and the server's last log lines are in the error."""
     from kit.deploy.deployment import CONTAINER_PORT
-    from kit.run.workflow import ensure_image, ensure_model, project_for, render_into
+    from kit.run.workflow import ensure_image, ensure_model, fill_env, project_for, render_into
 
     refuse_unwarmable(prepared, out_dir)
     refuse_running(out_dir)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
     ensure_model(prepared, out_dir, progress)
+    fill_env(prepared, out_dir, progress)
     servers = server_services(prepared)
     services = [s for s, _ in servers]
     stack = Stack(out_dir, project_for(out_dir))

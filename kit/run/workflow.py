@@ -47,6 +47,18 @@ def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False, remov
                 progress(f"{what}: {out_dir / r.path}")
 
 
+def fill_env(prepared: Prepared, out_dir: Path, progress: Progress | None = None) -> None:
+    """Before compose reads the folder: its .env gets what the stack requires and the kit makes (the API key, an
+    add-on's passwords; kit/deploy/service_env.py fill_stack_env). A name only the user knows is left to compose,
+    whose refusal names it."""
+    from kit.deploy.service_env import fill_stack_env
+
+    env = fill_stack_env(prepared.files, prepared.preset, out_dir / ".env")
+    if progress:
+        for line in env.lines():
+            progress(line)
+
+
 def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, extra_tags: list[str] | None = None,
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
@@ -143,6 +155,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
         front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
+    fill_env(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
     deadline = timeout or prepared.deployment.runtime.healthcheck_start_period + 120
     try:
@@ -152,6 +165,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
         started = time.monotonic()
         stack.up()
         stack.wait_healthy(deadline, progress, service=front)
+        wait_for_door(rt.bind_address, rt.port)
         ready = time.monotonic() - started
     except BaseException as exc:
         tail = stack.logs_tail(30)
@@ -160,6 +174,35 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
             raise type(exc)(exc.message + "\n--- last log lines ---\n" + tail, hint=exc.hint) from None
         raise
     return stack, ready
+
+
+DOOR_WAIT_S = 30
+
+
+def wait_for_door(bind_address: str, port: int) -> None:
+    """Ready means the published port answers: compose starts the front door once its backend is healthy, and the
+    door has no healthcheck of its own (kit/deploy/door.py), so it may still be binding when the server's health
+    turns (seen under load: the first request after `kit up` was reset). /health passes the door without a key."""
+    from kit.core.errors import SmokeError
+    from kit.deploy.door import client_host
+    from kit.run.smoke import http
+
+    host = client_host(bind_address)
+    url = f"http://{host}:{port}/health"
+    deadline = time.monotonic() + DOOR_WAIT_S
+    last = "no answer"
+    while True:
+        try:
+            code = http("GET", url, timeout=5)[0]
+            if code == 200:
+                return
+            last = f"HTTP {code}"
+        except OSError as error:
+            last = type(error).__name__
+        if time.monotonic() > deadline:
+            raise SmokeError(f"the front door on {host}:{port} did not answer /health within {DOOR_WAIT_S} s ({last})",
+                             hint="the door's log: docker compose logs door (in the deployment folder)")
+        time.sleep(0.5)
 
 
 def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, keep: bool = False,
@@ -186,7 +229,11 @@ def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, for
        progress: Progress | None = None) -> float:
     """Bring a stack up detached and leave it running (`make run`); the seconds until it answered."""
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
+    fill_env(prepared, out_dir, progress)  # before `down` too: compose reads the whole file for any command
     project = project_for(out_dir)
+    from kit.run.ops import refuse_foreign_project
+
+    refuse_foreign_project(project, out_dir)  # `down` below would stop another folder's containers
     stack = Stack(out_dir, project)
     stack.down(volumes=False)  # a previous `up` of the same directory: replace it
     _, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress)
@@ -194,7 +241,7 @@ def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, for
 
 
 def project_for(out_dir: Path) -> str:
-    """Compose's own default (the directory name), so `docker compose ps` in DIR finds the stack."""
-    import re
+    """The folder's own compose project (kit.deploy.record.compose_project): its name and a hash of its real path."""
+    from kit.deploy.record import compose_project
 
-    return re.sub(r"[^a-z0-9_-]", "", out_dir.resolve().name.lower()) or "vllm-kit"
+    return compose_project(out_dir)

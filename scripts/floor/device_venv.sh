@@ -15,7 +15,11 @@ if [ ! -f "$venv/.ok" ] && [ -f "$stage/manifest" ]; then
     machine_site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
     python3 -m venv --without-pip "$venv"
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    (cd "$stage" && cat $(awk '{print $2}' manifest)) | xz -dc -T0 | tar -C "$site" -xf -
+    case "$(awk 'NR==1{print $2}' "$stage/manifest")" in
+      *.gz.*) unpack="gzip -dc" ;;
+      *) unpack="xz -dc -T0" ;;
+    esac
+    (cd "$stage" && cat $(awk '{print $2}' manifest)) | $unpack | tar -C "$site" -xf -
     mkdir -p "$site/nvidia"
     python3 scripts/floor/copy_dists.py "$machine_site" "$site" nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc \
       nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse \
@@ -26,7 +30,7 @@ if [ ! -f "$venv/.ok" ] && [ -f "$stage/manifest" ]; then
       [ -f "$f" ] && head -c 2 "$f" | grep -q '#!' && sed -i "1s|^#!.*|#!$venv/bin/python3|" "$f"
       cp -a "$f" "$venv/bin/"
     done
-    touch "$venv/.ok" && rm -f "$stage"/site.tar.xz.*
+    touch "$venv/.ok" && rm -f "$stage"/site.tar.*
   else
     echo "gpu venv: parts missing: $(echo $missing)"
   fi

@@ -11,7 +11,7 @@
 # (untracked; they travel with every call). Each part then travels in its own `run` call: carry [".gpv-NN"].
 # DEST matters in a git worktree: the device tool sends the checkout its session started in, not the worktree.
 # Wheels already in the lock's folder (the wheelhouse `kit wheelhouse` filled) are taken from there, not downloaded.
-# XZ_LEVEL: xz preset for the parts (default 6). Seen with 2: 19 parts (1.15 GB) in about 16 min on two busy cores,
+# PACK: gz (default) or xz. XZ_LEVEL: xz preset for the parts (default 6). Seen with 2: 19 parts (1.15 GB) in about 16 min on two busy cores,
 # where 6 had made 18 parts and ran about four times slower.
 # KIT_PYTHON: a Python that imports the kit's dependencies (default: the checkout's .venv; a worktree has none).
 set -euo pipefail
@@ -46,10 +46,17 @@ cp "$root/kit/image/prune.py" "$root/scripts/floor/prune_site.py"
 python3 "$root/scripts/floor/prune_site.py" "$root/scripts/floor/prune-rules.json" "$work/site" --arch 9.0 \
   --report "$work/pruned-here.json" | tail -1
 rm -rf "$work/parts" && mkdir -p "$work/parts"
-tar -C "$work/site" -cf - . | xz -T0 "-${XZ_LEVEL:-6}" > "$work/parts/site.tar.xz"
-(cd "$work/parts" && split -b 59M -d site.tar.xz site.tar.xz. && rm site.tar.xz && sha256sum site.tar.xz.* > manifest)
+# PACK=gz (the default): gzip -1 packs the set in about 2 minutes on two cores, into more parts than xz; a part call
+# costs about 4 s of device time, far less than xz's 15-40 minutes of packing here (../shared/GPU.md, 2026-12-03).
+case "${PACK:-gz}" in
+  gz) ext=gz; tar -C "$work/site" -cf - . | gzip -1 > "$work/parts/site.tar.gz" ;;
+  xz) ext=xz; tar -C "$work/site" -cf - . | xz -T0 "-${XZ_LEVEL:-6}" > "$work/parts/site.tar.xz" ;;
+  *) echo "PACK must be gz or xz" >&2; exit 2 ;;
+esac
+(cd "$work/parts" && split -b 56M -d "site.tar.$ext" "site.tar.$ext." && rm "site.tar.$ext" \
+  && sha256sum site.tar.$ext.* > manifest)
 rm -rf "$dest"/.gpv-*
-for part in "$work"/parts/site.tar.xz.*; do
+for part in "$work"/parts/site.tar.$ext.*; do
   n=${part##*.}
   mkdir -p "$dest/.gpv-$n" && cp "$part" "$work/parts/manifest" "$dest/.gpv-$n/"
 done

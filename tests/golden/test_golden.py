@@ -40,7 +40,7 @@ WITH_PROFILES = {"cpu@monitoring": ["monitoring"], "a100x8@nodes2-monitoring": [
 CASES = {name: (name, [], "compose") for name in PRESETS} | VARIANTS
 # An address from the documentation range: `docker compose config` needs VLLM_HOST_IP for host networking.
 # The monitoring profile's Grafana and the webui profile refuse to start without their secrets (from .env).
-COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "GRAFANA_ADMIN_PASSWORD": "golden-test",
+COMPOSE_ENV = {"VLLM_HOST_IP": "192.0.2.10", "VLLM_API_KEY": "golden-test-not-a-key", "GRAFANA_ADMIN_PASSWORD": "golden-test",
                "WEBUI_SECRET_KEY": "golden-test-not-a-secret", "WEBUI_ADMIN_EMAIL": "admin@example.test",
                "WEBUI_ADMIN_PASSWORD": "golden-test-not-a-secret"}
 

@@ -18,10 +18,16 @@ from tests.unit.test_multinode import HEAD, files_for
 from tests.unit.test_router import compose
 
 
-def write(files: dict[str, str], folder) -> None:
+# The key the stack requires by default (runtime.require_api_key), as `kit render` would have written it into .env.
+TEST_ENV = "VLLM_API_KEY=tools-test-not-a-key\n"
+
+
+def write(files: dict[str, str], folder, env: bool = True) -> None:
     for rel, text in files.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)
+    if env:
+        (folder / ".env").write_text(TEST_ENV)
 
 
 def test_compose_config_accepts_the_one_host_cluster_as_printed(tmp_path):
@@ -68,8 +74,9 @@ def test_hardened_compose_passes_docker_compose_config(tmp_path):
 def test_compose_config_reads_a_hostile_render_as_the_literal_values(tmp_path):
     docker = require_compose()
     value = "$(id) ${HOME} `x` #c 'q' \"d\" yes 1e3"
-    files = prepare("cpu", [override("runtime.env.FOO", value)]).files
+    files = prepare("cpu", [override("runtime.unsafe_env.FOO", value)]).files
     (tmp_path / "compose.yaml").write_text(files["compose.yaml"])
+    (tmp_path / ".env").write_text(TEST_ENV)
     result = subprocess.run([docker, "compose", "-p", "inj", "config", "--format", "json"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -137,7 +144,7 @@ def test_compose_gives_each_service_only_its_names_from_env(tmp_path):
 
 def test_compose_refuses_a_required_key_that_env_lacks(tmp_path):
     docker = require_compose()
-    write(prepare("cpu", ["runtime.require_api_key=true"]).files, tmp_path)
+    write(prepare("cpu").files, tmp_path, env=False)  # required by default
     config = [docker, "compose", "-f", str(tmp_path / "compose.yaml"), "config", "-q"]
     missing = subprocess.run(config, capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "VLLM_API_KEY" in missing.stderr
@@ -181,8 +188,9 @@ def test_compose_config_reads_yamls_typed_words_as_the_strings_written(tmp_path)
 
     docker = require_compose()
     values = {f"KIT_TYPED_{i}": value for i, value in enumerate(TYPED)}
-    files = prepare("cpu", [override(f"runtime.env.{name}", value) for name, value in values.items()]).files
+    files = prepare("cpu", [override(f"runtime.unsafe_env.{name}", value) for name, value in values.items()]).files
     (tmp_path / "compose.yaml").write_text(files["compose.yaml"])
+    (tmp_path / ".env").write_text(TEST_ENV)
     result = subprocess.run([docker, "compose", "-p", "typed", "config", "--format", "json"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

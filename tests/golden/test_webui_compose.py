@@ -66,7 +66,8 @@ def test_stack_refuses_to_start_without_a_session_key(stack_dir):
 def test_stack_refuses_to_start_without_the_admin_account(stack_dir, missing):
     # Sign-up is off: without the admin account from .env nobody could log in, so compose refuses, naming it.
     docker, folder = stack_dir
-    env = {"WEBUI_SECRET_KEY": "s", "WEBUI_ADMIN_EMAIL": "admin@example.test", "WEBUI_ADMIN_PASSWORD": "p"}
+    env = {"VLLM_API_KEY": "k", "WEBUI_SECRET_KEY": "s", "WEBUI_ADMIN_EMAIL": "admin@example.test",
+           "WEBUI_ADMIN_PASSWORD": "p"}
     del env[missing]
     result = compose_config(docker, folder, "".join(f"{k}={v}\n" for k, v in env.items()))
     assert result.returncode != 0

@@ -115,6 +115,25 @@ def removed_after(client, ref: str) -> Iterator[None]:
                 session_progress(f"could not remove image {ref}: {exc}")
 
 
+def step_images(log_text: str) -> set[str]:
+    """The image IDs a classic-builder log names (` ---> <id>` after each step), builder stages included."""
+    import re
+
+    return set(re.findall(r"---> ([0-9a-f]{12})$", log_text, flags=re.MULTILINE))
+
+
+def remove_untagged(client, image_ids: set[str]) -> None:
+    """Remove those of a build's step images that nothing tags any more (a builder stage's result stays behind
+    otherwise: 3 GB for the cpu image, more for a slim one); images other builds still use are refused and kept.
+    Use this, never a prune: the engine is shared with other work."""
+    for image_id in image_ids:
+        try:
+            if not client.images.get(image_id).tags:
+                client.images.remove(image_id)
+        except Exception:  # noqa: BLE001 - gone already, or a parent of an image in use
+            pass
+
+
 @pytest.fixture(scope="session")
 def cpu_wheelhouse(docker_client) -> Path:
     """The CPU image's wheels, resolved and downloaded on the host once; reused across runs (host cache)."""
@@ -138,9 +157,20 @@ def cpu_image(docker_client, cpu_wheelhouse, tmp_path_factory) -> Iterator[Built
     out = tmp_path_factory.mktemp("cpu-render")
     prepared = prepare("cpu", base_image=BASE_IMAGE)
     render_into(prepared, out)
+    from kit.run.workflow import image_exists
+
+    made_here = not image_exists(prepared.image_ref)
     with removed_after(docker_client, prepared.image_ref):
         result = build(prepared, out, wheelhouse=cpu_wheelhouse, progress=session_progress)
-        yield Built(prepared, out, result)
+        # Each step's seconds in the CI log (`-s` or a failure shows them): the build is most of the layer's time.
+        from kit.image.build import step_table
+
+        session_progress(f"cpu image built in {result.seconds:.0f} s:\n{step_table(result.steps)}")
+        try:
+            yield Built(prepared, out, result)
+        finally:  # the builder stage (3.3 GB) is no parent of the image: removing the tag alone leaves it behind
+            made = step_images(result.log_path.read_text()) if made_here else set()
+    remove_untagged(docker_client, made)
 
 
 @dataclass

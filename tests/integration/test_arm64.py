@@ -46,7 +46,7 @@ def arm64_base(docker_client):
     reason = emulation_unavailable()
     if reason:
         # The one skip CI allows: some machines refuse to register a binfmt handler (no privilege for it), which
-        # no setup step can change. It is listed by `-rs` (README, "Tests").
+        # no setup step can change. It is listed by `-rs` (docs/testing.md, "Skips").
         environment_refuses(f"arm64 emulation unavailable: {reason}")
     try:
         image = docker_client.images.get(ARM64_BASE)

@@ -64,10 +64,9 @@ def test_down_refuses_projects_the_kit_did_not_render(docker_client, tmp_path):
         assert code == 1 and env["problems"][0]["message"] == (
             f"{no_record}: not a vllm-kit deployment (no {RECORD_FILE}, the kit's record of the render, beside "
             "its compose files)")
+        # The twin's project is its own (its name and a hash of its path): nothing of it runs, the stranger stays.
         code, env = kit_json("down", "--out", str(twin), "--volumes")
-        assert code == 1, env
-        assert env["problems"][0]["message"] == (
-            f"{twin}: compose project {project} runs from {by_hand}, not from here; its volumes are not removed")
+        assert code == 0, env
         assert running(docker_client, project) and volumes_of(docker_client, project)  # nothing was touched
     finally:
         compose(by_hand, project, "down", "--volumes", "--timeout", "1")

@@ -1,5 +1,7 @@
 """The paths users walk across commands, run as a user runs them: the `kit` console script in a shell, and every
 command the kit prints (its `next:` line, the curl lines and the stop line of `kit up`) run exactly as printed.
+Nothing is added to the folder's .env by the tests: what the stack requires (the API key, an add-on's passwords),
+`kit render` writes there itself.
 
 Shared with the rest of the session: the cpu image (the `cpu_image` fixture; a render with the same base image asks
 for the same tag, which the first journey asserts, so nothing is built twice) and the host's wheelhouse. The
@@ -20,10 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.config.preset import preset_names
+from kit.config.preset import PRESETS_DIR, load_preset, preset_names
+from kit.core.envfile import read_env_file
+from kit.deploy.record import compose_project
 from tests.conftest import require_tool
 
-from .conftest import BASE_IMAGE, free_port, session_progress
+from .conftest import BASE_IMAGE, DOOR_START_S, door_request, free_port, session_progress
 
 KIT_BIN = Path(sys.executable).parent  # the environment's `kit` console script, as a user's PATH has it
 COMPOSE_TIMEOUT_S = 900
@@ -55,22 +59,53 @@ def printed(text: str, prefix: str) -> str:
     return lines[0]
 
 
-def get_json(url: str, body: dict | None = None) -> dict:
+def get_json(url: str, key: str, body: dict | None = None) -> dict:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json",
+                                                              "Authorization": f"Bearer {key}"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=60) as response:
         assert response.status == 200
         return json.loads(response.read())
 
 
+def folder_key(out: Path) -> str:
+    """The key `kit render` wrote into the folder's .env (read as compose reads it)."""
+    key = read_env_file(out / ".env").get("VLLM_API_KEY")
+    assert key, f"{out / '.env'} has no VLLM_API_KEY"
+    return key
+
+
+def up_line(out: Path) -> str:
+    return f"cd {shlex.quote(str(out))} && docker compose -p {compose_project(out)} up -d --wait --remove-orphans"
+
+
+def door_status(port: int, path: str, key: str | None = None) -> int:
+    """A GET through the door, polled until it answers (it starts once its backend is healthy)."""
+    import time
+
+    deadline = time.monotonic() + DOOR_START_S
+    while True:
+        try:
+            return door_request(port, "GET", path, key=key)[0]
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing answers on 127.0.0.1:{port}"
+            time.sleep(0.5)
+
+
+def services_running(docker_client, out: Path) -> set[str]:
+    label = f"com.docker.compose.project={compose_project(out)}"
+    return {c.labels["com.docker.compose.service"] for c in docker_client.containers.list(filters={"label": label})}
+
+
 def compose_down(out: Path) -> None:
     if (out / "compose.yaml").is_file():
-        subprocess.run(["docker", "compose", "down", "--volumes", "--remove-orphans", "--timeout", "20"], cwd=out,
-                       capture_output=True, timeout=300)
+        subprocess.run(["docker", "compose", "-p", compose_project(out), "down", "--volumes", "--remove-orphans",
+                        "--timeout", "20"], cwd=out, capture_output=True, timeout=300)
 
 
 def server_args(out: Path, docker_client) -> list[str]:
-    project = out.name
+    project = compose_project(out)
     (container,) = docker_client.containers.list(filters={"label": [f"com.docker.compose.project={project}",
                                                                      "com.docker.compose.service=vllm"]})
     return container.attrs["Args"]
@@ -78,30 +113,56 @@ def server_args(out: Path, docker_client) -> list[str]:
 
 def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart(cpu_image, cpu_wheelhouse,
                                                                                  docker_client, tmp_path):
-    """The exact preset served by `docker compose up` as `kit render` prints it (the stack makes its own tiny
-    model), then tweaked, re-rendered, rebuilt (`kit build --out DIR`: every layer from the cache) and started again
-    with `kit up --out DIR` alone: the port given at the first render and the tweak both hold, and the commands
+    """The exact preset, with an embedding server beside it (`--with-preset`, the add-on that runs on this machine:
+    the same image), served by `docker compose up` as `kit render` prints it (the stack makes its own tiny models,
+    the key is the one render wrote into .env); the add-on taken out again (`--without`), whose printed line stops
+    its services; then tweaked, re-rendered, rebuilt (`kit build --out DIR`: every layer from the cache) and started
+    again with `kit up --out DIR` alone: the port given at the first render and the tweak both hold, and the commands
     `kit up` prints work as printed."""
-    port = free_port()
+    port, embed_port = free_port(), free_port()
     out = tmp_path / f"journey-{os.getpid()}"
-    rendered = kit("render", "preset=cpu", f"runtime.port={port}", "--base-image", BASE_IMAGE, "--out", str(out))
+    # cpu-embed as shipped, on a free port (a user's copy of it: the shared test host may have 8001 taken)
+    embed = tmp_path / "presets" / "journey-embed.yaml"
+    embed.parent.mkdir()
+    data = yaml.safe_load((PRESETS_DIR / "cpu-embed.yaml").read_text())
+    data["runtime"]["port"] = embed_port
+    embed.write_text(yaml.safe_dump(data))
+    rendered = kit("render", "preset=cpu", f"runtime.port={port}", "--base-image", BASE_IMAGE, "--with-preset",
+                   str(embed), "--out", str(out))
     compose = yaml.safe_load((out / "compose.yaml").read_text())
     assert compose["services"]["vllm"]["image"] == cpu_image.prepared.image_ref  # the session's image: no build
     next_step = printed(rendered.stderr, "next: ")
-    assert next_step == f"cd {shlex.quote(str(out))} && docker compose up -d --wait"
+    assert next_step == up_line(out)
+    assert f"wrote VLLM_API_KEY into {out / '.env'}" in rendered.stderr
+    key = folder_key(out)
+    assert key not in rendered.stdout + rendered.stderr
     try:
         up = shell(next_step, timeout=COMPOSE_TIMEOUT_S)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
         # Made by the stack's model-make service, as the server's uid, in the stack's models volume (not in the folder).
-        owner = shell(f"cd {shlex.quote(str(out))} && docker compose exec -T vllm stat -c %u /models/tiny-llama/config.json",
-                      timeout=60)
+        # typed in the folder without -p, as a user would: compose.yaml names the folder's project
+        owner = shell(f"cd {shlex.quote(str(out))} && docker compose exec -T vllm "
+                      "stat -c %u /models/tiny-llama/config.json", timeout=60)
         assert owner.returncode == 0 and owner.stdout.strip() == "10001", owner.stdout + owner.stderr
         assert not (out / "models").exists()
-        models = get_json(f"http://127.0.0.1:{port}/v1/models")
+        # The key is required: without it the door refuses, with the one in .env both servers answer.
+        assert door_status(port, "/v1/models") == 401
+        models = get_json(f"http://127.0.0.1:{port}/v1/models", key)
         assert [m["id"] for m in models["data"]] == ["tiny-llama"]
-        completion = get_json(f"http://127.0.0.1:{port}/v1/completions",
+        completion = get_json(f"http://127.0.0.1:{port}/v1/completions", key,
                               {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 4})
         assert completion["usage"]["completion_tokens"] > 0
+        assert door_status(embed_port, "/v1/models") == 401
+        assert door_status(embed_port, "/v1/models", key) == 200
+        assert {"vllm-journey-embed", "door-journey-embed"} <= services_running(docker_client, out)
+
+        # The add-on out again: the printed line stops its services (compose would otherwise leave them running).
+        removed = kit("render", "--out", str(out), "--without", str(embed))  # as it was given
+        assert printed(removed.stderr, "next: ") == up_line(out)
+        again = shell(printed(removed.stderr, "next: "), timeout=COMPOSE_TIMEOUT_S)
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+        assert services_running(docker_client, out) == {"vllm", "door"}
+        assert get_json(f"http://127.0.0.1:{port}/v1/models", key)["data"][0]["id"] == "tiny-llama"
 
         # The tweak: only the folder and the new overrides (a flag and the served name); the recorded port stays.
         tweaked = kit("render", "--out", str(out), "engine.max_num_seqs=4", "model.served_model_name=journey")
@@ -118,6 +179,7 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         assert args[args.index("--max-num-seqs") + 1] == "4"
         curls = [line.strip() for line in started.stdout.splitlines() if line.strip().startswith("curl ")]
         assert len(curls) == 2
+        assert key not in started.stdout + started.stderr  # the lines read the key from .env; the kit prints none
         for line in curls:
             answer = shell(line, timeout=120)
             assert answer.returncode == 0, answer.stderr
@@ -129,23 +191,37 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         stop = printed(started.stdout, "stop it with: ")
         stopped = shell(stop, timeout=300)
         assert stopped.returncode == 0, stopped.stderr
-        assert not docker_client.containers.list(filters={"label": f"com.docker.compose.project={out.name}"})
+        label = f"com.docker.compose.project={compose_project(out)}"
+        assert not docker_client.containers.list(filters={"label": label})
     finally:
         compose_down(out)
 
 
+def as_config(next_step: str) -> str:
+    """The printed line with compose's `config` in place of `up` (nothing is started; no image is needed): compose
+    reads exactly what `up` would, the folder's .env included, and refuses what `up` would refuse."""
+    assert next_step.endswith(" up -d --wait --remove-orphans"), next_step
+    return next_step.removesuffix(" up -d --wait --remove-orphans") + " config --quiet"
+
+
 def test_add_ons_added_and_removed(tmp_path):
-    """`--with monitoring` adds its services; `--without monitoring` takes them out again, and compose agrees."""
+    """`--with monitoring` adds its services; `--without monitoring` takes them out again, and compose agrees; each
+    printed line runs with nothing added to .env (render wrote Grafana's password there)."""
     require_tool("docker")
     out = tmp_path / "addons"
-    kit("render", "preset=cpu", "--with", "monitoring", "--out", str(out))
-    (out / ".env").write_text("GRAFANA_ADMIN_PASSWORD=journey-test\n")  # .env.example says the stack needs it
+    added = kit("render", "preset=cpu", "--with", "monitoring", "--out", str(out))
+    assert "GRAFANA_ADMIN_PASSWORD" in added.stderr and set(read_env_file(out / ".env")) == {
+        "VLLM_API_KEY", "GRAFANA_ADMIN_PASSWORD"}
+    checked = shell(as_config(printed(added.stderr, "next: ")))
+    assert checked.returncode == 0, checked.stderr
     config = shell("docker compose config --services", cwd=out)
     assert config.returncode == 0, config.stderr
     assert {"prometheus", "grafana", "vllm"} <= set(config.stdout.split())
     removed = kit("render", "--out", str(out), "--without", "monitoring")
     assert f"removed  {out / 'monitoring' / 'prometheus.yml'}" in removed.stdout, removed.stdout
     assert not (out / "monitoring").exists()  # its files and the folders they were in
+    checked = shell(as_config(printed(removed.stderr, "next: ")))
+    assert checked.returncode == 0, checked.stderr
     config = shell("docker compose config --services", cwd=out)
     assert config.returncode == 0, config.stderr
     assert set(config.stdout.split()) == {"model-make", "model-fetch", "vllm", "door"}
@@ -169,15 +245,32 @@ def test_kubernetes_from_render_to_kustomize(tmp_path):
     assert args[args.index("--max-num-seqs") + 1] == "4"
 
 
+ADD_ONS = [[], ["--with", "monitoring"], ["--with", "webui"], ["--with", "monitoring", "--with", "webui"]]
+KEYLESS = ["runtime.require_api_key=false"]
+
+
+def combinations(preset: str) -> list[tuple[list[str], list[str]]]:
+    """(add-ons, options): every combination for the cpu family, which the add-ons are tested beside for real; for
+    a GPU preset (its add-ons lay out the same services) none, both add-ons, and keyless, to keep CI's time."""
+    if load_preset(preset)[2].hardware.gpu is None:
+        return [(a, o) for a in ADD_ONS for o in ([], KEYLESS)]
+    return [([], []), (ADD_ONS[-1], []), ([], KEYLESS)]
+
+
 @pytest.mark.parametrize("preset", preset_names())
-def test_every_presets_printed_next_step_runs(preset, tmp_path):
-    """`kit render` of each shipped preset ends with a command; here (no GPU) compose checks the very stack it would
-    start (`config` in place of `up -d --wait`); cpu's is run for real by the first journey above."""
+def test_every_presets_printed_next_step_runs_whatever_the_add_ons(preset, tmp_path):
+    """`kit render` of each shipped preset, with add-ons and with the key turned off by name, ends with a command
+    that runs as printed: here (no GPU, and no add-on image to pull) compose checks the very stack it would start,
+    `config` in place of `up -d --wait`, with the .env render wrote and nothing else (the first journey above runs
+    the cpu stack's for real). A keyless stack gets no key, and says so every time."""
     require_tool("docker")
-    out = tmp_path / preset
-    rendered = kit("render", f"preset={preset}", "--out", str(out))
-    next_step = printed(rendered.stderr, "next: ")
-    assert next_step == f"cd {shlex.quote(str(out))} && docker compose up -d --wait"
-    (out / ".env").write_text("VLLM_HOST_IP=192.0.2.10\n")  # a documentation address, for host-networked stacks
-    checked = shell(next_step.replace("docker compose up -d --wait", "docker compose config --quiet"))
-    assert checked.returncode == 0, checked.stderr
+    for number, (add_ons, options) in enumerate(combinations(preset)):
+        out = tmp_path / f"{preset}-{number}"
+        rendered = kit("render", f"preset={preset}", *options, *add_ons, "--out", str(out))
+        next_step = printed(rendered.stderr, "next: ")
+        assert next_step == up_line(out), (add_ons, options)
+        checked = shell(as_config(next_step))
+        assert checked.returncode == 0, f"{preset} {add_ons} {options}: {checked.stderr}"
+        keyless = bool(options)
+        assert ("VLLM_API_KEY" in read_env_file(out / ".env")) is not keyless
+        assert ("warning: override runtime.require_api_key: false" in rendered.stderr) is keyless

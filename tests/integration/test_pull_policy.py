@@ -21,6 +21,7 @@ def dry_run_up(tmp_path, overrides: list[str], services: list[str]) -> str:
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
+    (tmp_path / ".env").write_text("VLLM_API_KEY=pull-policy-test\n")  # required by default; `kit render` writes one
     result = subprocess.run([docker, "compose", "-p", f"kit-dry-{tmp_path.name.lower()}", "--dry-run", "up", "-d",
                              "--no-deps", *services], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                             check=False)

@@ -5,7 +5,8 @@ The cluster tests run the rendered stacks with a stand-in server after `--` (a t
 answers /health), so they prove the launcher and Ray deterministically: the head waits for both nodes,
 `ray status` shows 2, a stopped worker is noticed by Ray and by the launcher, which stops the server so
 /health fails. The serving test runs the rendered command as is: vLLM's CPU build with
-`--pipeline-parallel-size 2 --distributed-executor-backend ray`.
+`--pipeline-parallel-size 2 --distributed-executor-backend ray`, which it refuses once the cluster has formed
+(no Ray device on CPU), as the kit warns.
 
 Containers are reached only through 127.0.0.1 published ports and `docker exec`.
 """
@@ -223,13 +224,20 @@ def test_head_gives_up_when_no_worker_joins(ray_image, tmp_path):
         cluster.compose("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)
 
 
-def test_vllm_cpu_serves_with_pipeline_parallel_over_ray(ray_image, tmp_path):
-    """The rendered command as is. vLLM's CPU build 0.32.0 has no Ray device: if it refuses Ray, xfail with its error."""
+RAY_REFUSED = "current platform cpu does not support ray."
+
+
+def test_vllm_cpu_refuses_ray_after_the_cluster_forms_as_the_kit_warns(ray_image, tmp_path):
+    """The rendered command as is, on vLLM's CPU build: it has no Ray device (its platform's ray_device_key is empty),
+    which `kit validate` warns of and the README says. The cluster forms, then the server stops with vLLM's own
+    error and never answers. When a CPU build serves over Ray, this fails: drop the warning (kit/deploy/checks.py)
+    and the README's line, and make this test serve a completion."""
     port = free_port()
     prepared = prepare("cpu", overrides(port), base_image=BASE_IMAGE)
     args = prepared.deployment.serve.cluster.head_args
     assert args[args.index("--pipeline-parallel-size") + 1] == "2"
     assert args[args.index("--distributed-executor-backend") + 1] == "ray"
+    assert any(RAY_REFUSED in w.message for w in prepared.report.warnings)
     cluster = start_cluster(prepared, tmp_path, "rayserve", stand_in=False)
     try:
         def served_or_exited():
@@ -241,20 +249,10 @@ def test_vllm_cpu_serves_with_pipeline_parallel_over_ray(ray_image, tmp_path):
 
         outcome = poll("vLLM healthy or exited", served_or_exited, 420, interval=5)
         logs = cluster.logs()
-        if outcome == "exited":
-            known = re.search(r"ValueError: current platform cpu does not support ray\.", logs)
-            assert known, f"the head exited for another reason:\n{logs[-4000:]}"
-            assert "[ray-node] all 2 nodes joined; starting the server" in logs
-            pytest.xfail("vLLM's CPU build refuses the Ray executor: " + known.group(0))
-        auth = {"Authorization": f"Bearer {write_smoke_env(tmp_path)['VLLM_API_KEY']}"}
-        models = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models", headers=auth)
-        with urllib.request.urlopen(models, timeout=10) as response:
-            assert b"tiny-llama" in response.read()
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/completions", method="POST",
-            data=b'{"model": "tiny-llama", "prompt": "Hello", "max_tokens": 4}',
-            headers={"Content-Type": "application/json", **auth})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            assert b'"choices"' in response.read()
+        assert outcome == "exited", f"vLLM's CPU build {prepared.preset.image.vllm_version} now serves over Ray"
+        assert "[ray-node] all 2 nodes joined; starting the server" in logs, logs[-4000:]
+        assert f"ValueError: {RAY_REFUSED}" in logs, f"the head exited for another reason:\n{logs[-4000:]}"
+        assert cluster.state("vllm").get("ExitCode") != 0
+        assert health(port) != 200
     finally:
         cluster.compose("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)

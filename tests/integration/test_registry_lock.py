@@ -12,7 +12,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import subprocess
 import time
 import urllib.error
@@ -33,7 +32,7 @@ from kit.run.stack import write_smoke_env
 
 from tests.conftest import require_tool
 
-from .conftest import BASE_IMAGE, free_port, session_progress
+from .conftest import BASE_IMAGE, free_port, remove_untagged, session_progress, step_images
 
 REGISTRY = "127.0.0.1:5000"
 REPOSITORY = "vllm-kit/lockcheck"
@@ -99,22 +98,6 @@ def remove_image(client, ref: str) -> None:
         client.images.remove(ref, force=True)
     except Exception:  # noqa: BLE001 - already gone
         pass
-
-
-def step_images(log_text: str) -> set[str]:
-    """The image IDs a classic-builder log names (` ---> <id>` after each step), builder stages included."""
-    return set(re.findall(r"---> ([0-9a-f]{12})$", log_text, flags=re.MULTILINE))
-
-
-def remove_untagged(client, image_ids: set[str]) -> None:
-    """Remove those of our builds' step images that nothing tags any more (a builder stage's result stays
-    behind otherwise, 3 GB for the cpu image); images other builds still use are refused and kept."""
-    for image_id in image_ids:
-        try:
-            if not client.images.get(image_id).tags:
-                client.images.remove(image_id)
-        except Exception:  # noqa: BLE001 - gone already, or a parent of an image in use
-            pass
 
 
 @pytest.fixture(scope="module")

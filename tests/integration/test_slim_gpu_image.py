@@ -14,7 +14,7 @@ import pytest
 from kit.deploy.pipeline import prepare
 from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 from kit.run.workflow import build, render_into
-from tests.integration.conftest import BASE_IMAGE, CACHE, session_progress
+from tests.integration.conftest import BASE_IMAGE, CACHE, remove_untagged, session_progress, step_images
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +30,11 @@ def slim_image(docker_client, tmp_path_factory):
     render_into(prepared, out)
     result = build(prepared, out, wheelhouse=wheelhouse, progress=session_progress)
     yield prepared, docker_client.images.get(result.image_id)
-    # ~20 GB of image and builder stage: give the disk back (the wheelhouse stays in the host cache).
+    # ~20 GB of image and builder stage: give the disk back (the wheelhouse stays in the host cache). Only this
+    # build's own images, never a prune: the engine is shared.
     for tag in result.tags:
         docker_client.images.remove(tag, force=True)
-    docker_client.images.prune(filters={"dangling": True})
+    remove_untagged(docker_client, step_images(result.log_path.read_text()))
 
 
 def test_pinned_versions_and_cuda(slim_image, docker_client):

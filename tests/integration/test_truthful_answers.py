@@ -37,8 +37,10 @@ def rendered(tmp_path, docker_client):
 
 @pytest.fixture
 def cache_volume(rendered, docker_client):
-    """The cache volume `kit fetch` leaves (Compose's own labels), for the folder's default project."""
-    project = rendered.name
+    """The cache volume `kit fetch` leaves (Compose's own labels), for the folder's own project (one per folder)."""
+    from kit.deploy.record import compose_project
+
+    project = compose_project(rendered)
     volume = docker_client.volumes.create(f"{project}_hf-cache", labels={
         "com.docker.compose.project": project, "com.docker.compose.volume": "hf-cache"})
     try:

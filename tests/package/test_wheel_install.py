@@ -128,13 +128,31 @@ def tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def folder_free(files: dict[str, str]) -> dict[str, str]:
+    """The render with what names its own folder taken out: the compose project (the folder's name and a hash of its
+    path, one stack per folder; in the record and as compose.yaml's name) and the manifest's digests of those files."""
+    record = files["vllm-kit.yaml"]
+    [project] = [line for line in record.splitlines() if line.startswith("project: ")]
+    name = project.removeprefix("project: ")
+    out = {path: text.replace(name, "PROJECT") for path, text in files.items()}
+    manifest = json.loads(out[".vllm-kit.json"])
+    for path, text in files.items():  # the record, and the compose files that carry the project as their name
+        if name in text:
+            manifest["files"].pop(path, None)
+    out[".vllm-kit.json"] = json.dumps(manifest, sort_keys=True)
+    if ".env" in out:  # random secrets each render writes: the names must agree, the values never do
+        out[".env"] = "\n".join(line.split("=", 1)[0] for line in out[".env"].splitlines())
+    return out
+
+
 def render_both(installed: Installed, name: str, *options: str) -> tuple[dict[str, str], dict[str, str]]:
-    """Render with the installed entry point (outside the checkout) and with the checkout's code."""
+    """Render with the installed entry point (outside the checkout) and with the checkout's code, each into a folder
+    of the same name (the compose project starts with it)."""
     label = "-".join((name,) + options).replace("-", "_")
-    mine, theirs = installed.elsewhere / f"installed-{label}", installed.elsewhere / f"checkout-{label}"
+    mine, theirs = installed.elsewhere / "installed" / label, installed.elsewhere / "checkout" / label
     ok([installed.kit, "render", *options, f"preset={name}", "--out", mine], cwd=installed.elsewhere)
     ok([sys.executable, "-m", "kit.cli.main", "render", *options, f"preset={name}", "--out", theirs], cwd=REPO)
-    return tree(mine), tree(theirs)
+    return folder_free(tree(mine)), folder_free(tree(theirs))
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -57,6 +57,13 @@ def start_kit(args: list[str], env: dict[str, str] | None = None,
             sys.stdout = open(1, "w", closefd=False)
             sys.stderr = open(2, "w", closefd=False)
             from kit.cli.main import cli
+            from kit.core.docker_engine import docker_client
+
+            # No Docker for these writers: the parent's cached engine connection lost its socket with the fds
+            # closed above, and a render that switches a folder to k8s asks the engine whether its stack runs
+            # (kit/cli/render.py refuse_target_switch); with no engine to ask, nothing of this host runs from it.
+            docker_client.cache_clear()
+            os.environ["DOCKER_HOST"] = "unix:///nonexistent/vllm-kit-unit-test/docker.sock"
 
             cli.main(args, prog_name="kit", standalone_mode=True)
             code = 0

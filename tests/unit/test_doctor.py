@@ -71,7 +71,9 @@ def test_rtx4090_on_a_575_driver_fails_the_cuda13_slim_image_and_says_how_to_fix
     checks = by_name(evaluate(facts("nvidia-smi-1x-rtx4090.csv"), preset("rtx4090-awq")))
     driver = checks["nvidia driver"]
     assert driver.status == FAIL and "575.64.03 is older than 580.65.06" in driver.detail
-    assert "image.cuda=12.9" in driver.fix
+    # vLLM 0.33 has no CUDA 12.9 image: the newest pinned release whose image runs on 575 is named exactly.
+    assert "image.cuda=12.9" not in driver.fix
+    assert "image.vllm_version=0.16.0 (its CUDA 12.9 build needs driver >= 575.51.03)" in driver.fix
     assert checks["gpus"].status == PASS
     assert checks["memory plan"].status == PASS and "fits in 23.49 GiB" in checks["memory plan"].detail
     assert checks["nvidia container runtime"].status == PASS
@@ -80,9 +82,10 @@ def test_rtx4090_on_a_575_driver_fails_the_cuda13_slim_image_and_says_how_to_fix
 def test_2x3090_on_a_550_driver_is_too_old_even_for_cuda_129():
     checks = by_name(evaluate(facts("nvidia-smi-2x-rtx3090.csv"), preset("rtx3090x2-fp16")))
     assert checks["nvidia driver"].status == FAIL
-    # No pinned build needs less than 575 (0.16.0 is CUDA 12.9 too): the table leaves only the upgrade.
-    assert checks["nvidia driver"].fix == ("upgrade the driver to >= 575.51.03 (no other pinned vLLM build runs on "
-                                           "driver 550.144.03)")
+    # No pinned build needs less than 575 (0.16.0, the oldest pin, is CUDA 12.9): the table leaves only the upgrade.
+    assert checks["nvidia driver"].fix.startswith("upgrade the driver to >= 580.65.06 (no other pinned vLLM build "
+                                                  "runs on driver 550.144.03); CUDA forward compatibility is not "
+                                                  "offered on R550: NVIDIA has ended that driver branch")
     assert checks["gpus"].status == PASS
     assert checks["memory plan"].status == PASS
 
@@ -163,8 +166,23 @@ def test_shm_with_ipc_host_must_hold_the_planned_size():
 def test_disk_needs_image_plus_weights():
     tight = facts(disk_free={"/var/lib/docker": 10 << 30})
     check = check_disk(tight, preset("a100x8"))
-    assert check.status == FAIL and "image ~20 GiB (official)" in check.detail
+    # The official image's newest published size, 28.6 GB (26.6 GiB), plus 1 GiB the kit adds: from data.
+    assert check.status == FAIL and "image ~28 GiB (official)" in check.detail
     assert check_disk(facts(), preset("a100x8")).status == PASS
+
+
+def test_the_official_image_budget_follows_its_newest_published_size(monkeypatch):
+    from kit.config import strategy
+
+    official = strategy.strategy_for("official")
+    assert official.disk_gib() == pytest.approx(28.6e9 / (1 << 30) + 1)
+    table = strategy.vllm_table()
+    bigger = [*table["official_image_sizes"], {"image": "vllm/vllm-openai:latest", "date": "2026-11", "gb": 40.0}]
+    monkeypatch.setattr(strategy, "vllm_table", lambda: {**table, "official_image_sizes": bigger})
+    assert official.disk_gib() == pytest.approx(40e9 / (1 << 30) + 1)
+    # 31 GiB free passed the old fixed 30 GiB; it is short of a 38 GiB image and a small model.
+    check = check_disk(facts(disk_free={"/var/lib/docker": 31 << 30}), None)
+    assert check.status == FAIL and "an official image (~38 GiB, its newest published size)" in check.detail
 
 
 def test_hf_token_presence_is_reported_never_its_value(monkeypatch):
@@ -261,22 +279,20 @@ def test_forward_compat_is_offered_on_a_live_listed_branch(monkeypatch):
     assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1 in the stack's .env" in driver.fix and "accepts on R570" in driver.fix
 
 
-def test_a100_on_r575_may_take_the_cu129_image_marked_unverified():
+def test_a100_on_r575_is_offered_an_older_release_not_a_cu129_image():
     smi = fixture("nvidia-smi-8x-a100-80gb-r570.csv").replace("570.172.08", "575.57.08")
     result = facts()
     result.nvidia_smi = CommandResult(["nvidia-smi"], 0, smi)
     fix = check_driver(result, preset("a100x8")).fix
-    assert "image.cuda=12.9 (the vllm/vllm-openai:v0.33.0-cu129 image, driver >= 575.51.03" in fix
-    # The tag is not verified (vllm.yaml official_variants_unverified): the advice says so where it is printed.
-    assert "UNVERIFIED: vllm/vllm-openai:v0.33.0-cu129 may not exist" in fix
-    assert "docker manifest inspect vllm/vllm-openai:v0.33.0-cu129" in fix
+    assert "cu129" not in fix and "image.cuda=" not in fix
+    assert "image.vllm_version=0.16.0 (its CUDA 12.9 build needs driver >= 575.51.03)" in fix
     assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1" not in fix and "not offered on R575" in fix
 
 
 def test_geforce_never_gets_forward_compat():
-    # RTX 4090 on R575 with the a100x8-style official CUDA 13 image: the cu129 image, not the compat switch.
+    # RTX 4090 on R575 with the a100x8-style official CUDA 13 image: an older release, not the compat switch.
     checks = by_name(evaluate(facts("nvidia-smi-1x-rtx4090.csv"),
                               preset("rtx4090-awq", "image.strategy=official")))
     fix = checks["nvidia driver"].fix
-    assert "image.cuda=12.9" in fix
+    assert "image.vllm_version=0.16.0" in fix
     assert "in the stack's .env" not in fix

@@ -12,6 +12,7 @@ from kit.deploy.door import Route, door_config, door_routes
 from kit.deploy.pipeline import prepare
 
 pytestmark = pytest.mark.unit
+HOSTS = ["127.0.0.1", "127.0.0.1:8000"]
 
 
 def paths(preset: str) -> set[str]:
@@ -39,7 +40,64 @@ def test_the_key_stays_in_the_environment():
 def test_no_backend_name_changes_the_config_structure(name):
     routes = [Route("/health", ("GET",), open=True), Route("/v1/models", ("GET",))]
     try:
-        text = door_config(name, 8000, routes, "a title")
+        text = door_config(name, 8000, routes, "a title", hosts=HOSTS)
     except UnsafeValue:
         return
-    assert len(text.splitlines()) == len(door_config("vllm", 8000, routes, "a title").splitlines())
+    assert len(text.splitlines()) == len(door_config("vllm", 8000, routes, "a title", hosts=HOSTS).splitlines())
+
+
+def served(preset: str, *overrides: str) -> list[str]:
+    cfg = prepare(preset, list(overrides)).files["door/haproxy.cfg"]
+    line = next(x for x in cfg.splitlines() if "acl served_host" in x)
+    return [v.strip('"') for v in line.split(" -m str ", 1)[1].split()]
+
+
+def test_the_door_answers_only_to_the_names_it_is_served_as():
+    """Issue 35: the door accepted any Host, so a page whose name was rebound to 127.0.0.1 drove the model."""
+    assert served("cpu") == ["127.0.0.1", "127.0.0.1:8000", "localhost", "localhost:8000"]
+    assert served("cpu", "runtime.port=9100", "runtime.bind_address=192.0.2.7",
+                  "runtime.server_names=[API.Example.com, 2001:db8::1]") == [
+        "127.0.0.1", "127.0.0.1:9100", "localhost", "localhost:9100", "192.0.2.7", "192.0.2.7:9100",
+        "api.example.com", "api.example.com:9100", "[2001:db8::1]", "[2001:db8::1]:9100"]
+    # Every address: no name means this machine but the ones given.
+    assert served("cpu", "runtime.bind_address=0.0.0.0") == ["127.0.0.1", "127.0.0.1:8000", "localhost",
+                                                              "localhost:8000"]
+    assert served("cpu", "runtime.bind_address=::") == ["127.0.0.1", "127.0.0.1:8000", "localhost", "localhost:8000",
+                                                         "[::1]", "[::1]:8000"]
+    cfg = prepare("cpu").files["door/haproxy.cfg"]
+    assert "http-request deny deny_status 421 unless one_host served_host" in cfg
+    assert "acl one_host req.fhdr_cnt(host) eq 1" in cfg  # fhdr: a comma does not split the header
+
+
+@pytest.mark.parametrize("name", ["*.example.com", "example.com:80", "a..b", "-a.example", "a_b.example",
+                                  "example.com.", "ex ample", "\u0435xample.com", "1.2.3", "a" * 64 + ".com",
+                                  '"evil"', "a${X}.com", "http://a.b", ""])
+def test_server_names_are_plain_names_or_addresses(name):
+    from kit.core.errors import KitError
+
+    with pytest.raises(KitError) as info:
+        prepare("cpu", [f"runtime.server_names=[{yaml.safe_dump(name, default_style=chr(39)).strip()}]"])
+    assert "server_names" in " ".join([str(info.value), *map(str, info.value.problems), *info.value.detail])
+
+
+def test_request_bodies_and_time_are_bounded():
+    cfg = prepare("cpu").files["door/haproxy.cfg"]
+    assert "    option http-buffer-request\n" in cfg and "timeout http-request 30s" in cfg
+    assert "http-request deny deny_status 413 if { req.hdr_val(content-length) gt 16777216 }" in cfg
+    assert "http-request deny deny_status 400 if { req.fhdr_cnt(transfer-encoding) gt 0 }" in cfg
+    assert "http-request deny deny_status 400 if METH_POST !{ req.hdr(content-length) -m found }" in cfg
+    # The Host and body rules come before any route or key rule, and before the backend.
+    lines = cfg.splitlines()
+    first_route = next(i for i, x in enumerate(lines) if "acl route_0 " in x)
+    assert max(i for i, x in enumerate(lines) if "deny_status 413" in x or "deny_status 421" in x) < first_route
+
+
+@pytest.mark.parametrize(("bind", "host"), [("0.0.0.0", "127.0.0.1"), ("::", "[::1]"), ("127.0.0.1", "127.0.0.1"),
+                                            ("::1", "[::1]"), ("192.168.1.5", "192.168.1.5"), ("fd00::5", "[fd00::5]")])
+def test_client_host_is_what_a_client_here_uses_and_the_door_answers_to(bind, host):
+    """`kit up` (its printed URL and --json), the door wait and host-network health checks share one mapping: an
+    every-address bind is reached on loopback, IPv6 in brackets; and the door is served as that name."""
+    from kit.deploy.door import client_host
+
+    assert client_host(bind) == host
+    assert host in served("cpu", f"runtime.bind_address={bind}")

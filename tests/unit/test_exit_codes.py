@@ -1,4 +1,4 @@
-"""One exit code per kind of mistake, on every command (README: Errors).
+"""One exit code per kind of mistake, on every command (docs/guide/commands.md: Errors and exit codes).
 
 2: the command line's own grammar: an unknown or missing option, an option value that is not of its type (a
 number, one of the kit's fixed words), a positional that is not preset=NAME or SECTION.FIELD=VALUE, options that

@@ -35,6 +35,7 @@ import pytest
 from kit.config.preset import load_preset
 from tests.conftest import require_module
 from tests.unit.test_fetch import host_command
+from tests.unit.test_model_sources import AWQ_CONFIG, AWQ_TENSORS, GEMMA2, safetensors_file, stored_bytes
 
 pytestmark = pytest.mark.unit
 huggingface_hub = require_module("huggingface_hub")
@@ -61,12 +62,40 @@ REPOS = {
     "org/tampered": {"config.json": b"{}", "model.safetensors": b"T" * 100},
     "org/tampered-config": {"config.json": b"{}", "model.safetensors": b"U" * 100},
 }
-TAMPERED = {("org/tampered", "model.safetensors"): b"X" * 100, ("org/tampered-config", "config.json"): b'{"x": 1}'}
+# Models the planner reads from the hub: config.json and safetensors headers (ranged reads), never the weights.
+GEMMA2_TENSORS = {"model.embed_tokens.weight": ("BF16", [4096, 256]), "model.norm.weight": ("BF16", [256]),
+                  "model.layers.0.self_attn.q_proj.weight": ("BF16", [2048, 256])}
+AWQ_SHARDS = {"model-00001-of-00002.safetensors": dict(list(AWQ_TENSORS.items())[:3]),
+              "model-00002-of-00002.safetensors": dict(list(AWQ_TENSORS.items())[3:])}
+REPOS["org/gemma2"] = {"config.json": json.dumps(GEMMA2).encode(),  # no tie_word_embeddings key, as on the hub
+                       "model.safetensors": safetensors_file(GEMMA2_TENSORS)}
+REPOS["org/awq"] = {"config.json": json.dumps(AWQ_CONFIG).encode(),
+                    "model.safetensors.index.json": json.dumps({"metadata": {"total_size": 1}, "weight_map": {
+                        name: shard for shard, tensors in AWQ_SHARDS.items() for name in tensors}}).encode(),
+                    **{shard: safetensors_file(tensors) for shard, tensors in AWQ_SHARDS.items()}}
+# Same sizes as listed, other bytes: only the digest tells them apart.
+TAMPERED = {("org/tampered", "model.safetensors"): b"X" * 100, ("org/tampered-config", "config.json"): b"[]"}
 LFS_SUFFIXES = (".safetensors", ".bin", ".pth")  # what .gitattributes sends to LFS in a hub repo
 GATED = {"org/gated"}
 GATED_TOKEN = "hf_accepted_the_licence"  # the one token the stand-in lets through to gated files
 DOWN, CUT = {"org/down"}, {"org/cut"}
 FLAKY, FLAKY_FAILURES = {"org/flaky"}, 2
+# Hostile mirrors: a listing that names a file outside the snapshot (each with a body whose digest does not match,
+# so a fetch that took the name would go on to discard a folder), and a file whose body never ends.
+ESCAPES = {
+    "org/slashes": "a////../../../../../../keep.txt",
+    "org/slashes-only": "a////b.json",
+    "org/dotdot": "../../../../keep.txt",
+    "org/absolute": "/tmp/keep.txt",
+    "org/backslash": "a\\..\\..\\keep.txt",
+    "org/nul": "a\x00b.json",
+    "org/dot": "./config.json",
+}
+for _repo in ESCAPES:
+    REPOS[_repo] = {"config.json": b"{}", "model.safetensors": b"S" * 100}
+ENDLESS = {"org/endless"}
+REPOS["org/endless"] = {"config.json": b"{}", "model.safetensors": b"E" * 100}
+ENDLESS_CAP = 64 << 20  # the stand-in stops after this much, so a fetch that does not stop still ends
 # requests seen, by (method, repo): a test reads how often the script asked
 SEEN: dict[tuple[str, str], int] = {}
 
@@ -124,6 +153,8 @@ class Hub(BaseHTTPRequestHandler):
             self._error(503, None, "Service Unavailable", with_body)
         elif with_body and name in CUT:
             self.close_connection = True  # no status line: the client reads "disconnected without a response"
+        elif with_body and name in ENDLESS and parts[-1] == "model.safetensors":
+            self._send_endless()
         elif "/".join(parts[4:]) not in REPOS[name]:
             self._error(404, "EntryNotFound", "Entry not found", with_body)
         else:
@@ -133,16 +164,35 @@ class Hub(BaseHTTPRequestHandler):
     def _send_file(self, path: str, body: bytes, served: bytes | None, with_body: bool):
         entry = tree_entry(path, body)
         served = body if served is None else served
-        self.send_response(200)
+        self.send_response(206 if self.headers.get("Range", "").startswith("bytes=") and with_body else 200)
         self.send_header("X-Repo-Commit", COMMIT)
         self.send_header("ETag", '"%s"' % entry["oid"])
         if "lfs" in entry:
             self.send_header("X-Linked-Etag", '"%s"' % entry["lfs"]["oid"])
             self.send_header("X-Linked-Size", str(entry["size"]))
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes=") and with_body:  # what parse_safetensors_file_metadata asks: the header only
+            first, _, last = ranged.removeprefix("bytes=").partition("-")
+            served = served[int(first):int(last) + 1 if last else None]
         self.send_header("Content-Length", str(len(served)))
         self.end_headers()
         if with_body:
+            SEEN[("bytes", path)] = SEEN.get(("bytes", path), 0) + len(served)
             self.wfile.write(served)
+
+    def _send_endless(self):
+        self.send_response(200)
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.end_headers()  # no length: the body runs until the client stops reading
+        self.close_connection = True
+        chunk, sent = b"E" * 65536, 0
+        try:
+            while sent < ENDLESS_CAP:
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass
+        SEEN[("endless bytes", "org/endless")] = sent
 
     def _json(self, value):
         data = json.dumps(value).encode()
@@ -176,13 +226,21 @@ class Hub(BaseHTTPRequestHandler):
             if name not in REPOS:
                 self._error(404, "RepoNotFound", "Repository not found")
                 return
-            self._json([tree_entry(path, body) for path, body in sorted(REPOS[name].items())])
+            listing = [tree_entry(path, body) for path, body in sorted(REPOS[name].items())]
+            if name in ESCAPES:  # a name outside the snapshot, listed with a digest its body will not match
+                listing.append({**tree_entry(ESCAPES[name], b"not what is served"), "path": ESCAPES[name]})
+            self._json(listing)
             return
         self._resolve(True)
 
 
 @pytest.fixture()
-def hub():
+def hub(monkeypatch):
+    # huggingface_hub read the suite's HF_HUB_OFFLINE=1 (tests/conftest.py) when it was imported: in this process,
+    # calls to the stand-in are online
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -268,7 +326,7 @@ def test_a_gated_repo_says_it_needs_a_token_and_the_licence(hub, tmp_path):
     assert result.stdout.strip() == ("model not fetched: org/gated (model.id): gated: set HF_TOKEN (.env) to a token "
                                      "of an account that accepted its licence on the hub")
     assert "GatedRepoError" in result.stderr
-    assert SEEN[("HEAD", "org/gated")] == 1  # not retried
+    assert SEEN[("GET", "org/gated")] == 1  # not retried
     ok, _ = fetch(hub, tmp_path, "org/gated", HF_TOKEN=GATED_TOKEN)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip() == "model ready: org/gated"
@@ -437,3 +495,206 @@ def test_kit_lock_pins_a_trust_remote_code_preset_that_validate_refuses_until_pi
     assert locked.exit_code == 0, locked.output
     assert f"model     org/llama main -> {COMMIT}" in locked.output
     assert CliRunner().invoke(cli, ["validate", *args, f"model.revision={COMMIT}"]).exit_code == 0
+
+
+@pytest.fixture()
+def hub_env(hub, tmp_path, monkeypatch):
+    """The planner's hub look-up pointed at the stand-in, with an empty cache of the test's own."""
+    monkeypatch.setenv("HF_ENDPOINT", hub)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return hub
+
+
+def test_a_hub_model_is_planned_from_its_config_and_safetensors_headers(hub_env, monkeypatch):
+    from kit.config.modelinfo import load_model_spec
+
+    spec = load_model_spec("org/gemma2", hub=True)
+    assert spec.source == "hub:org/gemma2"
+    assert spec.tie_word_embeddings is True  # Gemma2Config's default: config.json has no such key
+    assert dict(spec.weights_bytes_by_dtype) == stored_bytes(GEMMA2_TENSORS)
+    assert spec.weights_bytes == sum(stored_bytes(GEMMA2_TENSORS).values())
+    weights = REPOS["org/gemma2"]["model.safetensors"]
+    assert 0 < SEEN[("bytes", "model.safetensors")] < len(weights) // 10  # the header, not the weights
+    asked = dict(SEEN)
+    again = load_model_spec("org/gemma2", hub=True)  # the same command plans it again: same bytes, no request
+    assert again.weights_bytes == spec.weights_bytes and asked == SEEN
+    # config.json is now in the cache: offline, the same id plans from there, without a request
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cached = load_model_spec("org/gemma2", hub=True)
+    assert cached.source == "hf-cache:org/gemma2" and cached.tie_word_embeddings is True
+    assert asked == SEEN
+
+
+def test_a_sharded_awq_checkpoint_on_the_hub_counts_what_each_shard_stores(hub_env):
+    from kit.config.modelinfo import load_model_spec
+
+    spec = load_model_spec("org/awq", hub=True)
+    assert dict(spec.weights_bytes_by_dtype) == stored_bytes(AWQ_TENSORS)  # qweight, qzeros I32; scales, fp16 layers
+    assert spec.quantization.method == "awq"
+    assert spec.stored_bytes_as_loaded("float16") == spec.weights_bytes
+
+
+def test_offline_mode_refuses_the_network_naming_the_model(hub_env, monkeypatch):
+    from kit.config.modelinfo import load_model_spec
+    from kit.core.errors import PlanError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PlanError) as info:
+        load_model_spec("org/gemma2", hub=True)
+    assert "model org/gemma2" in info.value.message and "HF_HUB_OFFLINE is set" in info.value.message
+    assert SEEN == {}
+
+
+def test_a_gated_model_names_hf_token_and_never_echoes_it(hub_env, monkeypatch):
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.config.modelinfo import load_model_spec
+    from kit.core.errors import PlanError
+
+    with pytest.raises(PlanError) as info:
+        load_model_spec("org/gated", hub=True)
+    assert "model org/gated" in info.value.message and "(gated)" in info.value.message
+    assert "HF_TOKEN" in info.value.hint
+    secret = "hf_wrong_token_do_not_print_42"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    result = CliRunner().invoke(cli, ["plan", "--model", "org/gated", "--gpu", "rtx4090"])
+    assert result.exit_code == 1
+    assert "org/gated" in result.output and "HF_TOKEN is set but has no access" in result.output
+    assert secret not in result.output
+    assert SEEN[("HEAD", "org/gated")] >= 1  # the stand-in was asked (with the token), and said 401
+    with pytest.raises(PlanError, match="has no such model, or it is private"):
+        load_model_spec("org/nowhere", hub=True)
+
+
+def test_kit_render_plans_a_hub_model_and_writes_no_token(hub_env, monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+
+    secret = "hf_reader_token_not_for_files_7"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    out = tmp_path / "deploy"
+    result = CliRunner().invoke(cli, ["render", "preset=cpu", "model=org/gemma2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output
+    compose = (out / "compose.yaml").read_text()
+    assert "org/gemma2" in compose and "KV cache" in compose  # planned: the plan's summary is in the file
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
+
+
+def test_an_unreachable_hub_falls_back_to_a_cached_config_and_says_so_without_one(hub_env, monkeypatch, tmp_path):
+    import socket
+
+    from kit.config.modelinfo import load_model_spec
+    from kit.core.errors import PlanError
+    from tests.unit.test_model_sources import hf_cache
+
+    # huggingface_hub retries a refused connection five times, 23 s of back-off: not this test's subject
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http.time, "sleep", lambda seconds: None)
+    with socket.socket() as probe:  # a port on 127.0.0.1 that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+    with pytest.raises(PlanError, match=rf"model org/gemma2: the hub at {dead} could not be reached"):
+        load_model_spec("org/gemma2", hub=True)
+    hf_cache(tmp_path / "hub-cache", "org/gemma2", {"config.json": REPOS["org/gemma2"]["config.json"]})
+    spec = load_model_spec("org/gemma2", hub=True)  # config only in the cache: the hub was tried first
+    assert spec.source == "hf-cache:org/gemma2" and spec.weights_bytes is None
+
+
+def sentinels(tmp_path):
+    """Files a fetch must never remove or write: beside the cache, in HF_HOME, and above it."""
+    keep = [tmp_path / "keep.txt", tmp_path / "hf" / "keep.txt", tmp_path / "hf" / "hub" / "keep.txt"]
+    for path in keep:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    return keep
+
+
+def files_under(folder):
+    """Every file and link below ``folder``, but the fetch script the test puts there itself (host_command)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if (p.is_file() or p.is_symlink()) and p.name != "fetch_files.py")
+
+
+@pytest.mark.parametrize("repo", sorted(ESCAPES))
+def test_a_listed_name_outside_the_snapshot_is_refused_and_nothing_outside_is_touched(hub, tmp_path, repo):
+    keep = sentinels(tmp_path)
+    before = files_under(tmp_path)
+    result, _ = fetch(hub, tmp_path, repo)
+    assert result.returncode == 1, result.stderr
+    verdict = result.stdout.strip()
+    assert verdict.startswith(f"model not fetched: {repo} (model.id): refused: the listing names "
+                              f"{ESCAPES[repo]!r}, which "), verdict
+    assert verdict.endswith(": not a plain path inside the snapshot"), verdict
+    assert all(path.read_text() == "mine" for path in keep)
+    # refused from the listing alone: no file fetched, no snapshot, no ref, no manifest, anywhere
+    assert files_under(tmp_path) == before
+    assert not any(SEEN.get((method, repo)) for method in ("GET", "HEAD"))
+
+
+def test_an_endless_body_stops_at_the_listed_size(hub, tmp_path):
+    result, took = fetch(hub, tmp_path, "org/endless", KIT_FETCH_ATTEMPTS="1")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.strip() == (
+        "model not fetched: org/endless (model.id): refused: model.safetensors: the mirror sent more than the 100 "
+        "bytes its listing says (that revision's snapshot was removed; check HF_ENDPOINT, the mirror may serve "
+        "other files)")
+    written = sum(p.stat().st_size for p in (tmp_path / "hf").rglob("*") if p.is_file() and not p.is_symlink())
+    assert written < 1000, written  # config.json and nothing of the endless body
+    assert not snapshot_of(tmp_path, "org/endless").exists()
+    assert took < 30, took
+
+
+def test_a_revision_that_is_no_ref_name_is_refused_by_the_preset_and_by_the_fetch(hub, tmp_path):
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+
+    for revision in ("../../x", "main/../../x", "a//b", "/abs", "x\\y", ".hidden", "v1.lock", "a b"):
+        result = CliRunner().invoke(cli, ["validate", "preset=rtx4090-awq", "model.id=org/llama",
+                                          f"model.revision={revision}"])
+        assert result.exit_code == 1, (revision, result.output)
+        assert "override model.revision: " in result.output and "a revision is a 40-hex commit" in result.output
+    for revision in ("main", "v1.0", "refs/pr/1", COMMIT):
+        result = CliRunner().invoke(cli, ["validate", "preset=rtx4090-awq", "model.id=org/llama",
+                                          f"model.revision={revision}"])
+        assert "override model.revision: " not in result.output, (revision, result.output)
+    # The fetch's own check, for a spec written by hand (or an older render): nothing asked, nothing written.
+    keep = sentinels(tmp_path)
+    _, _, preset = load_preset("rtx4090-awq", ["model.id=org/llama"])
+    command = host_command("rtx4090-awq", preset, "org/llama", tmp_path)
+    spec = json.loads(command[-1])
+    spec["artefacts"][0]["revision"] = "../../../../x"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KIT_FETCH_"))}
+    env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
+    before = files_under(tmp_path)
+    result = subprocess.run([*command[:-1], json.dumps(spec)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 1
+    assert result.stdout.strip() == ("model not fetched: org/llama (model.id): refused: revision '../../../../x' "
+                                     "holds '..' or '@{', or ends with '.' or '/'")
+    assert files_under(tmp_path) == before and all(path.read_text() == "mine" for path in keep)
+    assert not SEEN
+
+
+def test_the_snapshot_ref_and_manifest_stay_in_the_repos_folder(hub, tmp_path):
+    keep = sentinels(tmp_path)
+    result, _ = fetch(hub, tmp_path, "org/adapter")
+    assert result.returncode == 0, result.stderr
+    repo = tmp_path / "hf" / "hub" / "models--org--adapter"
+    written = set(files_under(tmp_path))
+    outside = {w for w in written if not w.startswith("hf/hub/models--org--adapter/")}
+    assert outside == {str(k.relative_to(tmp_path)) for k in keep}
+    assert (repo / "refs" / "main").read_text() == COMMIT
+    assert (repo / "snapshots" / COMMIT / "vllm-kit-manifest.json").is_file()
+    for link in (repo / "snapshots" / COMMIT).iterdir():
+        if link.name != "vllm-kit-manifest.json":
+            assert link.is_symlink() and link.resolve().parent == (repo / "blobs").resolve()
+

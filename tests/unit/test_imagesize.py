@@ -57,6 +57,22 @@ def test_distributions_from_records_largest_first():
     assert by_name[NO_DIST] == {"name": NO_DIST, "version": "", "bytes": 2040, "files": 2}  # stray.py, libc
 
 
+def test_byte_code_belongs_to_its_sources_distribution_listed_or_not():
+    # pip --no-compile, then compileall (the kit's images), and uv: RECORD lists no byte-code; pip's own compile does.
+    record = "torch/__init__.py,,\ntorch/nn.py,,\ntorch/__pycache__/nn.cpython-311.pyc,,\ntorch-2.14.0.dist-info/RECORD,,\n"
+    result = breakdown_from_tar(_tar({
+        f"{SITE}/torch/__init__.py": b"i",
+        f"{SITE}/torch/__pycache__/__init__.cpython-311.pyc": b"p" * 100,  # unlisted
+        f"{SITE}/torch/nn.py": b"n",
+        f"{SITE}/torch/__pycache__/nn.cpython-311.pyc": b"q" * 200,  # listed
+        f"{SITE}/torch/__pycache__/gone.cpython-311.pyc": b"g" * 7,  # its source is not in the image
+        f"{SITE}/torch-2.14.0.dist-info/RECORD": record.encode(),
+    }), "img")
+    by_name = {d["name"]: d for d in result.distributions}
+    assert by_name["torch"]["files"] == 5 and by_name["torch"]["bytes"] == 302 + len(record)
+    assert by_name[NO_DIST] == {"name": NO_DIST, "version": "", "bytes": 7, "files": 1}
+
+
 def test_directories_and_total():
     result = breakdown_from_tar(_image(), "img")
     assert result.files == 8  # regular files only: the symlink carries no bytes

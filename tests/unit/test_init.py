@@ -87,6 +87,29 @@ def test_init_from_another_preset_and_from_a_file(project, tmp_path):
     assert "# my note" in text and "from a preset file" in text and str(own) not in text
 
 
+@pytest.mark.parametrize("name", ["rtx4090-awq", "cpu-embed"])
+def test_init_of_a_shipped_name_starts_from_that_preset(project, name):
+    """`kit init rtx4090-awq` wrote the cpu preset under the shipped name, so preset=rtx4090-awq in this folder
+    rendered a CPU stack. Without --from it is now the shipped preset's copy: the same deployment until edited."""
+    shipped = load_preset(name)[2]
+    made = kit("init", name, "--json")
+    assert made.exit_code == 0, made.output
+    data = json.loads(made.stdout)["data"]
+    assert data["from"] == str(PRESETS_DIR / f"{name}.yaml") and data["shadows"] == ["shipped"]
+    path = project / "presets" / f"{name}.yaml"
+    assert find_preset(name) == path
+    assert load_preset(name)[2] == shipped
+    assert yaml.safe_load(path.read_text()) == yaml.safe_load((PRESETS_DIR / f"{name}.yaml").read_text())
+    assert f"started from the {name} preset it shadows" in path.read_text()
+
+
+def test_init_of_a_users_config_preset_name_starts_from_it(project, tmp_path):
+    mine = user_presets(tmp_path) / "lab.yaml"
+    mine.write_text((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
+    assert kit("init", "lab").exit_code == 0
+    assert load_preset("lab")[2].hardware.gpu == "rtx4090"
+
+
 def test_init_refuses_to_overwrite(project):
     (project / "presets").mkdir()
     (project / "presets" / "mine.yaml").write_text("# my own\n")

@@ -54,7 +54,7 @@ BENIGN = {
     "runtime.compile_cache_volume": "cc",
     "runtime.cpu_omp_threads_bind": "auto",
     "runtime.k8s_runtime_class": "nvidia",
-    "runtime.env.FOO": "bar",
+    "runtime.unsafe_env.FOO": "bar",
     "hardware.l4t": "r36.4",
     "engine.tokenizer": "org/tokenizer",
     "engine.chat_template": "template.jinja",
@@ -193,12 +193,12 @@ def test_every_line_break_is_refused_by_validate_and_render_alike(path, piece):
                                    "#c", " # c", "$HOME", "${X:?boom}", "$(id)", "`id`", "'q'", '"q"', "a: b",
                                    "- x", "[a]", "{a: 1}", "&a", "*a", "!!python/object:os.system", "|", ">"])
 def test_typed_words_and_yaml_syntax_stay_strings_in_compose(piece):
-    files = prepare("cpu", [override("runtime.env.FOO", piece), override("model.served_model_name", "n" + piece)]).files
+    files = prepare("cpu", [override("runtime.unsafe_env.FOO", piece), override("model.served_model_name", "n" + piece)]).files
     doc = yaml.safe_load(files["compose.yaml"])
     server = doc["services"]["vllm"]
     assert server["environment"]["FOO"] == compose_escape(piece)
     assert compose_escape("n" + piece) in server["command"]
-    assert structure(files) == structure(prepare("cpu", ["runtime.env.FOO=bar", "model.served_model_name=nbar"]).files)
+    assert structure(files) == structure(prepare("cpu", ["runtime.unsafe_env.FOO=bar", "model.served_model_name=nbar"]).files)
 
 
 # ---------------------------------------------------------------------------------------------- the rules
@@ -272,7 +272,7 @@ def test_validate_and_render_refuse_the_same_values():
     # Validation runs the rules the renderers apply: a value refused at render is refused by `kit validate`.
     from kit.config.preset import load_preset
     for path, bad in [("model.id", "--help"), ("engine.tokenizer", "-x"), ("image.base", "Debian:12"),
-                      ("image.extra_pip", "--index-url=https://evil"), ("runtime.env.FOO", "a\u2028b"),
+                      ("image.extra_pip", "--index-url=https://evil"), ("runtime.unsafe_env.FOO", "a\u2028b"),
                       ("model.served_model_name", "a\x85b"), ("image.repository", "x:1")]:
         with pytest.raises(KitError):
             load_preset("cpu", [override(path, bad)])

@@ -47,7 +47,7 @@ def test_the_layout_script_is_part_of_the_image_tag():
 
 
 @pytest.mark.parametrize(("name", "overrides"), [("a100x8", []), ("cpu", []), ("orin", []),
-                                                ("rtx4090-awq", ['image.cuda="12.9"'])])
+                                                ("rtx4090-awq", ["image.vllm_version=0.16.0", 'image.cuda="12.9"'])])
 def test_other_strategies_and_cuda_builds_have_no_jit_toolchain(name, overrides):
     # The pin is the toolkit of the release's own torch build; another CUDA brings another torch and toolkit.
     prepared = prepare(name, overrides=overrides)

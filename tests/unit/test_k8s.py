@@ -82,11 +82,16 @@ def assert_pod_basics(pod_spec: dict, *, shm: str, gpus: int | None, serves: boo
     assert all("value" not in by_name[n] for n in ("VLLM_API_KEY", "NCCL_SOCKET_IFNAME") if n in by_name)
     assert ("VLLM_API_KEY" in by_name) is serves
     if serves:
-        assert by_name["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True
+        # Required by default (runtime.require_api_key): the pod does not start without the Secret's key.
+        assert by_name["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is False
     if serves:
+        # The server listens on the pod's loopback only; its probes ask it there, the pod's one port is the door's.
+        assert container["args"][container["args"].index("--host") + 1] == "127.0.0.1"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
-        assert {"name": "http", "containerPort": 8000} in container["ports"]
+            assert "http://127.0.0.1:8001/health" in container[probe]["exec"]["command"][-1], probe
+        assert all(p["name"] != "http" for p in container.get("ports", []))
+        door = next(c for c in pod_spec["containers"] if c["name"] == "door")
+        assert door["ports"] == [{"name": "http", "containerPort": 8000}]
 
 
 @pytest.mark.parametrize("preset", preset_names())
@@ -109,9 +114,10 @@ def test_single_node_gpu_deployment():
     # The official image's own user, vllm (uid 2000, gid 0): its home and caches are group 0 writable.
     assert_pod_basics(spec, shm="3Gi", gpus=2, user=(2000, 0))  # 2 GiB + 1 GiB for the second rank
     container = server_container(spec)
-    assert container["command"] == ["vllm", "serve"] and container["args"][0] == "Qwen/Qwen2.5-14B-Instruct"
+    # The server's command (after the empty-key guard, when the key is required) and its args.
+    assert container["command"][-2:] == ["vllm", "serve"] and container["args"][0] == "Qwen/Qwen2.5-14B-Instruct"
     assert container["args"][container["args"].index("--tensor-parallel-size") + 1] == "2"
-    assert container["args"][container["args"].index("--port") + 1] == "8000"
+    assert container["args"][container["args"].index("--port") + 1] == "8001"  # on the pod's loopback, behind the door
     startup = container["startupProbe"]
     d = prepare("rtx3090x2-fp16", target="k8s").deployment
     assert startup["periodSeconds"] * startup["failureThreshold"] >= d.runtime.healthcheck_start_period
@@ -146,19 +152,19 @@ def test_several_nodes_render_a_leaderworkerset():
     assert_pod_basics(leader["spec"], shm=shm, gpus=8, user=(2000, 0))
     assert_pod_basics(worker["spec"], shm=shm, gpus=8, serves=False, user=(2000, 0))
     head = server_container(leader["spec"])
-    assert head["command"] == ["python3", f"{LAUNCHER_DIR}/ray_node.py"]
+    assert head["command"][-2:] == ["python3", f"{LAUNCHER_DIR}/ray_node.py"]  # after the guard when the key is required
     args = head["args"]
     assert args[:3] == ["head", "--nodes", "2"]
     server = args[args.index("--") + 1:]
     assert server[server.index("--pipeline-parallel-size") + 1] == "2"
     assert server[server.index("--distributed-executor-backend") + 1] == "ray"
-    assert server[server.index("--host") + 1] == "0.0.0.0"
+    assert server[server.index("--host") + 1] == "127.0.0.1"  # behind the leader pod's door
     worker_container = worker["spec"]["containers"][0]
     assert worker_container["args"][:3] == ["worker", "--address", "$(LWS_LEADER_ADDRESS):6379"]
     for pod in (leader, worker):
         env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
         assert env["VLLM_HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    config_map = by_kind(docs, "ConfigMap")
+    config_map = docs["k8s/ray-node-configmap.yaml"]
     validate_core(config_map)
     assert "def run_head" in config_map["data"]["ray_node.py"]
     service = by_kind(docs, "Service")
@@ -277,3 +283,87 @@ def test_an_image_with_no_registry_host_is_a_warning_that_says_to_push_it():
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--target", "k8s", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "warning: presets/cpu.yaml: image: the manifests name the image vllm-kit/cpu" in result.output
+
+
+def door_of(spec: dict) -> dict:
+    return next(c for c in spec["containers"] if c["name"] == "door")
+
+
+@pytest.mark.parametrize("preset,overrides", [("cpu", ()), ("cpu-embed", ()), ("a100x8", ("hardware.nodes=2",))])
+def test_the_door_stands_in_front_of_the_server_as_in_compose(preset, overrides):
+    """Issue 35: the Service reached every route of vLLM (/invocations, /tokenize answer without its key). Now the
+    compose stacks' door is a sidecar: the pod's only port, the server on the pod's loopback, the same config."""
+    docs = manifests(preset, *overrides)
+    pods = [by_kind(docs, "Deployment")["spec"]["template"]] if "k8s/deployment.yaml" in docs else \
+        [by_kind(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]]
+    config = docs["k8s/door-configmap.yaml"]
+    validate_core(config)
+    cfg = config["data"]["haproxy.cfg"]
+    assert "server api 127.0.0.1:8001\n" in cfg and "resolvers" not in cfg
+    assert "path /invocations" not in cfg and "path /tokenize" not in cfg
+    assert "${POD_NAMESPACE}" in cfg and '"localhost:8000"' in cfg
+    for pod in pods:
+        validate_pod_template(pod)
+        spec = pod["spec"]
+        door = door_of(spec)
+        server = server_container(spec)
+        assert server["args"][server["args"].index("--host") + 1] == "127.0.0.1"
+        assert all(p.get("name") != "http" for p in server.get("ports", []))
+        assert door["ports"] == [{"name": "http", "containerPort": 8000}]
+        assert door["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                           "capabilities": {"drop": ["ALL"]}}
+        assert door["image"].startswith("haproxy:") and "@sha256:" in door["image"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["door-config"]["configMap"]["name"] == config["metadata"]["name"]
+        env = {e["name"]: e for e in door["env"]}
+        assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "VLLM_API_KEY"
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    service = by_kind(docs, "Service")
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http"}]
+    policy = by_kind(docs, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_an_empty_required_key_stops_the_server_at_start():
+    """Issue 35: `optional: false` only checks that the Secret has the name; `--from-env-file` with `VLLM_API_KEY=`
+    gave an empty key and vLLM ran open. The command checks the value before it execs the server (run here by sh)."""
+    import os
+    import subprocess
+
+    spec = by_kind(manifests("cpu", "runtime.require_api_key=true"), "Deployment")["spec"]["template"]["spec"]
+    server = server_container(spec)
+    env = {e["name"]: e for e in server["env"]}
+    assert env["VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is False
+    plain = server_container(by_kind(manifests("cpu", "runtime.require_api_key=false"), "Deployment")["spec"][
+        "template"]["spec"])
+    # The guard goes before the server's own command; the args stay as they were.
+    assert server["command"][:2] == ["/bin/sh", "-c"] and server["command"][3:] == plain["command"]
+    assert server["args"] == plain["args"]
+    # The guard as the container runs it, with `echo` in place of the server.
+    script = server["command"][2]
+    for key, code, out in (("", 1, ""), ("k3y", 0, "started --port 8001")):
+        run = subprocess.run(["/bin/sh", "-c", script, "echo", "started", "--port", "8001"], capture_output=True,
+                             text=True, env={**os.environ, "VLLM_API_KEY": key}, timeout=10)
+        assert (run.returncode, run.stdout.strip()) == (code, out), run
+        assert ("VLLM_API_KEY is empty" in run.stderr) is (code == 1)
+    unset = subprocess.run(["/bin/sh", "-c", script, "echo", "started"], capture_output=True, text=True, timeout=10,
+                           env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
+    assert unset.returncode == 1
+    # Without the requirement the server's own command runs as before.
+    assert plain["command"][0] == "/opt/venv/bin/python" and "/bin/sh" not in plain["command"]
+
+
+def test_the_fetch_has_no_capability():
+    """Issue 35: the fetch init container got the server's SYS_NICE (CPU backend)."""
+    spec = by_kind(manifests("cpu"), "Deployment")["spec"]["template"]["spec"]
+    for init in spec["initContainers"]:
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}, init["name"]
+    assert server_container(spec)["securityContext"]["capabilities"]["add"] == ["SYS_NICE"]
+
+
+def test_a_ray_port_on_the_servers_pod_port_is_refused():
+    from kit.core.errors import KitError
+
+    with pytest.raises(KitError) as info:
+        prepare("a100x8", ["hardware.nodes=2", "cluster.ray_port=8001"], target="k8s")
+    assert "cluster.ray_port" in " ".join([str(info.value), *map(str, info.value.problems)])

@@ -93,6 +93,15 @@ def test_make_lock_needs_a_wheelhouse_before_touching_docker():
         make_lock(cpu(), overrides=[], base_image_option=BASE, offline=True, wheelhouse=None)
 
 
+def test_kit_lock_without_a_wheelhouse_fails_before_writing_anything(tmp_path):
+    out = tmp_path / "d"
+    out.mkdir()
+    result = CliRunner().invoke(cli, ["lock", "preset=cpu", "--out", str(out), "--offline"])
+    assert result.exit_code == 1, result.output
+    assert "needs --wheelhouse" in result.stderr
+    assert list(out.iterdir()) == [], "the folder was written before the refusal"
+
+
 def locked(prepared, wheelhouse=None, **changes):
     from kit.image.lock import render_inputs
 

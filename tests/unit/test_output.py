@@ -112,6 +112,11 @@ def test_fixes_are_preset_overrides_when_planning_a_preset():
     assert result.exit_code == 1 and messages
     assert messages[0].startswith("engine.max_model_len=") and not any(m.startswith("--") for m in messages)
     assert any(m.startswith("engine.tensor_parallel_size=2 hardware.count=2") for m in messages)
+    # a Jetson module is one GPU per host: no fix offers more of them
+    jetson = CliRunner().invoke(cli, ["plan", "preset=orin", "model=Qwen/Qwen3-32B-AWQ",
+                                      "hardware.gpu=jetson-agx-orin-32gb", "--json"])
+    fixes = json.loads(jetson.stdout)["data"]["suggestions"]
+    assert jetson.exit_code == 1 and fixes and not any("tensor_parallel_size" in s["change"] for s in fixes)
     # Standalone `kit plan --model ...` is a command line: its fixes stay vLLM flags.
     standalone = CliRunner().invoke(cli, ["plan", "--model", "Qwen/Qwen3-32B", "--gpu", "rtx4090", "--json"])
     assert json.loads(standalone.stdout)["data"]["suggestions"][0]["message"].startswith("--")

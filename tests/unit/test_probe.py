@@ -149,3 +149,24 @@ def test_compare_rows_put_the_plan_beside_the_log() -> None:
     assert rows["cuda_graph_gib"]["measured"] == log.cuda_graph_estimate_gib  # V1 runner: the charged estimate
     assert rows["weights_gib"]["planned"] is None and rows["weights_gib"]["difference"] is None
     assert "KV cache tokens" in probe.format_rows(list(rows.values()))
+
+
+def test_a_0_34_log_compares_the_pool_as_captured_and_what_was_kept_for_transients() -> None:
+    # vLLM 0.34's extensible KV cache charges no estimate: the pool as captured comes off, and the margin it keeps
+    # is sized from the larger of the warm-up's peak and torch's growth (kit/data/vllm.yaml kv_sizing)
+    pid = "(EngineCore pid=7) INFO 12-03 10:00:0{} [x.py:1] "
+    text = "\n".join([
+        pid.format(1) + "Available KV cache memory: 121.97 GiB",
+        pid.format(2) + "Free memory on device (139.28/139.81 GiB) on startup. Desired GPU memory utilization is "
+                        "(1.0, 139.81 GiB). Actual usage is 15.98 GiB for consumed memory (weights + non-torch), "
+                        "2.11 GiB for peak activation, and 0.45 GiB for CUDAGraph memory.",
+        pid.format(3) + "Memory after warmup: 121.30 GiB free, 0.01 GiB committed to the KV cache, 2.30 GiB kept for "
+                        "transient activations (2.30 GiB allocated at peak, 1.90 GiB of torch reservation growth); "
+                        "8421 KV cache blocks (117.00 GiB) fit within the requested 139.81 GiB.",
+        pid.format(4) + "Extended KV cache to 8421 blocks (117.04 GiB).",
+    ])
+    log = probe.vllmlog.parse(text)
+    rows = {r["metric"]: r for r in probe.compare({"cuda_graph_gib": 0.5, "activation_gib": 2.0}, log)}
+    assert rows["cuda_graph_gib"]["measured"] == 0.45
+    assert rows["kv_cache_gib"]["measured"] == 117.04
+    assert (rows["kept_for_transients_gib"]["planned"], rows["kept_for_transients_gib"]["measured"]) == (2.0, 2.30)

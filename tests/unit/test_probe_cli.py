@@ -16,6 +16,7 @@ pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).resolve().parents[2] / "kit" / "data" / "calibration" / "h200-vllm-0.26.0"
 REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
+WITHOUT_VLLM = Path(__file__).parent / "fixtures" / "without_vllm"  # a sitecustomize that hides vLLM
 
 
 @pytest.fixture
@@ -65,17 +66,17 @@ def test_probe_table_and_failed_start(stand_in_vllm: Path, monkeypatch: pytest.M
 
 
 def test_native_probe_without_vllm_reports_its_error_and_leaves_no_temporary_folder(tmp_path: Path) -> None:
-    # The real thing: `kit probe --native` in a child process on this Python, which has no vLLM installed.
-    import importlib.util
+    # The real thing: `kit probe --native` in a child process on this Python, with vLLM hidden from it and from the
+    # server it starts (WITHOUT_VLLM), so the test runs whether or not this Python has vLLM installed.
     import subprocess
     import sys
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed in this Python: this test is about a host without it")
     temp, cache = tmp_path / "tmp", tmp_path / "cache"
     temp.mkdir()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(temp), "XDG_CACHE_HOME": str(cache),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+           "PYTHONPATH": f"{WITHOUT_VLLM}:{Path(__file__).resolve().parents[2]}"}
+    hidden = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True, env=env, check=False)
+    assert hidden.returncode == 1 and "ModuleNotFoundError: No module named 'vllm'" in hidden.stderr, hidden.stderr
 
     def probe(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kit.cli.main", "probe", *args, "--native", "--timeout", "60"],

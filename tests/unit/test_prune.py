@@ -67,8 +67,10 @@ def test_the_rtx4090_image_leaves_the_cuda12_cute_dsl_out():
     assert "nvidia-cutlass-dsl-libs-cu12" in prepared.deployment.image.exclude_packages
     rendered = json.loads(prepared.files["prune-rules.json"])
     assert "nvidia-cutlass-dsl-libs-cu12" in {d["name"] for d in rendered["distributions"]}
-    # On CUDA 12.9 the cu12 flavour is the one the DSL loads: kept, in the uninstall list and the rules alike.
-    older = prepare("rtx4090-awq", overrides=['image.cuda="12.9"'])
+    # On CUDA 12.9 (vLLM 0.16's own build: slim takes only a release's own CUDA) the cu12 flavour is the one the DSL
+    # loads: kept, in the uninstall list and the rules alike.
+    older = prepare("rtx4090-awq", overrides=["image.vllm_version=0.16.0"], allow_no_fit=True)
+    assert older.deployment.image.cuda == "12.9"
     assert "nvidia-cutlass-dsl-libs-cu12" not in older.deployment.image.exclude_packages
     assert "nvidia-cutlass-dsl-libs-cu12" not in older.files["prune-rules.json"]
 

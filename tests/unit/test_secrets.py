@@ -117,7 +117,7 @@ def test_a_token_in_a_preset_file_is_refused_with_the_file_and_field(tmp_path):
 @pytest.mark.unit
 @pytest.mark.parametrize("override", [
     "image.pip_index_url=https://index.example.internal/simple",
-    "runtime.env.HF_ENDPOINT=https://hf-mirror.example.internal",
+    "runtime.unsafe_env.HF_ENDPOINT=https://hf-mirror.example.internal",
     "model.served_model_name=task-sk-1",
     "runtime.hf_cache_volume=hf_cache_for_the_big_models",
 ])
@@ -188,30 +188,43 @@ def warnings_for(*overrides: str, preset: str = "cpu", target: str = "compose") 
     return [str(w) for w in check_preset(name, path, loaded, target=target).warnings]
 
 
+KEYLESS = "runtime.require_api_key=false"
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.168.1.10"])
-def test_publishing_beyond_loopback_is_a_warning_naming_the_key(address):
-    found = [w for w in warnings_for(f"runtime.bind_address={address}") if "runtime.bind_address" in w]
-    assert len(found) == 1 and "VLLM_API_KEY" in found[0] and address in found[0]
+def test_a_keyless_stack_published_beyond_loopback_is_a_warning_naming_the_key(address):
+    found = [w for w in warnings_for(KEYLESS, f"runtime.bind_address={address}") if "runtime.require_api_key" in w]
+    assert len(found) == 1 and "VLLM_API_KEY" in found[0] and address in found[0] and "beyond" in found[0]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("address", ["0.0.0.0", "127.0.0.1", "::1"])
+def test_the_key_required_by_default_leaves_nothing_to_warn_of(address):
+    assert not [w for w in warnings_for(f"runtime.bind_address={address}") if "require_api_key" in w or "bind" in w]
 
 
 @pytest.mark.unit
 @pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
-def test_loopback_has_no_exposure_warning(address):
-    assert not [w for w in warnings_for(f"runtime.bind_address={address}") if "runtime.bind_address" in w]
+def test_a_keyless_stack_on_loopback_is_still_warned_about(address):
+    # A web page in a browser on this host reaches 127.0.0.1 too (issue 35, item 3).
+    found = [w for w in warnings_for(KEYLESS, f"runtime.bind_address={address}") if "runtime.require_api_key" in w]
+    assert len(found) == 1 and "a web page in a browser here" in found[0] and "beyond" not in found[0]
 
 
 @pytest.mark.unit
-def test_kubernetes_ignores_bind_address_so_no_exposure_warning():
-    assert not [w for w in warnings_for("runtime.bind_address=0.0.0.0", target="k8s") if "runtime.bind_address" in w]
+def test_kubernetes_ignores_bind_address_but_warns_of_a_keyless_stack():
+    found = warnings_for(KEYLESS, "runtime.bind_address=0.0.0.0", target="k8s")
+    assert not [w for w in found if "runtime.bind_address" in w]
+    assert [w for w in found if "runtime.require_api_key" in w and "every pod" in w]
 
 
 @pytest.mark.unit
-def test_validate_and_render_print_the_exposure_warning(tmp_path):
-    for args in (["validate"], ["render", "--out", str(tmp_path / "out")]):
-        result = CliRunner().invoke(cli, [*args, "preset=cpu", "runtime.bind_address=0.0.0.0"])
+def test_validate_and_render_print_the_keyless_warning_every_time(tmp_path):
+    for args in (["validate"], ["render", "--out", str(tmp_path / "out")], ["render", "--out", str(tmp_path / "out")]):
+        result = CliRunner().invoke(cli, [*args, "preset=cpu", KEYLESS, "runtime.bind_address=0.0.0.0"])
         assert result.exit_code == 0, result.output
-        assert "runtime.bind_address" in result.output and "VLLM_API_KEY" in result.output
+        assert "runtime.require_api_key: false" in result.output and "VLLM_API_KEY" in result.output
 
 
 # ---------------------------------------------------------------------------------------------- CLUSTER.md

@@ -85,7 +85,9 @@ def test_every_compose_service_gets_only_its_names_and_is_hardened(case):
 def test_the_server_and_the_fetch_split_the_secrets():
     services = compose_services(rendered("cpu"))
     server, fetch = services["compose.yaml:vllm"]["environment"], services["compose.yaml:model-fetch"]["environment"]
-    assert server["VLLM_API_KEY"] is None and "HF_TOKEN" not in server and "HF_ENDPOINT" not in server
+    # The key is required by default (runtime.require_api_key): a required interpolation, never a value.
+    assert server["VLLM_API_KEY"].startswith("${VLLM_API_KEY:?") and "HF_TOKEN" not in server
+    assert "HF_ENDPOINT" not in server
     assert fetch["HF_TOKEN"] is None and fetch["HF_ENDPOINT"] is None and "VLLM_API_KEY" not in fetch
     # The kit's own values are kept, and win over a name of the table.
     assert server["HF_HUB_OFFLINE"] == "1"
@@ -103,20 +105,28 @@ def test_ray_workers_never_get_the_api_key_and_gpu_ranks_get_cuda_compat():
     assert "VLLM_ENABLE_CUDA_COMPATIBILITY" not in env_read(cpu)
 
 
-def test_a_required_key_refuses_to_start_without_it():
-    files = prepare("cpu", ["runtime.require_api_key=true", "runtime.bind_address=0.0.0.0"]).files
+def test_the_key_is_required_by_default_and_keyless_only_by_name():
+    files = prepare("cpu", ["runtime.bind_address=0.0.0.0"]).files
     server = compose_services(files)["compose.yaml:vllm"]
     assert server["environment"]["VLLM_API_KEY"].startswith("${VLLM_API_KEY:?")
-    assert "\nVLLM_API_KEY=\n" in files[".env.example"]  # uncommented: the user must fill it
+    assert "kit render writes a random one into .env" in files[".env.example"]
+    keyless = prepare("cpu", ["runtime.require_api_key=false"]).files
+    assert compose_services(keyless)["compose.yaml:vllm"]["environment"]["VLLM_API_KEY"] is None
 
 
-def test_exposure_warning_goes_once_the_key_is_required():
-    def warnings(*overrides):
-        return prepare("cpu", list(overrides)).report.warnings
+def test_a_keyless_stack_is_warned_about_on_every_bind():
+    def warnings(*overrides, target="compose"):
+        return [str(w) for w in prepare("cpu", list(overrides), target=target).report.warnings
+                if "require_api_key" in w.where]
 
-    assert any("runtime.bind_address" in w.where for w in warnings("runtime.bind_address=0.0.0.0"))
-    assert not any("runtime.bind_address" in w.where
-                   for w in warnings("runtime.bind_address=0.0.0.0", "runtime.require_api_key=true"))
+    assert warnings() == warnings("runtime.bind_address=0.0.0.0") == []
+    loopback = warnings("runtime.require_api_key=false")
+    assert len(loopback) == 1 and loopback[0].startswith("override runtime.require_api_key: false: ")
+    assert "a web page in a browser here, through 127.0.0.1:8000" in loopback[0]
+    (wide,) = warnings("runtime.require_api_key=false", "runtime.bind_address=0.0.0.0")
+    assert "anyone who reaches 0.0.0.0:8000, beyond this host's loopback" in wide
+    (pods,) = warnings("runtime.require_api_key=false", target="k8s")
+    assert "every pod that reaches the Service" in pods
 
 
 def test_the_table_names_only_what_its_readers_read():
@@ -162,18 +172,19 @@ def test_every_k8s_container_gets_only_its_keys(case):
             assert "envFrom" not in container, container["name"]
             refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
                     if "secretKeyRef" in e.get("valueFrom", {})}
-            assert all(ref["key"] == name and ref["optional"] is True for name, ref in refs.items())
+            # Optional, but the key the server requires by default (runtime.require_api_key).
+            assert all(ref["key"] == name and ref["optional"] is (name != "VLLM_API_KEY") for name, ref in refs.items())
             if container["name"] == "model-fetch":
                 assert {"HF_TOKEN", "HF_ENDPOINT"} <= set(refs) and "VLLM_API_KEY" not in refs
             else:
                 assert "HF_TOKEN" not in refs and "HF_ENDPOINT" not in refs
-                assert ("VLLM_API_KEY" in refs) is (container["name"] == "vllm")
+                assert ("VLLM_API_KEY" in refs) is (container["name"] in ("vllm", "door"))  # the server and its door
             # Kubernetes has no watchdog: its names would reach nothing.
             assert not any(n.startswith("KIT_WATCHDOG") for n in refs)
 
 
 def test_a_required_key_is_not_optional_on_kubernetes():
-    docs = k8s_docs(prepare("cpu", ["runtime.require_api_key=true"], target="k8s").files)
+    docs = k8s_docs(prepare("cpu", [], target="k8s").files)  # required by default
     (pod,) = pod_specs(docs)
     server = pod["containers"][0]
     ref = next(e for e in server["env"] if e["name"] == "VLLM_API_KEY")["valueFrom"]["secretKeyRef"]
@@ -221,9 +232,9 @@ def test_a_name_in_env_that_no_container_reads_is_a_warning_naming_only_the_name
 
     files = prepare("cpu").files
     env = "VLLM_API_KEY=k\n# VLLM_LOGGING_LEVEL=INFO\nexport HF_TOKEN=t\nVLLM_LOGGING_LEVEL=DEBUG-secretish\nnoequals\n"
-    assert unread_env_names(files, env) == ["VLLM_LOGGING_LEVEL"]
-    assert unread_env_names(prepare("cpu", with_profiles=["monitoring"]).files, "GRAFANA_ADMIN_PASSWORD=x\n") == []
-    assert unread_env_names(prepare("cpu", target="k8s").files, "ANYTHING=x\n") == []
+    assert unread_env_names(files, ["VLLM_API_KEY", "HF_TOKEN", "VLLM_LOGGING_LEVEL"]) == ["VLLM_LOGGING_LEVEL"]
+    assert unread_env_names(prepare("cpu", with_profiles=["monitoring"]).files, ["GRAFANA_ADMIN_PASSWORD"]) == []
+    assert unread_env_names(prepare("cpu", target="k8s").files, ["ANYTHING"]) == []
     (tmp_path / ".env").write_text(env)
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,9 @@ def test_the_image_compiles_byte_code_reproducibly_instead_of_deleting_it():
     assert step.index("-name '__pycache__'") < step.index("compileall")
     # one process per package, one hash seed, hash-based: two builds write the same bytes (test_registry_lock.py)
     assert "PYTHONHASHSEED=0 xargs -0 -n 1" in step and "compileall -q --invalidation-mode unchecked-hash" in step
+    # Once: pip's own byte-code would only be deleted by the step, so every pip install in it skips compiling.
+    installs = re.findall(r"pip install [^;\\]*", step)
+    assert len(installs) == 2 and all("--no-compile" in line for line in installs), installs
 
 
 HARNESS_LOG = """\

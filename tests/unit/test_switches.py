@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import is_hub_id, model_path_problem
+from kit.config.preset import is_hub_id, load_preset, model_path_problem
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError
 from kit.deploy.pipeline import prepare
@@ -48,9 +48,12 @@ def test_the_four_named_in_the_issue_are_refused():
 
 
 @pytest.mark.parametrize("name", [n for n, r in RULES["env"].items() if r["action"] == "warn"])
-def test_environment_switches_that_widen_the_server_are_warnings(name):
-    [warning] = [w for w in warnings([f"runtime.env.{name}=1"]) if name in w]
-    assert warning.startswith(f"override runtime.env.{name}: opens the server: {name}")
+def test_environment_switches_that_widen_the_server_are_unsafe_and_warned_about(name):
+    assert any(p.startswith(f"override runtime.env.{name}: {name} is not on the kit's list")
+               for p in problems([f"runtime.env.{name}=1"]))
+    [warning] = [w for w in warnings([f"runtime.unsafe_env.{name}=1"]) if name in w]
+    assert warning.startswith(f"override runtime.unsafe_env.{name}: unsafe: set in the server unchecked")
+    assert f"{name} {RULES['env'][name]['reason']}" in warning
 
 
 def _server_environments(files: dict[str, str]) -> dict[str, dict]:
@@ -88,7 +91,7 @@ def test_the_kits_own_variable_names_the_field_that_sets_it():
     assert "a value here would silently replace it" in problem
     [problem] = problems(["runtime.env.VLLM_CPU_KVCACHE_SPACE=4"])
     assert "hint: remove it from runtime.env; runtime.cpu_kvcache_space_gib sets it" in problem
-    assert problems(["runtime.env.MY_SETTING=1"]) == []  # the user's own variables pass
+    assert problems(["runtime.env.NCCL_DEBUG=INFO"]) == []  # a name on the allow-list passes
 
 
 HUB_MODEL = ["model.id=Qwen/Qwen3-0.6B", "model.host_path=null", "model.generate=null"]
@@ -108,10 +111,26 @@ def test_trust_remote_code_needs_a_pinned_commit():
 
 @pytest.mark.parametrize("flag, value", [("worker_extension_cls", "pkg.Ext"), ("middleware", "[pkg.mw]"),
                                          ("tool_parser_plugin", "/x/plugin.py"),
-                                         ("allowed_local_media_path", "/data")])
-def test_engine_flags_that_load_code_or_open_files_are_warnings(flag, value):
-    [warning] = [w for w in warnings([f"engine.{flag}={value}"]) if f"engine.{flag}:" in w]
-    assert f"override engine.{flag}: loads code or opens files: it {RULES['engine'][flag]['reason']}" in warning
+                                         ("allowed_local_media_path", "/data"),
+                                         ("logging_config", "'{\"version\": 1}'"), ("tokenizer_mode", "custom")])
+def test_engine_flags_that_load_code_or_open_files_are_refused_unless_named_unsafe(flag, value):
+    [refused] = [p for p in problems([f"engine.{flag}={value}"]) if f"engine.{flag}:" in p]
+    assert f"override engine.{flag}: refused: it {RULES['engine'][flag]['reason']}" in refused
+    assert f"runtime.unsafe_engine_flags=[{flag}]" in refused
+    named = [f"engine.{flag}={value}", f"runtime.unsafe_engine_flags=[{flag}]"]
+    [warning] = [w for w in warnings(named) if f"engine.{flag}:" in w]
+    assert f"override engine.{flag}: unsafe: loads code or opens files: it {RULES['engine'][flag]['reason']}" in warning
+
+
+def test_a_tokenizer_mode_vllm_names_passes():
+    assert problems(["engine.tokenizer_mode=hf"]) == []
+    assert problems(["engine.tokenizer_mode=mistral"]) == []
+
+
+def test_unsafe_engine_flags_names_only_flags_the_kit_holds_back():
+    [problem] = problems(["runtime.unsafe_engine_flags=[max_num_seqs]"])
+    assert problem.startswith("override runtime.unsafe_engine_flags: max_num_seqs is not an engine flag the kit "
+                              "holds back") or "runtime.unsafe_engine_flags[0]: max_num_seqs" in problem
 
 
 GPU = ["preset=rtx3090x2-fp16"]
@@ -164,11 +183,27 @@ def test_system_folders_and_escapes_are_refused_as_model_paths(path):
     assert "override model.host_path: " in result.output
 
 
+def test_an_unquoted_tilde_is_the_home_folder_in_a_host_path():
+    """Issue 38: `model.host_path=~` read as YAML's null, so the home folder a zsh user typed passed as "no folder"
+    (bash expands it first). The field is a path: ~ is the home folder there and is refused; null still unsets."""
+    for argv in (["model.host_path=~"], ["model.host_path=~", "model.generate=null"], ["model=~"]):
+        result = validate(*argv)
+        assert result.exit_code == 1, (argv, result.output)
+        assert "override model.host_path: is the home folder itself" in result.output, (argv, result.output)
+    assert validate("model.host_path=null").exit_code == 0
+    # Other text fields keep YAML's meaning: ~ unsets them.
+    assert load_preset("a100x8", ["image.cuda=~"])[2].image.cuda is None
+
+
 @pytest.mark.parametrize("path", ["./models/tiny-llama", "/srv/models/m", "~/models/m", "/etc", "../../etc"])
 def test_a_path_as_model_id_is_refused_with_the_field_to_use(path):
     """Before, a model.id that was a path was bind-mounted; a host folder is now only taken by model.host_path."""
     result = validate(f"model.id='{path}'", "model.host_path=null", "model.generate=null")
     assert result.exit_code == 1
+    if "etc" in path:  # model.host_path refuses it too: no spelling is offered that is refused next (issue 36)
+        assert "override model.id: is a host path that model.host_path refuses too: " in result.output
+        assert "sets both" not in result.output
+        return
     assert "override model.id: is a host path: a model folder goes in model.host_path (mounted read-only)" in result.output
 
 
@@ -201,3 +236,19 @@ def test_model_swap_on_the_command_line_sets_the_field_for_a_folder(tmp_path):
                                   "~/models/m", "/tmp/m", "./a/../b"])
 def test_a_models_own_folder_passes(path):
     assert model_path_problem(path) is None
+
+
+def test_a_link_to_a_system_folder_is_refused_where_it_leads(tmp_path):
+    """Issue 35, item 8: host paths were checked as text, so a link to /etc passed, and so did /var/lib."""
+    link = tmp_path / "models"
+    link.symlink_to("/etc")
+    problem = model_path_problem(str(link / "m"))
+    assert problem == ("resolves, links followed, to /etc/m, which is a system folder (/etc/m): a local model is "
+                       "mounted into the containers; point at the model's own folder (e.g. /srv/models/NAME)")
+    result = validate(f"model.host_path={link}", "model.generate=null")
+    assert result.exit_code == 1 and "override model.host_path: resolves, links followed, to /etc" in result.output
+    assert model_path_problem("/var/lib/docker/volumes/x") and model_path_problem("/var/lib/models/m")
+    real = tmp_path / "real-models"
+    real.mkdir()
+    (tmp_path / "ok").symlink_to(real)
+    assert model_path_problem(str(tmp_path / "ok" / "m")) is None  # a link to an ordinary folder passes

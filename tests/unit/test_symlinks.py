@@ -82,7 +82,11 @@ def test_a_dangling_env_link_is_refused_and_a_linked_env_file_only_read(out, out
     (out / ".env").unlink()
     (outside / "shared.env").write_text("VLLM_API_KEY=mine\n")
     (out / ".env").symlink_to(outside / "shared.env")
-    assert write_smoke_env(out) == {"VLLM_API_KEY": "mine"}
+    from kit.core.envfile import EnvFileError
+
+    # Issue 35: .env is read only as a plain file, never through a link (kit/core/envfile.py).
+    with pytest.raises(EnvFileError, match=r"deploy/\.env: is a link; the kit reads \.env only as a plain file"):
+        write_smoke_env(out)
     assert (outside / "shared.env").read_text() == "VLLM_API_KEY=mine\n"
 
 

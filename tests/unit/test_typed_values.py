@@ -76,7 +76,7 @@ def test_every_integer_converter_in_the_snapshots_is_one_the_reader_knows():
 
 
 def test_text_fields_take_the_text_as_typed():
-    preset = load_preset("rtx4090-awq", ["image.strategy=official", "image.cuda=12.9", "model.served_model_name=0.33",
+    preset = load_preset("rtx4090-awq", ["image.vllm_version=0.16.0", "image.cuda=12.9", "model.served_model_name=0.33",
                                          "runtime.env.NOTE=true", "runtime.env.N=1e3", "model.revision=1.10"])[2]
     assert preset.image.cuda == "12.9" and preset.model.served_model_name == "0.33"
     assert preset.runtime.env == {"NOTE": "true", "N": "1e3"} and preset.model.revision == "1.10"
@@ -93,7 +93,7 @@ def test_a_list_of_text_takes_its_items_as_text():
 
 
 def test_the_presets_own_advice_validates():
-    result = kit("validate", "preset=rtx4090-awq", "image.strategy=official", "image.cuda=12.9")
+    result = kit("validate", "preset=rtx3090x2-fp16", "image.vllm_version=0.16.0")
     assert result.exit_code == 0, result.output
 
 

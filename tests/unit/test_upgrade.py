@@ -45,8 +45,8 @@ def served_args(out: Path) -> list[str]:
 
 def test_the_snapshots_this_file_relies_on_say_what_it_claims():
     # The premises, from the snapshots themselves: if a snapshot is regenerated and they change, say so here.
-    assert {"0.16.0", "0.26.0", "0.32.0", "0.33.0"} <= set(available_versions())
-    assert "0.34.0" not in available_versions()
+    assert {"0.16.0", "0.26.0", "0.32.0", "0.33.0", "0.34.0"} <= set(available_versions())
+    assert "0.35.0" not in available_versions()
     old, new = load_snapshot("0.26.0"), load_snapshot("0.33.0")
     assert "calculate_kv_scales" in old.flags and "calculate_kv_scales" not in new.flags
     assert old.flags["allowed_origins"].default == ["*"] and new.flags["allowed_origins"].default == []
@@ -178,16 +178,16 @@ def test_without_a_folder_the_diff_is_render_against_render():
 
 
 def test_a_release_without_a_snapshot_is_refused_with_how_to_make_one():
-    result = kit("upgrade", "--to", "0.34.0", "preset=rtx4090-awq")
+    result = kit("upgrade", "--to", "0.35.0", "preset=rtx4090-awq")
     assert result.exit_code == 1
-    assert "no vLLM flag snapshot for 0.34.0" in result.stderr
-    assert "python -m kit.config.flagsnap --regenerate 0.34.0" in result.stderr
+    assert "no vLLM flag snapshot for 0.35.0" in result.stderr
+    assert "python -m kit.config.flagsnap --regenerate 0.35.0" in result.stderr
     # the hinted command is the snapshotter's own option
     helped = subprocess.run([sys.executable, "-m", "kit.config.flagsnap", "--help"], capture_output=True, text=True,
                             timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert helped.returncode == 0 and "--regenerate VERSION" in helped.stdout
-    code, env = envelope("upgrade", "--to", "0.34.0", "preset=rtx4090-awq")
-    assert code == 1 and "--regenerate 0.34.0" in env["problems"][0]["hint"]
+    code, env = envelope("upgrade", "--to", "0.35.0", "preset=rtx4090-awq")
+    assert code == 1 and "--regenerate 0.35.0" in env["problems"][0]["hint"]
 
 
 @pytest.mark.parametrize("args", [

@@ -110,7 +110,7 @@ def test_planner_meets_the_kv_targets_on_every_measured_engine() -> None:
     assert len(token_errors) >= 12
     assert statistics.median(token_errors) <= 0.01
     assert max(token_errors) <= 0.03
-    # weights: every case within 1 % (allocator segment tails and Machete's zero points included, README)
+    # weights: every case within 1 % (allocator segment tails and Machete's zero points included, docs/gpu-planning.md)
     assert len(weight_errors) >= 12
     for case_id, error in weight_errors.items():
         assert error <= 0.01, case_id
@@ -206,7 +206,8 @@ def test_033_sampler_state_is_non_torch_memory_that_grows_with_max_num_seqs() ->
 def _inputs_033(entry: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
     raw = dict(entry["inputs"])
     model = load_model_spec(raw.pop("model"))
-    return planner.PlanInputs(model=model, gpu_name="h200", gpu_memory_gib=log.total_gib, **raw)
+    return planner.PlanInputs(model=model, gpu_memory_gib=log.total_gib,
+                             **{"gpu_name": "h200", **raw})
 
 
 @pytest.mark.parametrize("which", ["fit", "held_out"])
@@ -223,3 +224,31 @@ def test_033_planner_meets_the_kv_targets_on_fitted_and_held_out_runs(which: str
         assert abs(result.weights_gib - log.weights_gib) / log.weights_gib <= 0.01, entry["id"]
     assert statistics.median(token_errors) <= 0.01
     assert max(token_errors) <= 0.03
+
+
+def test_a_0_34_log_reads_the_kv_cache_sized_after_warm_up() -> None:
+    # vLLM 0.34.0's lines (extensible_kv_cache.py measure_kv_cache_blocks and extend_kv_cache, gpu_worker.py
+    # determine_available_memory, kv_cache_utils.py update_kv_cache_capacity), filled in as they print: the hook the
+    # 0.34 calibration runs are read with. "Available KV cache memory" is the capacity reserved before warm-up there.
+    pid = "(EngineCore pid=7) INFO 12-03 10:00:0{} [x.py:1] "
+    text = "\n".join([
+        pid.format(1) + "Model loading took 15.27 GiB and 3.1 seconds",
+        pid.format(2) + "Available KV cache memory: 121.97 GiB",
+        pid.format(3) + "Free memory on device (139.28/139.81 GiB) on startup. Desired GPU memory utilization is "
+                        "(1.0, 139.81 GiB). Actual usage is 15.98 GiB for consumed memory (weights + non-torch), "
+                        "2.11 GiB for peak activation, and 0.45 GiB for CUDAGraph memory. Replace ...",
+        pid.format(4) + "Memory after warmup: 121.30 GiB free, 0.01 GiB committed to the KV cache, 2.30 GiB kept for "
+                        "transient activations (2.30 GiB allocated at peak, 1.90 GiB of torch reservation growth); "
+                        "8421 KV cache blocks (117.00 GiB) fit within the requested 139.81 GiB. Torch may reserve up "
+                        "to 19.50 GiB.",
+        pid.format(5) + "Extended KV cache to 8421 blocks (117.04 GiB).",
+        pid.format(6) + "GPU KV cache size: 538,944 tokens, Maximum concurrency for 40,960 tokens per request: 13.16x",
+    ])
+    log = vllmlog.parse(text)
+    assert (log.kv_capacity_gib, log.kv_cache_gib, log.kv_blocks) == (121.97, 117.04, 8421)
+    assert (log.free_after_warmup_gib, log.kept_for_transients_gib, log.transient_peak_gib,
+            log.torch_reserve_growth_gib) == (121.30, 2.30, 2.30, 1.90)
+    assert log.kv_cache_tokens == 538944 and log.gpu_memory_utilization == 1.0
+    assert log.non_torch_gib == pytest.approx(0.71) and log.peak_activation_gib == 2.11
+    # a 0.33 log has none of it
+    assert vllmlog.parse(pid.format(2) + "Available KV cache memory: 100.00 GiB").kv_capacity_gib is None

@@ -11,6 +11,7 @@ The user's own files in the directory must come through every crash untouched.
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +47,9 @@ class Scenario:
     old: dict[str, bytes]  # snapshot after the old render
     new: dict[str, bytes]  # snapshot after the new render over it
     edited: bool  # the old set holds a file the user edited, so re-rendering the old set is refused
+    # The one folder every render of the scenario happens in: the record names the folder's own compose project
+    # (its real path's hash), so old and new sets are the same bytes only in the same folder.
+    work: Path
 
     @property
     def edited_files(self) -> tuple[str, ...]:
@@ -64,13 +68,22 @@ def with_user_files(directory):
         (directory / rel).write_text(text)
 
 
-@pytest.fixture(scope="module", params=["k8s-over-compose", "compose-over-k8s"])
+SCENARIOS = ["k8s-over-compose", "compose-over-k8s"]
+# Killing a write at every step is most of this file's time, and k8s-over-compose most of that (about 55 of 75 s;
+# `--durations`): `make test-unit` runs it for compose-over-k8s and leaves the other scenario to `make test` (CI),
+# which runs both (the slow_unit marker, pyproject.toml).
+EVERY_STEP = pytest.mark.parametrize("sets", [pytest.param("k8s-over-compose", marks=pytest.mark.slow_unit),
+                                              "compose-over-k8s"], indirect=True)
+
+
+@pytest.fixture(scope="module", params=SCENARIOS)
 def sets(request, tmp_path_factory):
     """The directory as the old render leaves it, and as the new render over it leaves it."""
     warm_up([COMPOSE, K8S], tmp_path_factory.mktemp("warm"))
     edited = request.param == "k8s-over-compose"
     old_args, new_args = (COMPOSE, K8S) if edited else (K8S, COMPOSE)
-    ref = tmp_path_factory.mktemp("ref")
+    ref = tmp_path_factory.mktemp("crash") / "work"
+    ref.mkdir()
     with_user_files(ref)
     render(old_args, ref)
     if edited:
@@ -91,12 +104,16 @@ def sets(request, tmp_path_factory):
     else:  # removals, the folder they empty
         assert {"k8s/deployment.yaml", "k8s/", "prune_site.py"} <= gone and old["k8s/"] == DIRECTORY
         assert "notes/" in new
-    return Scenario(old_args, new_args, old, new, edited)
+    shutil.rmtree(ref)
+    return Scenario(old_args, new_args, old, new, edited, ref)
 
 
-def fresh_old(tmp_path, name, old):
-    """A directory holding exactly what the old render left (copied from its snapshot)."""
-    out = tmp_path / name
+def fresh_old(work, name, old):
+    """The scenario's folder holding exactly what the old render left (copied from its snapshot); ``name`` says
+    which attempt it is, for the reader."""
+    out = work
+    if out.exists():
+        shutil.rmtree(out)
     out.mkdir()
     for rel, data in old.items():
         if data == DIRECTORY:
@@ -124,13 +141,14 @@ def check_after_crash(out, old, new, step, edited=()):
     return "old" if rest == old else "new"
 
 
+@EVERY_STEP
 def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     """Kill the write at step 1, 2, 3, ... until it runs to the end; after each kill, the next kit run
     (a render of the new set, a render of the old set, or a dry run) starts by recovering."""
     old, new, OLD, NEW = sets.old, sets.new, sets.old_args, sets.new_args  # noqa: N806 - the module's names
     seen = {}
     for step in range(1, MAX_STEPS + 1):
-        out = fresh_old(tmp_path, f"step{step}", old)
+        out = fresh_old(sets.work, f"step{step}", old)
         crashed = run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)})
         if crashed.code == 0:  # the write has fewer steps than this: it ran to the end
             assert snapshot(out) == new
@@ -167,18 +185,19 @@ def test_kill_at_every_step_leaves_the_old_or_the_new_set(tmp_path, sets):
     assert states.count("old") >= 3 and states.count("committed") >= 3, seen
 
 
+@EVERY_STEP
 def test_kill_during_recovery_recovers_the_same_way(tmp_path, sets):
     """A committed write interrupted, then its recovery interrupted at every step: still old-or-new, then new."""
     old, new, NEW = sets.old, sets.new, sets.new_args  # noqa: N806
-    out = fresh_old(tmp_path, "first", old)
+    out = fresh_old(sets.work, "first", old)
     for step in range(1, MAX_STEPS):  # the first kill that leaves a committed journal
         assert run_kit([*NEW, "--out", str(out)], {CRASH_ENV: str(step)}).code == -9
         if (out / JOURNAL).exists():
             break
-        out = fresh_old(tmp_path, f"first{step}", old)
+        out = fresh_old(sets.work, f"first{step}", old)
     committed = snapshot(out)
     for step in range(2, MAX_STEPS):  # step 1 is taking the lock; recovery starts at step 2
-        again = fresh_old(tmp_path, f"again{step}", committed)
+        again = fresh_old(sets.work, f"again{step}", committed)
         run = run_kit([*NEW, "--out", str(again)], {CRASH_ENV: str(step)})
         if run.code == 0:
             assert snapshot(again) == new
@@ -197,7 +216,7 @@ def test_the_console_entry_point_honours_the_crash_hook(tmp_path, sets):
     # After the commit point, the hardest state to leave behind (k8s over compose: steps 16 to 31 of 32;
     # compose over k8s: 10 to 27 of 28).
     step = 20
-    out = fresh_old(tmp_path, f"proc{step}", old)
+    out = fresh_old(sets.work, f"proc{step}", old)
     proc = subprocess.run([sys.executable, "-m", "kit.cli.main", *NEW, "--out", str(out)], cwd=REPO,
                           env={**os.environ, CRASH_ENV: str(step)}, capture_output=True, timeout=120)
     assert proc.returncode == -9
@@ -208,15 +227,16 @@ def test_the_console_entry_point_honours_the_crash_hook(tmp_path, sets):
 
 def test_two_renders_at_once_leave_one_complete_set(tmp_path):
     """Both writers crawl (a delay at every step) so that, without the lock, their renames would interleave."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    for ref, port in ((a, "8101"), (b, "8102")):
-        ref.mkdir()
-        render(OLD, ref)
-        render([*OLD, f"runtime.port={port}", "engine.max_model_len=1024"], ref)
-    want_a, want_b = snapshot(a), snapshot(b)
-    assert want_a != want_b
+    # Each complete set as a render leaves it in the race's own folder (the record names the folder's project).
     out = tmp_path / "race"
     out.mkdir()
+    wants = []
+    for port in ("8101", "8102"):
+        render(OLD, out)
+        render([*OLD, f"runtime.port={port}", "engine.max_model_len=1024"], out)
+        wants.append(snapshot(out))
+    want_a, want_b = wants
+    assert want_a != want_b
     render(OLD, out)
     slow = {DELAY_ENV: "0.03"}
     children = [start_kit([*OLD, f"runtime.port={port}", "engine.max_model_len=1024", "--out", str(out)], slow)

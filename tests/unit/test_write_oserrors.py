@@ -220,8 +220,11 @@ def test_something_else_at_the_manifest_path_is_refused_before_anything_is_stage
 
 def test_a_read_only_directory_with_nothing_to_change_renders(tmp_path):
     """The lock file is opened read-only there; the render finds every file identical and writes nothing."""
-    seed = rendered(tmp_path, "seed")
-    mnt = tmp_path / "mnt"
+    # Rendered where the tmpfs will be mounted: the record names the folder's own compose project (a hash of its
+    # path), so only a render made at that path is identical there.
+    mnt = rendered(tmp_path, "mnt")
+    seed = tmp_path / "seed"
+    shutil.copytree(mnt, seed, symlinks=True)
     proc = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap", OLD, mnt, writable=False)
     assert proc.returncode == 0, proc.stderr
     # every rendered file: fetch_files.py, serve_watchdog.py, tinymodel.py, door/haproxy.cfg and the record

@@ -121,7 +121,7 @@ def args_of(server: dict, target: str) -> list[str]:
 @pytest.mark.parametrize("target", ["compose", "k8s"])
 @pytest.mark.parametrize("value", TYPED)
 def test_a_typed_word_reaches_compose_and_k8s_as_the_same_env_value(value, target):
-    text, server = rendered(target, override(f"runtime.env.{ENV}", value))
+    text, server = rendered(target, override(f"runtime.unsafe_env.{ENV}", value))
     assert env_of(server, target) == value
     nodes = [n for n in _ours(yaml.compose(text, Loader=yaml.SafeLoader)) if n.value == value]
     assert len(nodes) == 1  # the env value (the served name stays the preset's)
@@ -131,7 +131,7 @@ def test_a_typed_word_reaches_compose_and_k8s_as_the_same_env_value(value, targe
 @pytest.mark.parametrize("target", ["compose", "k8s"])
 @pytest.mark.parametrize("value", AS_ARG)
 def test_a_typed_word_reaches_compose_and_k8s_as_the_same_argument(value, target):
-    text, server = rendered(target, override(f"runtime.env.{ENV}", value), override("model.served_model_name", value))
+    text, server = rendered(target, override(f"runtime.unsafe_env.{ENV}", value), override("model.served_model_name", value))
     args = args_of(server, target)
     assert args[args.index("--served-model-name") + 1] == value and env_of(server, target) == value
     nodes = _ours(yaml.compose(text, Loader=yaml.SafeLoader))

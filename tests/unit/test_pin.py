@@ -1,0 +1,113 @@
+"""A pinned deployment follows its image (issue 36): once `kit push`'s pin (image.pin_digest) is recorded, a change
+that makes the folder's inputs another image (vLLM release, strategy, extra_pip, CUDA) drops the pin instead of
+leaving compose on the old digest, and says so with build, push and pin as the next steps. Through the real CLI,
+no Docker (render and upgrade write files only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kit.cli.main import cli
+from kit.deploy.record import read_record
+
+pytestmark = pytest.mark.unit
+
+REGISTRY = "127.0.0.1:5000"
+DIGEST = "sha256:" + "a" * 64
+
+
+def kit(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def pinned(tmp_path: Path, preset: str = "cpu") -> Path:
+    """A folder rendered, then pinned as `kit push` prints it."""
+    out = tmp_path / "d"
+    assert kit("render", f"preset={preset}", "--out", str(out)).exit_code == 0
+    pin = kit("render", f"image.repository={REGISTRY}/vllm-kit/{preset}", f"image.pin_digest={DIGEST}", "--out",
+              str(out))
+    assert pin.exit_code == 0, pin.output
+    assert service_images(out) == {f"{REGISTRY}/vllm-kit/{preset}@{DIGEST}"}
+    return out
+
+
+def service_images(out: Path) -> set[str]:
+    services = yaml.safe_load((out / "compose.yaml").read_text())["services"]
+    return {s["image"] for s in services.values() if s.get("image", "").startswith(REGISTRY)}
+
+
+def recorded_pin(out: Path) -> str | None:
+    found = [o for o in read_record(out).overrides if o.startswith("image.pin_digest=")]
+    return found[0].partition("=")[2] if found else None
+
+
+def test_the_pin_records_the_image_it_stands_for_and_a_rerender_keeps_it(tmp_path):
+    out = pinned(tmp_path)
+    record = read_record(out)
+    assert record.pinned_image is not None and record.pinned_image.startswith(f"{REGISTRY}/vllm-kit/cpu:0.32.0-")
+    again = kit("render", "--out", str(out))
+    assert again.exit_code == 0 and "dropped" not in again.output
+    # A setting the image does not hold (a flag, the port) keeps the pin: the same image runs it.
+    flag = kit("render", "--out", str(out), "engine.max_num_seqs=4", "runtime.port=8123")
+    assert flag.exit_code == 0 and "dropped" not in flag.output, flag.output
+    assert recorded_pin(out) == DIGEST and service_images(out) == {f"{REGISTRY}/vllm-kit/cpu@{DIGEST}"}
+
+
+@pytest.mark.parametrize(("preset", "change"), [
+    ("cpu", 'image.extra_pip=["httpx==0.28.1"]'),
+    ("rtx4090-awq", "image.strategy=official"),
+    ("rtx4090-awq", "image.cuda=12.9"),
+    ("rtx4090-awq", "image.vllm_version=0.32.0"),
+])
+def test_a_change_of_the_image_under_the_pin_drops_it_and_says_build_push_pin(tmp_path, preset, change):
+    out = pinned(tmp_path, preset)
+    # vLLM 0.33 has no CUDA 12.9 build: a CUDA change is 0.16.0's own 12.9 build (slim builds on a release's own CUDA)
+    extra = ["image.vllm_version=0.16.0"] if change == "image.cuda=12.9" else []
+    result = kit("render", "--out", str(out), *extra, change)
+    assert result.exit_code == 0, result.output
+    assert f"override image.pin_digest: dropped: {DIGEST} is the image of" in result.stderr, result.stderr
+    [step] = [line for line in result.stderr.splitlines() if line.startswith("next: ")]
+    assert "build --out" in step and f"push --out {out} --registry {REGISTRY}`" in step, step
+    assert "docker compose up" not in step
+    assert recorded_pin(out) is None and read_record(out).pinned_image is None
+    images = service_images(out)
+    assert len(images) == 1 and "@" not in next(iter(images)), images  # compose builds the new image here
+    assert f"image.repository={REGISTRY}/vllm-kit/{preset}" in read_record(out).overrides
+
+
+def test_upgrade_of_a_pinned_deployment_is_not_clean_and_apply_drops_the_pin(tmp_path):
+    out = pinned(tmp_path, "rtx4090-awq")
+    planned = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json")
+    data = json.loads(planned.stdout)
+    assert planned.exit_code == 0 and data["ok"] is True, planned.output
+    assert data["data"]["clean"] is False and data["data"]["dropped_pin"] == DIGEST
+    assert "image.pin_digest=" + DIGEST not in data["data"]["overrides"]
+    text = kit("upgrade", "--to", "0.32.0", "--out", str(out))
+    assert "not clean: the deployment is pinned to" in text.stderr and "\nclean" not in text.stderr, text.stderr
+    assert recorded_pin(out) == DIGEST  # nothing written without --apply
+    applied = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply")
+    assert applied.exit_code == 0, applied.output
+    assert "upgraded to vLLM 0.32.0, and the pin" in applied.stderr
+    assert "build --out" in applied.stderr and f"--registry {REGISTRY}`" in applied.stderr, applied.stderr
+    assert recorded_pin(out) is None and "image.vllm_version=0.32.0" in read_record(out).overrides
+    [image] = service_images(out)
+    assert image.startswith(f"{REGISTRY}/vllm-kit/rtx4090-awq:0.32.0-"), image
+
+
+def test_a_pin_in_the_preset_file_is_overridden_off_when_the_image_changes(tmp_path):
+    source = yaml.safe_load((Path(__file__).parents[2] / "presets" / "cpu.yaml").read_text())
+    source["image"].update(repository=f"{REGISTRY}/mine/cpu", pin_digest=DIGEST)
+    preset = tmp_path / "mine.yaml"
+    preset.write_text(yaml.safe_dump(source))
+    out = tmp_path / "d"
+    assert kit("render", f"preset={preset}", "--out", str(out)).exit_code == 0
+    assert service_images(out) == {f"{REGISTRY}/mine/cpu@{DIGEST}"}
+    result = kit("render", "--out", str(out), 'image.extra_pip=["httpx==0.28.1"]')
+    assert result.exit_code == 0, result.output
+    assert "mine.yaml: image.pin_digest: dropped" in result.stderr, result.stderr
+    assert recorded_pin(out) == "null" and "@" not in next(iter(service_images(out)))

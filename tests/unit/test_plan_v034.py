@@ -1,0 +1,126 @@
+"""vLLM 0.34.0's KV sizing as the planner models it from the release's source (kit/data/vllm.yaml `kv_sizing`): the
+extensible KV cache is on by default on CUDA, gpu_memory_utilization defaults to 1.0, the cache is sized after
+warm-up and CUDA-graph capture with a margin of max(1 GiB, 0.75 x the transient peak), blocks are 64 tokens, and the
+plan says it is approximate, naming the terms no 0.34 start-up has calibrated yet."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.config.modelinfo import load_model_spec
+from kit.core.datafiles import load_yaml
+from kit.memory.inputs import GIB, find_gpu
+from kit.memory.plan import PlanInputs, plan
+from kit.memory.rules import rules_for
+
+pytestmark = pytest.mark.unit
+
+QWEN8B = "Qwen/Qwen3-8B"
+
+
+def inputs(gpu: str = "h200", **kw) -> PlanInputs:
+    info = find_gpu(gpu)
+    return PlanInputs(model=load_model_spec(QWEN8B), gpu_name=info.key, gpu_memory_gib=info.memory_gib,
+                      vllm_version="0.34.0", **kw)
+
+
+def test_the_release_row_says_what_the_wheel_says():
+    row = load_yaml("vllm.yaml")["versions"]["0.34.0"]
+    assert (row["torch"], row["cuda"], row["pip"]) == ("2.14.0", "13.0", "vllm==0.34.0")
+    rules = rules_for("0.34.0")
+    assert rules["gpu_memory_utilization"] == 1.0 and rules["block_size"] == 64
+    sizing = rules["kv_sizing"]
+    assert (sizing["margin_floor_gib"], sizing["margin_fraction"], sizing["utilization_when_off"]) == (1.0, 0.75, 0.92)
+    # 0.33 keeps its own rules: nothing of 0.34 leaks backwards
+    assert "kv_sizing" not in rules_for("0.33.0") and rules_for("0.33.0")["block_size"] == 16
+
+
+def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
+    result = plan(inputs())
+    i = result.inputs
+    assert i["gpu_memory_utilization"] == 1.0 and i["extensible_kv_cache"] and i["block_size"] == 64
+    total = i["gpu_memory_gib"]
+    peak = result.activation_gib
+    margin = max(1.0, 0.75 * peak)
+    non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
+    # measure_kv_cache_bytes at utilization 1.0: the device term binds, the margin comes off beside the peak
+    assert result.kv_cache_gib == pytest.approx(total - non_kv - margin - peak, abs=1e-6)
+    assert result.kv_reserve_gib == pytest.approx(margin, abs=1e-6)
+    assert result.kv_cache_tokens % 64 == 0 or result.max_concurrency > 0
+    assert result.to_json()["kv_reserve_gib"] == pytest.approx(margin, abs=0.01)
+
+
+def test_a_lower_utilization_binds_and_keeps_no_margin_beyond_it():
+    result = plan(inputs(gpu_memory_utilization=0.9))
+    non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
+    # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term
+    assert result.kv_cache_gib == pytest.approx(0.9 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib,
+                                                abs=1e-6)
+    assert result.kv_reserve_gib == 0.0
+
+
+def test_turned_off_it_plans_as_0_33_did_with_the_0_92_default():
+    result = plan(inputs(extensible_kv_cache=False))
+    assert result.inputs["gpu_memory_utilization"] == 0.92 and not result.inputs["extensible_kv_cache"]
+    non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
+    assert result.kv_cache_gib == pytest.approx(0.92 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib,
+                                                abs=1e-6)
+    assert "kv_reserve_gib" not in result.to_json()
+
+
+def test_the_plan_is_approximate_and_names_what_is_not_calibrated():
+    reason = plan(inputs()).approximate
+    assert reason["value"] is True
+    for term in rules_for("0.34.0")["kv_sizing"]["uncalibrated"]:
+        assert term in reason["reason"]
+    assert "extensible KV cache" in reason["reason"]
+    # 0.33 stays confident where it was
+    assert "extensible" not in (plan(inputs().model_copy(update={"vllm_version": "0.33.0"})).approximate["reason"] or "")
+
+
+def test_a_context_that_does_not_fit_gets_0_34s_own_error_text():
+    tight = inputs(gpu="rtx4090", max_model_len=40960, max_num_seqs=1).model_copy(update={"gpu_memory_gib": 20.0})
+    result = plan(tight)  # 16-bit 8B weights and 5.6 GiB for one 40,960-token request on a 20 GiB budget
+    assert not result.fits and result.kv_cache_gib > 0
+    assert "The extensible KV cache already takes all device memory left after the model, its activations, CUDA " \
+           "graphs and warmup" in result.error
+    assert result.error.endswith("Decreasing `max_model_len` also reduces what is needed.")
+
+
+def test_the_preset_flags_that_size_the_cache_by_hand_turn_it_off():
+    from kit.config.preset import load_preset
+    from kit.memory.preset_plan import extensible_kv_cache_for, plan_inputs_for
+
+    base = ["image.vllm_version=0.34.0"]
+    assert extensible_kv_cache_for(load_preset("rtx4090-awq", base)[2]) is None
+    for extra in ("engine.enable_extensible_kv_cache=false", f"engine.kv_cache_memory_bytes={8 * GIB}",
+                  "engine.num_gpu_blocks_override=100"):
+        preset = load_preset("rtx4090-awq", [*base, extra])[2]
+        assert extensible_kv_cache_for(preset) is False, extra
+        assert plan_inputs_for(preset).extensible_kv_cache is False
+
+
+def test_the_calibration_hooks_change_the_plan(monkeypatch):
+    """Measured at 0.34, `startup_baseline_gib` comes off the device's side and an emptied `uncalibrated` list drops
+    the plan's "approximate": the hooks the GPU runs fill in are read, not decorative."""
+    import copy
+
+    from kit.core import datafiles
+    from kit.memory import rules
+
+    table = copy.deepcopy(datafiles.vllm_table())
+    sizing = table["versions"]["0.34.0"]["defaults"]["kv_sizing"]
+    sizing["startup_baseline_gib"], sizing["uncalibrated"] = 0.5, []
+    before = plan(inputs())
+    monkeypatch.setattr(datafiles, "vllm_table", lambda: table)
+    rules._entries.cache_clear()
+    rules._rules_at.cache_clear()
+    try:
+        after = plan(inputs())
+    finally:
+        monkeypatch.undo()
+        rules._entries.cache_clear()
+        rules._rules_at.cache_clear()
+    assert before.kv_cache_gib - after.kv_cache_gib == pytest.approx(0.5, abs=1e-6)
+    assert after.kv_reserve_gib == pytest.approx(before.kv_reserve_gib + 0.5, abs=1e-6)
+    assert before.approximate["value"] and not after.approximate["value"]
