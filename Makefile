@@ -16,6 +16,10 @@ CACHE_DIR ?= $(HOME)/.cache/vllm-kit
 WHEELHOUSE ?= $(CACHE_DIR)/wheelhouse-$(PRESET)
 BASE_IMAGE ?= vllm-kit/base:bookworm
 PYTEST_ARGS ?=
+# make test runs two pytest workers: one takes every test that needs the Docker engine, in order (their images and
+# stacks are session fixtures, shared), the other everything else meanwhile (tests/conftest.py groups them).
+# PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help install setup setup-run test test-unit test-golden test-package test-integration run down loadtest bench bench-size bench-plan bench-start golden schema lint docs clean webui-e2e
 
@@ -49,7 +53,7 @@ setup-run: $(VENV)/.installed-run  ## only what serving needs: a Docker engine, 
 	PYTHON=$(PYTHON) KIT_SETUP_SKIP="$(if $(KIT_SETUP_SKIP),$(KIT_SETUP_SKIP)$(comma))$(RUN_SETUP_SKIP)" bash scripts/setup-host.sh
 
 test: setup  ## the whole test suite (unit, golden, integration against a real Docker engine and vLLM)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 test-unit: install  ## unit tests only (no Docker), without the slow_unit ones (make test runs those)
 	$(PYTHON) -m pytest -m "unit and not slow_unit" $(PYTEST_ARGS)

