@@ -8,7 +8,8 @@ own environment when it reads the config (HAProxy configuration manual, "Environ
 that variable from .env by interpolation. With no key in .env the inference routes are open, as the server itself
 is without a key; every other route stays refused either way.
 
-Before any route is looked at, the door refuses a Host it is not served as (``served_hosts``: DNS rebinding), a
+Before any route is looked at, the door refuses a Host it is not served as (``served_hosts``, or a loopback name at
+any port: DNS rebinding), a
 body over the cap or of unstated length, and (``option http-buffer-request``) a body slower than the header timeout.
 Kubernetes runs the same config in a sidecar (kit/deploy/k8s.py: ``resolve=False``, the server on the pod's loopback).
 """
@@ -34,6 +35,17 @@ IMAGE_ENV = "VLLM_KIT_DOOR_IMAGE"
 # A Host value the config may name: a DNS name, an IPv4 address or a bracketed IPv6 one, with an optional port; or a
 # name with the door's own `${POD_NAMESPACE}` (HAProxy expands it from its environment inside double quotes).
 HOST_VALUE = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?(\.\$\{POD_NAMESPACE\}[a-z.]*)?)(:[0-9]{1,5})?")
+
+
+# The loopback names at any port (HAProxy's `-m reg`, single-quoted: no escaping inside). A client on this machine
+# reaching the door through a forwarded port (`ssh -L 9000:127.0.0.1:8000`, `kubectl port-forward svc/x 9000:8000`)
+# sends the local end's port; a browser page rebound to 127.0.0.1 sends its own name, never one of these.
+LOOPBACK_HOST = r"^(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?$"
+
+
+def loopback_host(value: str) -> bool:
+    """Whether a Host header value is a loopback name at any port (the door's ``loopback_host`` acl, case-insensitive)."""
+    return re.fullmatch(LOOPBACK_HOST.strip("^$"), value, flags=re.IGNORECASE) is not None
 
 
 def _quoted(value: str) -> str:
@@ -185,10 +197,13 @@ def door_config(backend: str, backend_port: int, routes: list[Route], title: str
         "frontend door",
         f"    bind :{int(data['container_port'])}",
         "    # Only the names this door is served as: a web page whose name was rebound to this address (DNS rebinding)",
-        "    # sends its own name as Host. One Host header, one of these, case-insensitive.",
+        "    # sends its own name as Host. One Host header, one of these, case-insensitive; or a loopback name at any",
+        "    # port (a tunnel or `kubectl port-forward` to another local port: no page can send those as its name).",
         "    acl one_host req.fhdr_cnt(host) eq 1",
         f"    acl served_host req.fhdr(host) -i -m str {' '.join(_quoted(_host_value(h)) for h in hosts)}",
-        f"    http-request deny deny_status {int(data['host_refused_status'])} unless one_host served_host",
+        f"    acl loopback_host req.fhdr(host) -i -m reg '{LOOPBACK_HOST}'",
+        f"    http-request deny deny_status {int(data['host_refused_status'])} unless one_host served_host || "
+        "one_host loopback_host",
         f"    # Bodies: at most {body_max} bytes, and their length stated up front (Content-Length): a chunked body",
         "    # could not be measured before it reaches the server.",
         "    http-request deny deny_status 400 if { req.fhdr_cnt(transfer-encoding) gt 0 }",

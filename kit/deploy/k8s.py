@@ -172,8 +172,8 @@ def door_config_map(d: dep.Deployment) -> str:
 
 
 def door_hosts(d: dep.Deployment) -> list[str]:
-    """The Host values the pod's door answers to: 127.0.0.1 and localhost (probes, `kubectl port-forward` to local
-    port 8000), the Service's names in the pod's own namespace (HAProxy expands POD_NAMESPACE from the door's
+    """The Host values the pod's door answers to: 127.0.0.1 and localhost (probes; `kubectl port-forward` to any
+    local port passes the door's loopback rule too), the Service's names in the pod's own namespace (HAProxy expands POD_NAMESPACE from the door's
     environment) and runtime.server_names (an Ingress's host), with the Service's port or without."""
     service_names = [app_name(d)] + [f"{app_name(d)}.${{POD_NAMESPACE}}{tail}" for tail in ("", ".svc",
                                                                                           ".svc.cluster.local")]
@@ -534,7 +534,8 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
                  f"port ({dep.CONTAINER_PORT}); the server listens on the pod's loopback. It passes "
                  f"{', '.join(r.path for r in door.door_routes(d.preset))} (each but /health with the key) and only the "
                  "Host names in door-configmap.yaml (add an Ingress's name with runtime.server_names); "
-                 f"kubectl port-forward svc/{app_name(d)} 8000:8000 reaches it as localhost:8000.")
+                 f"kubectl port-forward svc/{app_name(d)} 8000:8000 reaches it as localhost:8000 (any local port "
+                 "will do: the door takes localhost and 127.0.0.1 at any port).")
     if d.preset.runtime.require_api_key:
         lines.append("An empty VLLM_API_KEY in the Secret stops the server at start (runtime.require_api_key).")
     if d.preset.runtime.k8s_runtime_class:

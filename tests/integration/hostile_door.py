@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.deploy.door import Route, door_data
+from kit.deploy.door import Route, door_data, loopback_host
 
 KEY = "fuzz-key-0123456789"
 HOST = "127.0.0.1:8000"  # as a client of a stack published on runtime.port 8000 sends it
@@ -149,7 +149,7 @@ def violations(entry: dict, routes: list[Route], hosts: list[str], key: str) -> 
         problems.append(f"path {entry['path']!r} is no route")
     elif entry["method"] not in route.methods:
         problems.append(f"method {entry['method']!r} not allowed on {path}")
-    if len(values["host"]) != 1 or values["host"][0].lower() not in hosts:
+    if len(values["host"]) != 1 or (values["host"][0].lower() not in hosts and not loopback_host(values["host"][0])):
         problems.append(f"Host {values['host']!r}")
     if route is not None and not route.open and values["authorization"] != [f"Bearer {key}"]:
         problems.append(f"Authorization {values['authorization']!r}")
@@ -309,9 +309,13 @@ def fixed_cases(post_route: str = "/v1/completions") -> list[Case]:
     add("control: inference", "POST", post_route, post(post_route, chat), chat, expect={200}, must_reach=True)
     add("control: Host without port, upper case", "GET", "/v1/models", [("Host", "LOCALHOST"), auth()],
         expect={200}, must_reach=True)
+    # A forwarded port (`ssh -L 9000:127.0.0.1:8000`, `kubectl port-forward ... 9000:8000`): the local end's port.
+    for host in ("localhost:9000", "127.0.0.1:18000", "[::1]:8000"):
+        add(f"control: loopback Host {host!r}", "GET", "/v1/models", [("Host", host), auth()], expect={200},
+            must_reach=True)
     # DNS rebinding: the page's own name as Host, with the key a user pasted or without.
     for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "localhost.evil.example:8000",
-                 "127.0.0.1:9999", "0x7f000001:8000", "127.1:8000", "[::1]:8000", "localhost:8000.evil.example",
+                 "127.0.0.1:123456", "0x7f000001:8000", "127.1:8000", "localhost:8000.evil.example",
                  "", " 127.0.0.1:8000x"):
         add(f"Host {host!r}", "POST", "/v1/completions", post("/v1/completions", chat, host=host), chat,
             expect={status})

@@ -93,6 +93,7 @@ def test_the_kubernetes_door_answers_to_its_service_names_only(docker_client):
                 (f"{service}.team-a:8000", "/v1/models", {200}),
                 (f"{service}:8000", "/v1/models", {200}),
                 ("localhost:8000", "/v1/models", {200}),
+                ("localhost:9000", "/v1/models", {200}),  # kubectl port-forward svc/vllm-cpu 9000:8000
                 (f"{service}.team-b.svc.cluster.local:8000", "/v1/models", {421}),
                 (f"{service}.evil.example", "/v1/models", {421}),
                 (f"{service}.${{POD_NAMESPACE}}", "/v1/models", {421}),
@@ -107,7 +108,7 @@ def test_the_kubernetes_door_answers_to_its_service_names_only(docker_client):
                                                                       case_id=case_id),
                                  expect=expect, must_reach=expect == {200}))
         allowed = [f"{service}.team-a.svc.cluster.local:8000", f"{service}.team-a:8000", f"{service}:8000",
-                   "localhost:8000"]
+                   "localhost:8000", "localhost:9000"]
         result = hd.run_cases(bench, cases, routes, allowed)
         assert not result["failures"], "\n".join(result["failures"]) + "\n" + bench.door_logs()
-        assert result["reached"] == 4
+        assert result["reached"] == 5

@@ -65,8 +65,23 @@ def test_the_door_answers_only_to_the_names_it_is_served_as():
     assert served("cpu", "runtime.bind_address=::") == ["127.0.0.1", "127.0.0.1:8000", "localhost", "localhost:8000",
                                                          "[::1]", "[::1]:8000"]
     cfg = prepare("cpu").files["door/haproxy.cfg"]
-    assert "http-request deny deny_status 421 unless one_host served_host" in cfg
+    assert "http-request deny deny_status 421 unless one_host served_host || one_host loopback_host" in cfg
     assert "acl one_host req.fhdr_cnt(host) eq 1" in cfg  # fhdr: a comma does not split the header
+
+
+@pytest.mark.parametrize(("host", "passes"), [
+    ("localhost:9000", True), ("127.0.0.1:18000", True), ("[::1]:8000", True), ("LocalHost", True),
+    ("127.0.0.1:123456", False), ("127.0.0.1.evil.example", False), ("localhost:8000.evil.example", False),
+    ("127.1:8000", False), ("0x7f000001", False), ("evil.example:8000", False), ("localhost:+80", False)])
+def test_a_loopback_name_passes_at_any_port_and_nothing_else_does(host, passes):
+    """Issue 36: `kubectl port-forward svc/x 9000:8000` (or an ssh tunnel) sends the local end's port, which the
+    door refused. A loopback name is no page's name, so it passes at any port; the integration test sends these
+    through the real HAProxy (tests/integration/hostile_door.py)."""
+    from kit.deploy.door import LOOPBACK_HOST, loopback_host
+
+    assert loopback_host(host) is passes
+    cfg = prepare("cpu").files["door/haproxy.cfg"]
+    assert f"acl loopback_host req.fhdr(host) -i -m reg '{LOOPBACK_HOST}'" in cfg
 
 
 @pytest.mark.parametrize("name", ["*.example.com", "example.com:80", "a..b", "-a.example", "a_b.example",
