@@ -31,19 +31,39 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     # Mark by folder so each layer runs alone: -m unit, -m golden, -m integration.
-    # Under pytest-xdist (`make test`: -n 2 --dist loadgroup) the tests that share the Docker engine's session
-    # fixtures (one CPU image, one running stack, the registry) form one group, so one worker runs them all in order
-    # and builds each image once; the package tests (one wheel built per module) form another. Every other test is
-    # its own unit of work and goes to whichever worker is free: in practice the second one, while the first builds.
-    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         # the folders below the checkout only: a clone in a folder named `unit` must not mark every test unit
         parts = Path(str(item.fspath)).resolve().relative_to(REPO).parts
         for layer in ("unit", "golden", "integration"):
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
-        if grouped and ("integration" in parts or "package" in parts):
-            item.add_marker(pytest.mark.xdist_group("docker-engine" if "integration" in parts else "package"))
+
+
+# Units of work for pytest-xdist (`make test`: -n 2 --dist loadgroup): every test below tests/integration/ shares the
+# Docker engine's session fixtures (one CPU image, one running stack, the registry), so they are one unit that one
+# worker runs in order, building each image once; tests/package/ (one wheel built per module) is another. Every other
+# test is a unit of its own and goes to whichever worker is free: in practice the second one, while the first builds.
+# The units are made here by folder, not by xdist_group marks: xdist 3.8 renames a marked test's `_nodeid`, which
+# pytest 9.2 no longer reads (its nodeid comes from `_id`), so marks group nothing there.
+DIST_UNITS = {"tests/integration/": "docker-engine", "tests/package/": "package"}
+
+
+def dist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its folder's (DIST_UNITS), else its own."""
+    return next((unit for folder, unit in DIST_UNITS.items() if nodeid.startswith(folder)), nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return dist_unit(nodeid)
+
+    return FolderUnits(config, log)
 
 
 # Every skip for something missing goes through missing() below: on a dev box it skips, in CI (CI=true; .ci/run on
