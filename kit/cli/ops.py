@@ -55,7 +55,8 @@ def logs(services: tuple[str, ...], out_dir: Path, follow: bool, tail: int | Non
     if follow:
         # Streams straight to the terminal until the user stops it (Ctrl-C ends compose as well).
         argvs = [ops.logs_argv(p, services=services, follow=True, tail=tail, timestamps=timestamps) for p in projects]
-        children = [subprocess.Popen(argv, cwd=p.files[0].parent) for argv, p in zip(argvs, projects, strict=True)]
+        children = [subprocess.Popen(argv, cwd=p.files[0].parent, env=ops.inspection_env(p.files))
+                    for argv, p in zip(argvs, projects, strict=True)]
         try:
             codes = [child.wait() for child in children]
         except KeyboardInterrupt:

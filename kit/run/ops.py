@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -176,10 +177,36 @@ def find_projects(out_dir: Path) -> list[Project]:
     return [Project(p.name, p.files or rendered) for p in projects] or [Project(project_for(out_dir), rendered)]
 
 
+# A required variable in a compose file (`${NAME:?why}`, `${NAME?why}`): compose stops before it does anything when
+# it is unset (with `:?`, also when empty).
+REQUIRED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\?")
+INSPECTION_PLACEHOLDER = "not-read-by-ps-logs-down"
+
+
+def inspection_env(files: Iterable[Path]) -> dict[str, str]:
+    """The environment for a compose command that only looks at a project or removes it (ps, logs, down): each
+    required variable that neither the environment nor the folder's .env sets gets a placeholder, which these
+    commands never use. Without it, a folder whose .env lost the key (or was rendered before the kit wrote one)
+    could not even be listed or stopped. Commands that start containers (up, run) never get it."""
+    from kit.core.envfile import is_set, read_env_file
+
+    env = dict(os.environ)
+    files = list(files)
+    dotenv = read_env_file(files[0].parent / ".env") if files else {}
+    for path in files:
+        for name in REQUIRED_VARIABLE.findall(path.read_text(encoding="utf-8", errors="replace")):
+            if not is_set(env.get(name)) and not is_set(dotenv.get(name)):
+                env[name] = INSPECTION_PLACEHOLDER
+    return env
+
+
 def run_compose(project: Project, *args: str, timeout: float = COMPOSE_TIMEOUT_S) -> str:
+    """`docker compose ARGS` for ps, logs and down (``inspection_env``); its stdout, or KitError with its last line."""
+    if args[0] not in ("ps", "logs", "down"):
+        raise ValueError(f"run_compose runs ps, logs and down, not {args[0]}")
     argv = project.argv(*args)
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                            cwd=project.files[0].parent)
+                            cwd=project.files[0].parent, env=inspection_env(project.files))
     if result.returncode != 0:
         last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
         raise KitError(f"docker compose {args[0]} (project {project.name}) failed: {last[0][:300]}")

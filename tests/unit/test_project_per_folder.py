@@ -5,6 +5,7 @@ Without Docker: compose's labels come from a stand-in client; tests/integration/
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -191,3 +192,33 @@ def test_the_compose_files_name_their_folders_project_so_compose_in_the_folder_f
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["name"] == project
+
+
+def test_ps_logs_and_down_run_in_a_folder_whose_env_lost_the_key(tmp_path, monkeypatch):
+    """Issue 36: compose.yaml requires VLLM_API_KEY (`${VLLM_API_KEY:?...}`, runtime.require_api_key); a folder
+    whose .env lost it (or that was rendered before the kit wrote .env) could not even be listed or stopped: compose
+    stops on interpolation before it looks. ps, logs and down get a placeholder only for what nothing else sets;
+    commands that start containers never do."""
+    docker = require_tool("docker", "docker.io (scripts/setup-host.sh)")
+    out = tmp_path / "deploy"
+    render(out)
+    (out / ".env").unlink()
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    files = ops.rendered_compose_files(out)
+
+    def config(env):
+        return subprocess.run([docker, "compose", "config", "--format", "json"], cwd=out, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    refused = config(dict(os.environ))
+    assert refused.returncode != 0 and "required variable VLLM_API_KEY is missing a value" in refused.stderr
+    env = ops.inspection_env(files)
+    assert env["VLLM_API_KEY"] == ops.INSPECTION_PLACEHOLDER
+    assert config(env).returncode == 0
+    # A key in .env or in the environment is never replaced (the environment would win over .env).
+    (out / ".env").write_text("VLLM_API_KEY=abc\n")
+    assert "VLLM_API_KEY" not in ops.inspection_env(files)
+    monkeypatch.setenv("VLLM_API_KEY", "from-shell")
+    assert ops.inspection_env(files)["VLLM_API_KEY"] == "from-shell"
+    with pytest.raises(ValueError, match="not up"):
+        ops.run_compose(ops.Project("p", files), "up", "-d")
