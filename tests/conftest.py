@@ -43,9 +43,12 @@ def pytest_collection_modifyitems(config, items):
 # Docker engine's session fixtures (one CPU image, one running stack, the registry), so they are one unit that one
 # worker runs in order, building each image once; tests/package/ (one wheel built per module) is another. Every other
 # test is a unit of its own and goes to whichever worker is free: in practice the second one, while the first builds.
-# The units are made here by folder, not by xdist_group marks: xdist 3.8 renames a marked test's `_nodeid`, which
-# pytest 9.2 no longer reads (its nodeid comes from `_id`), so marks group nothing there.
-DIST_UNITS = {"tests/integration/": "docker-engine", "tests/package/": "package"}
+# The slim GPU image's module is a unit of its own: its wheelhouse, image and fixtures are its own (no session fixture
+# of the others but the Docker client), and its 8 minutes of download and build run on the second worker meanwhile.
+# The units are made here by path, not by xdist_group marks: xdist 3.8 renames a marked test's `_nodeid`, which
+# pytest 9.2 no longer reads (its nodeid comes from `_id`), so marks group nothing there. First match wins.
+DIST_UNITS = {"tests/integration/test_slim_gpu_image.py": "slim-gpu-image", "tests/integration/": "docker-engine",
+              "tests/package/": "package"}
 
 
 def dist_unit(nodeid: str) -> str:

@@ -64,20 +64,23 @@ def test_every_file_excused_from_the_complexity_rule_still_needs_it():
 
 
 def test_the_docker_engine_tests_are_one_unit_of_work_for_xdist():
-    """`make test` runs two xdist workers (tests/conftest.py DIST_UNITS): every integration test must fall in the one
-    unit, or a second worker would build the same CPU image at the same time under the same tag (seen when xdist_group
-    marks stopped grouping under pytest 9.2)."""
+    """`make test` runs two xdist workers (tests/conftest.py DIST_UNITS): every integration test but the slim GPU
+    image's (its own wheelhouse and image) must fall in the one unit, or a second worker would build the same CPU image
+    at the same time under the same tag (seen when xdist_group marks stopped grouping under pytest 9.2)."""
     import subprocess
     import sys
 
     from tests.conftest import DIST_UNITS, REPO, dist_unit
 
-    assert all((REPO / folder).is_dir() for folder in DIST_UNITS)
+    assert all((REPO / path).exists() for path in DIST_UNITS)
     ids = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "integration or package",
                           "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, timeout=300)
     collected = [line for line in ids.stdout.splitlines() if "::" in line]
     integration = [node for node in collected if node.startswith("tests/integration/")]
-    assert len(integration) > 50 and {dist_unit(node) for node in integration} == {"docker-engine"}
+    assert len(integration) > 50
+    assert {node for node in integration if dist_unit(node) != "docker-engine"} == {
+        node for node in integration if node.startswith("tests/integration/test_slim_gpu_image.py::")}
+    assert {dist_unit(node) for node in integration} == {"docker-engine", "slim-gpu-image"}
     assert {dist_unit(node) for node in collected if node.startswith("tests/package/")} == {"package"}
     assert dist_unit("tests/unit/test_door.py::test_x") == "tests/unit/test_door.py::test_x"
     makefile = (REPO / "Makefile").read_text()
