@@ -59,7 +59,13 @@ def compose_environment(role: str, d: Any) -> dict[str, str | None]:
 
 
 _INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
-_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
+# compose's required interpolation: `${NAME:?why}` (unset or empty stops compose) or `${NAME?why}` (unset stops it)
+_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\?")
+
+
+def required_variables(text: str) -> list[str]:
+    """The names a compose file's text requires (``${NAME:?...}``, ``${NAME?...}``), in order, each once."""
+    return list(dict.fromkeys(_REQUIRED.findall(text)))
 
 
 def required_names(files: dict[str, str], preset: Any) -> list[str]:
@@ -69,7 +75,7 @@ def required_names(files: dict[str, str], preset: Any) -> list[str]:
     names: list[str] = []
     for rel in sorted(files):
         if rel.startswith("compose") and rel.endswith(".yaml"):
-            names += _REQUIRED.findall(files[rel])
+            names += required_variables(files[rel])
     if preset.runtime.require_api_key:
         names.append(API_KEY_ENV)
     return list(dict.fromkeys(names))

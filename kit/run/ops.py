@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -177,9 +176,6 @@ def find_projects(out_dir: Path) -> list[Project]:
     return [Project(p.name, p.files or rendered) for p in projects] or [Project(project_for(out_dir), rendered)]
 
 
-# A required variable in a compose file (`${NAME:?why}`, `${NAME?why}`): compose stops before it does anything when
-# it is unset (with `:?`, also when empty).
-REQUIRED_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\?")
 INSPECTION_PLACEHOLDER = "not-read-by-ps-logs-down"
 
 
@@ -189,12 +185,13 @@ def inspection_env(files: Iterable[Path]) -> dict[str, str]:
     commands never use. Without it, a folder whose .env lost the key (or was rendered before the kit wrote one)
     could not even be listed or stopped. Commands that start containers (up, run) never get it."""
     from kit.core.envfile import is_set, read_env_file
+    from kit.deploy.service_env import required_variables
 
     env = dict(os.environ)
     files = list(files)
     dotenv = read_env_file(files[0].parent / ".env") if files else {}
     for path in files:
-        for name in REQUIRED_VARIABLE.findall(path.read_text(encoding="utf-8", errors="replace")):
+        for name in required_variables(path.read_text(encoding="utf-8", errors="replace")):
             if not is_set(env.get(name)) and not is_set(dotenv.get(name)):
                 env[name] = INSPECTION_PLACEHOLDER
     return env
