@@ -1,0 +1,81 @@
+"""Pre-register the planner's answers for a calibration matrix before any of its engines runs.
+
+Plans every case of bench/gpu_calibration.py's matrix with the rules as they stand in this checkout and writes them
+(with the commit they were made at) as JSON. Committing that file before the GPU runs is the proof that the figures
+the accuracy report later compares were not fitted to the runs.
+Planner inputs: the case's flags; GPU total 139.80 GiB (torch's total for the lent H200); the GPU planned is the
+H200, except where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card
+(`MARLIN_CARDS`, by the budget the case emulates).
+Run: python bench/preregister.py --matrix 0.34.0 OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_calibration as calib
+
+from kit.config.modelinfo import load_model_spec
+from kit.memory import plan as planner
+
+# The card a Machete-disabled case is planned as, by the budget it emulates (compute capability 8.x: Marlin).
+MARLIN_CARDS = {calib.C16: "rtx4080", calib.C24: "rtx4090", calib.C48: "rtx-a6000"}
+FLAG_FIELDS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+               "gpu_memory_utilization")
+
+
+def card_of(case: dict) -> str:
+    if "MacheteLinearKernel" not in case.get("env", {}).get("VLLM_DISABLED_KERNELS", ""):
+        return "h200"
+    util = case["flags"].get("gpu_memory_utilization")
+    for gib, name in MARLIN_CARDS.items():
+        if util in (calib.card_util(gib, 0.92), calib.card_util(gib, 0.90)):
+            return name
+    raise SystemExit(f"no card for a Machete-disabled case at utilization {util}")
+
+
+def plan_case(case: dict, version: str) -> dict:
+    flags = case["flags"]
+    raw = {k: flags[k] for k in FLAG_FIELDS if k in flags}
+    if "enable_extensible_kv_cache" in flags:
+        raw["extensible_kv_cache"] = bool(flags["enable_extensible_kv_cache"])
+    inputs = planner.PlanInputs(model=load_model_spec(case["model"]), vllm_version=version, gpu_name=card_of(case),
+                                gpu_memory_gib=calib.H200_TOTAL_GIB, enforce_eager=not case.get("graphs"), **raw)
+    plan = planner.plan(inputs, suggest=False).to_json()
+    keep = ("weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib", "kv_cache_tokens",
+            "fits", "approximate")
+    return {**{k: plan[k] for k in keep if k in plan}, "gpu_name": card_of(case)}
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser()
+    cli.add_argument("--matrix", default="0.34.0", choices=sorted(calib.MATRICES))
+    cli.add_argument("out", type=Path)
+    args = cli.parse_args()
+    version = args.matrix.split("-")[0]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    plans = {}
+    for name, case in calib.MATRICES[args.matrix].items():
+        if "preset" in case or case["model"] == "tiny":
+            continue
+        plans[name] = plan_case(case, version)
+    args.out.write_text(json.dumps({
+        "about": f"Plans of every case in bench/gpu_calibration.py matrix {args.matrix}, made with the rules at "
+                 f"commit {commit} before any of these engines ran (pre-registration); bench/preregister.py.",
+        "plans": plans}, indent=1) + "\n")
+    for name, p in plans.items():
+        print(f"{name:22} {p['gpu_name']:10} weights {p['weights_gib']:6.2f}  kv {p['kv_cache_gib']:6.2f} GiB "
+              f"{p['kv_cache_tokens']:8d} tokens  fits={p['fits']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
