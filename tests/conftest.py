@@ -25,6 +25,51 @@ def pytest_configure(config):
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 
+# The images the session made are given back when it ends (tests/image_sweep.py): the controller (the one process
+# without xdist, else the process that starts the workers) records the engine's images before any test runs, and
+# once every worker has finished (their session fixtures torn down) removes what the session added under the kit's
+# names, if integration tests ran. KIT_TEST_KEEP_IMAGES=1 keeps everything (to look at what a run built).
+
+
+def is_controller(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if is_controller(session.config):
+        from tests.image_sweep import EngineRecord
+
+        session.config._kit_images = EngineRecord.start()
+
+
+INTEGRATION_RAN: list[str] = []  # the first integration test whose setup ran, if any
+
+
+def pytest_runtest_logreport(report):
+    # Under xdist the controller sees every worker's reports through this hook.
+    if not INTEGRATION_RAN and report.when == "setup" and report.nodeid.startswith("tests/integration/"):
+        INTEGRATION_RAN.append(report.nodeid)
+
+
+def pytest_sessionfinish(session):
+    record = getattr(session.config, "_kit_images", None)
+    if record is None:
+        return
+    try:
+        if INTEGRATION_RAN:
+            session.config._kit_images_line = record.finish()
+    except Exception as exc:  # noqa: BLE001 - giving images back must not change the session's result
+        session.config._kit_images_line = f"images: the session's cleanup failed: {exc}"
+    finally:
+        record.close()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    line = getattr(config, "_kit_images_line", None)
+    if line:
+        terminalreporter.write_line(f"[kit] {line}")
+
+
 def pytest_unconfigure(config):
     shutil.rmtree(getattr(config, "_kit_config_home", ""), ignore_errors=True)
 
