@@ -4,25 +4,48 @@ from __future__ import annotations
 
 import click
 
-from kit.cli.common import emit_json, preset_arguments, problem_json, split_args, standard_options
+from pathlib import Path
+
+from kit.cli.common import (
+    PathOption,
+    emit_json,
+    preset_arguments,
+    problem_json,
+    resolve_deployment,
+    split_args,
+    standard_options,
+)
 
 STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red"}
 
 
 @click.command()
 @preset_arguments
+@click.option("--out", "out_dir", type=PathOption(folder=True), default=None,
+              help="A deployment folder: its preset, and its image as this Docker engine has it, are checked.")
 @standard_options
-def doctor(args: tuple[str, ...], preset_option: str | None, as_json: bool) -> None:
+def doctor(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, as_json: bool) -> None:
     """Check this host: Docker, Compose, the NVIDIA runtime and driver, GPUs, shm, disk, HF cache."""
     from kit.config.preset import display_path, load_preset
-    from kit.host.doctor import FAIL, diagnose, report_json
+    from kit.core.errors import KitError
+    from kit.deploy.pipeline import prepare, prepare_resolved
+    from kit.host.doctor import FAIL, diagnose, gather_facts, image_cuda_matters, report_json
 
     ref, overrides, _ = split_args(args, preset_option)
-    preset, where = None, "preset"
-    if ref:
+    preset, where, image_ref, image_unknown = None, "preset", None, ""
+    if out_dir is not None:  # the folder's record, as every command with --out reads it; its fit is doctor's to check
+        prepared = prepare_resolved(resolve_deployment(args, preset_option, out_dir, allow_no_fit=True))
+        preset, where = prepared.preset, display_path(prepared.path)
+        image_ref = prepared.image_ref if image_cuda_matters(preset) else None
+    elif ref:
         _, path, preset = load_preset(ref, overrides)
         where = display_path(path)
-    checks = diagnose(preset, where)
+        if image_cuda_matters(preset):
+            try:  # the image this preset renders to (a pure render), whose labels say what its wheels need
+                image_ref = prepare(ref, overrides, allow_no_fit=True).image_ref
+            except KitError as error:
+                image_unknown = f"the preset does not render: {error.message}"
+    checks = diagnose(preset, where, gather_facts(image_ref, image_unknown))
     report = report_json(checks)
     if as_json:  # data: {checks: [{name, status, detail, fix}], ok}; failed checks are the problems
         emit_json(report, ok=report["ok"],

@@ -41,6 +41,10 @@ PRUNE_RULES_FILE = "prune-rules.json"
 JIT_LAYOUT_FILE = "cuda_jit_layout.sh"
 # The build files beyond Dockerfile, requirements and the fetch script, in the order the image's tag hashes them.
 BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE)
+# Image labels a reader of a built image relies on (`kit doctor`): the CUDA its wheels are built for and the
+# minimum NVIDIA driver of that CUDA. Images built before the kit recorded the driver carry only the CUDA.
+CUDA_LABEL = "io.vllm-kit.cuda"
+MIN_DRIVER_LABEL = "io.vllm-kit.min-driver"
 # One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
 # which exits when /health stops answering while the server process lives, so the restart policy acts.
 WATCHDOG_FILE = "serve_watchdog.py"
@@ -685,7 +689,12 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         "io.vllm-kit.strategy": img.strategy,
     }
     if cuda:
-        labels["io.vllm-kit.cuda"] = cuda
+        # The CUDA the image's vLLM and torch wheels are built for (the table's build of the release; the strategies
+        # refuse an image.cuda the wheels are not built for), and the driver that CUDA needs (vllm.yaml `cuda`):
+        # `kit doctor` holds the host's driver against what the built image records, not what a preset says now.
+        labels[CUDA_LABEL] = cuda
+    if min_driver:
+        labels[MIN_DRIVER_LABEL] = min_driver
     if gpu:
         labels["io.vllm-kit.gpu"] = hw.gpu or ""
 

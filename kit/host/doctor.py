@@ -16,12 +16,13 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.config.strategy import strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
+from kit.core.docker_engine import docker_client
 from kit.core.gpus import gpu_key
 from kit.core.versions import version_or_oldest
 
@@ -71,6 +72,16 @@ class HostFacts:
     hf_token_set: bool = False
     hf_token_source: str | None = None  # "HF_TOKEN", "token file" (never the value)
     device_hooks: list[str] = field(default_factory=list)  # NVIDIA hook programs found on PATH
+    image: ImageFacts | None = None  # the deployment's image on this engine, when a preset or folder names one
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """The image a deployment runs, as this Docker engine has it: its labels, or why there are none to read."""
+
+    ref: str | None  # None: the preset names no image (it does not render)
+    labels: dict[str, str] | None  # None: not on this engine (or no engine answers)
+    absent: str = ""  # why ``labels`` is None, as the check says it
 
 
 def host_table() -> dict[str, Any]:
@@ -121,7 +132,27 @@ def free_bytes(path: str) -> int | None:
         return None
 
 
-def gather_facts() -> HostFacts:
+def image_facts(ref: str, client: Any = None) -> ImageFacts:
+    """The labels of ``ref`` on the local engine (the Docker SDK's ``images.get``; the image is never run).
+    ``client``: a Docker client (default: the kit's one connection)."""
+    from docker.errors import DockerException, ImageNotFound
+
+    from kit.core.errors import DockerUnavailable
+
+    try:
+        image = (client or docker_client()).images.get(ref)
+    except ImageNotFound:
+        return ImageFacts(ref, None, "is not on this Docker engine")
+    except DockerUnavailable as exc:
+        return ImageFacts(ref, None, f"cannot be looked up: {exc.message}")
+    except (DockerException, OSError) as exc:  # OSError: requests' connection errors
+        return ImageFacts(ref, None, f"cannot be looked up ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+    return ImageFacts(ref, dict(image.labels or {}))
+
+
+def gather_facts(image_ref: str | None = None, image_unknown: str = "") -> HostFacts:
+    """``image_ref``: the deployment's image, whose labels are read from the engine; ``image_unknown``: why a
+    preset given names none (it does not render)."""
     info = run_command(DOCKER_INFO)
     compose = run_command(COMPOSE_VERSION)
     smi = run_command(NVIDIA_SMI_QUERY)
@@ -140,7 +171,8 @@ def gather_facts() -> HostFacts:
     disk = {p: b for p in sorted(paths) if (b := free_bytes(p)) is not None}
     # The daemon looks the hooks up on its own PATH; this process's PATH is the closest a client can see.
     hooks = [found for name in host_table()["nvidia_device_hooks"] if (found := shutil.which(name))]
-    return HostFacts(info, compose, smi, specs, shm, disk, home, from_env, token_set, token_source, hooks)
+    image = image_facts(image_ref) if image_ref else ImageFacts(None, None, image_unknown) if image_unknown else None
+    return HostFacts(info, compose, smi, specs, shm, disk, home, from_env, token_set, token_source, hooks, image)
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -288,6 +320,12 @@ def _smi_missing(facts: HostFacts) -> str:
     return lines[-1][:160] if lines else "no output"
 
 
+def image_cuda_matters(preset: Preset) -> bool:
+    """Whether the host's driver is held against the preset's image: a discrete NVIDIA GPU (a CPU stack needs no
+    driver; Jetson's comes with L4T)."""
+    return preset.hardware.gpu is not None and not strategy_of(preset).nvidia_runtime
+
+
 def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
     name = "nvidia driver"
     if preset is not None and preset.hardware.gpu is None:
@@ -302,16 +340,58 @@ def check_driver(facts: HostFacts, preset: Preset | None) -> Check:
     driver = gpus[0].driver
     if preset is None:
         return Check(name, PASS, f"driver {driver}")
-    base = strategy_of(preset).base(preset)
-    cuda, min_driver = base.cuda, base.min_driver
-    if min_driver and cuda and version_key(driver) < version_key(min_driver):  # a CUDA base names both
-        options, note = driver_alternatives(driver, cuda, preset, gpus)
-        fix = f"upgrade the driver to >= {min_driver}" + "".join(f", or {o}" for o in options)
+    target = driver_target(preset, facts.image)
+    if target.min_driver and target.cuda and version_key(driver) < version_key(target.min_driver):
+        options, note = driver_alternatives(driver, target.cuda, preset, gpus)
+        fix = f"upgrade the driver to >= {target.min_driver}" + "".join(f", or {o}" for o in options)
         if not options:
             fix += f" (no other pinned vLLM build runs on driver {driver})"
-        return Check(name, FAIL, f"driver {driver} is older than {min_driver}, which the CUDA {cuda} image needs",
-                     fix + (f"; {note}" if note else ""))
-    return Check(name, PASS, f"driver {driver} >= {min_driver} (CUDA {cuda} image)" if min_driver else f"driver {driver}")
+        elif target.from_image:
+            fix += " (an override renders an image for an older CUDA; then `kit build` it)"
+        return Check(name, FAIL, f"driver {driver} is older than {target.min_driver}, which {target.what} needs"
+                     + target.source, fix + (f"; {note}" if note else ""))
+    if not target.min_driver:
+        return Check(name, PASS, f"driver {driver}{target.source}")
+    return Check(name, PASS, f"driver {driver} >= {target.min_driver} ({target.what}){target.source}")
+
+
+@dataclass(frozen=True)
+class DriverTarget:
+    """What the host's driver is held against: the built image's labels when the engine has the image, else the
+    preset's declared CUDA build; ``source`` says which, and why the image's did not count."""
+
+    cuda: str | None
+    min_driver: str | None
+    what: str  # "the CUDA 13.0 image" (the preset's), "the CUDA 12.9 build in image REF" (its labels)
+    source: str  # "" (no image asked about, or its labels read), or "; from the preset (why not the image's)"
+    from_image: bool = False
+
+
+def driver_target(preset: Preset, image: ImageFacts | None) -> DriverTarget:
+    """The CUDA and minimum driver the host's driver must meet. An image's labels (kit/deploy/deployment.py
+    CUDA_LABEL, MIN_DRIVER_LABEL) are what its wheels were built for; a label missing (an image built by an older
+    kit) or the image not on the engine falls back to the preset's declared CUDA build, and says so."""
+    from kit.core.datafiles import vllm_table
+    from kit.deploy.deployment import CUDA_LABEL, MIN_DRIVER_LABEL
+
+    base = strategy_of(preset).base(preset)
+    declared = DriverTarget(base.cuda, base.min_driver, f"the CUDA {base.cuda} image", "")
+    if image is None:
+        return declared
+    if image.ref is None:
+        return replace(declared, source=f"; from the preset (no image to read: {image.absent})")
+    if image.labels is None:
+        return replace(declared, source=f"; from the preset (image {image.ref} {image.absent})")
+    cuda = image.labels.get(CUDA_LABEL)
+    if not cuda:
+        return replace(declared, source=f"; from the preset (image {image.ref} carries no {CUDA_LABEL} label: an "
+                                        "older kit built it)")
+    known = vllm_table()["cuda"].get(cuda) or {}
+    min_driver = image.labels.get(MIN_DRIVER_LABEL) or known.get("min_driver")
+    if not min_driver:
+        return replace(declared, source=f"; from the preset (image {image.ref} is labelled CUDA {cuda}, whose minimum "
+                                        "driver the kit's table does not list)")
+    return DriverTarget(cuda, min_driver, f"the CUDA {cuda} build in image {image.ref}", "", from_image=True)
 
 
 def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGpu]) -> tuple[list[str], str | None]:
