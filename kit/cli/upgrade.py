@@ -162,17 +162,20 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         raise SystemExit(1)
     if as_json:
         return
-    if result.current == to:
-        status(f"already at vLLM {to}")
-    elif result.dropped_pin is not None:
-        # Not clean: the running image is pinned by digest, and vLLM {to} is another image, to build and push first.
+    if result.dropped_pin is not None:
+        # Not clean: the running image is pinned by digest, and what was written is another image (vLLM {to}, or an
+        # override given with it), to build and push first.
         steps = repin_steps(out_dir if out_dir is not None else Path("DIR"), result.after_repository)
+        moved = f"upgraded to vLLM {to}" if result.current != to else f"written at vLLM {to}"
+        pinned = f"the image at {result.current}" if result.current != to else "the image before this change"
         if applied is not None:
-            status(f"upgraded to vLLM {to}, and the pin {result.dropped_pin} dropped: it is the image at "
-                   f"{result.current}, which compose would go on running; next: {steps}")
+            status(f"{moved}, and the pin {result.dropped_pin} dropped: it is {pinned}, which compose would go on "
+                   f"running; next: {steps}")
         else:
-            status(f"not clean: the deployment is pinned to {result.dropped_pin}, the image at {result.current}; "
-                   f"--apply drops the pin (compose builds the {to} image here), then: {steps}")
+            status(f"not clean: the deployment is pinned to {result.dropped_pin}, {pinned}; --apply drops the pin "
+                   f"(compose builds the new image here), then: {steps}")
+    elif result.current == to:
+        status(f"already at vLLM {to}")
     elif applied is not None:
         status(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
                f"`kit build --out {out_dir}`")
@@ -180,6 +183,8 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         # a warning of the new release may be about the build itself (kit/data/compat.yaml release_warnings)
         status(f"note: read the {len(result.new_warnings)} new warning(s) at {to} above before building: they may "
                "stop `kit build`")
+    elif result.dropped_pin is not None or applied is not None:
+        pass  # said above: what to run next, or why it is not clean
     elif out_dir is not None:
         status(f"clean: `kit upgrade --to {to} --out {out_dir} --apply` writes it")
     else:

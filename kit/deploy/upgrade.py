@@ -133,8 +133,9 @@ class Upgrade:
 
     @property
     def dropped_pin(self) -> str | None:
-        """The recorded image.pin_digest the upgrade drops: the new release is another image than the pinned one."""
-        return self.after.dropped_pin if self.current != self.target else None
+        """The recorded image.pin_digest the upgrade drops: the new release, or an override given with it (an
+        extra_pip at the same release), makes another image than the pinned one."""
+        return self.after.dropped_pin
 
     @property
     def after_repository(self) -> str | None:

@@ -111,3 +111,23 @@ def test_a_pin_in_the_preset_file_is_overridden_off_when_the_image_changes(tmp_p
     assert result.exit_code == 0, result.output
     assert "mine.yaml: image.pin_digest: dropped" in result.stderr, result.stderr
     assert recorded_pin(out) == "null" and "@" not in next(iter(service_images(out)))
+
+
+def test_upgrade_at_the_same_release_with_an_image_change_drops_the_pin(tmp_path):
+    """`kit upgrade --to 0.32.0 --apply image.extra_pip=[...]` on a pinned cpu folder (the cpu build has one release):
+    the override makes another image, so it is not clean, and --apply prints build, push and pin, never "clean"."""
+    out = pinned(tmp_path)
+    change = 'image.extra_pip=["httpx==0.28.1"]'
+    data = json.loads(kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json", change).stdout)
+    assert data["data"]["clean"] is False and data["data"]["dropped_pin"] == DIGEST, data
+    applied = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", change)
+    assert applied.exit_code == 0, applied.output
+    assert f"written at vLLM 0.32.0, and the pin {DIGEST} dropped" in applied.stderr, applied.stderr
+    assert "build --out" in applied.stderr and f"--registry {REGISTRY}`" in applied.stderr, applied.stderr
+    assert "already at" not in applied.stderr and "clean" not in applied.stderr, applied.stderr
+    assert recorded_pin(out) is None and change in read_record(out).overrides
+    [image] = service_images(out)
+    assert image.startswith(f"{REGISTRY}/vllm-kit/cpu:0.32.0-"), image
+    # Without a change, the same release stays clean and keeps nothing to do.
+    again = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json")
+    assert json.loads(again.stdout)["data"]["dropped_pin"] is None
