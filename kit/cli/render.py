@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -91,6 +92,26 @@ def next_step(prepared, out_dir: Path, env=None) -> str:  # noqa: ANN001 - Prepa
     return f"next: {first}cd {where} && docker compose -p {project_for(out_dir)} up -d --wait --remove-orphans"
 
 
+def offline_step(prepared, out_dir: Path) -> str | None:  # noqa: ANN001 - Prepared
+    """The note after a `docker compose up` next line of a render made for a host without a registry (a --base-image,
+    or a site image such as VLLM_KIT_DOOR_IMAGE in .env or this shell): what compose would still fetch, exactly."""
+    from kit.cli.common import kit_command
+    from kit.core.envfile import EnvFileError, read_env_file
+    from kit.deploy.stack_images import offline_note
+
+    files = prepared.files
+    if prepared.dropped_pin is not None or "k8s/kustomization.yaml" in files or prepared.deployment.serve.cluster:
+        return None
+    try:
+        values = {k: v for k, v in read_env_file(out_dir / ".env").items() if v is not None}
+    except EnvFileError:
+        values = {}
+    values.update({k: v for k, v in os.environ.items() if v})  # compose: the shell's value over .env's
+    base_given = prepared.resolved is not None and prepared.resolved.base_image is not None
+    return offline_note(files, values, base_image=prepared.deployment.image.base_image, base_given=base_given,
+                        out_dir=out_dir, kit=kit_command())
+
+
 @click.command()
 @preset_arguments
 @click.option("--out", "out_dir", type=PathOption(folder=True), default=Path("."), show_default=True,
@@ -150,7 +171,7 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
 
     # The .env values the stack requires and the kit makes (the API key, an add-on's passwords), never in a
     # rendered file; a dry run writes none.
-    env = None if dry_run else fill_stack_env(prepared.files, prepared.preset, out_dir / ".env")
+    env = None if dry_run else fill_stack_env(prepared.files, prepared.preset, out_dir / ".env", os.environ)
 
     prepared.report.warnings.extend(unread_env_warnings(prepared.files, out_dir / ".env"))
     for warning in prepared.report.warnings:
@@ -184,3 +205,6 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     for line in env.lines():
         status(line)
     status(next_step(prepared, out_dir, env))
+    note = offline_step(prepared, out_dir)
+    if note:
+        status(note)

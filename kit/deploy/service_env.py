@@ -3,13 +3,15 @@
 Public entry points: ``env_names(role, d, target)`` (the names, in the table's order) and ``compose_environment``
 (those names as compose `environment` entries with no value, which compose resolves from .env at `up`);
 ``fill_stack_env`` writes into the folder's .env what a rendered stack requires and the kit can make (the table's
-``generated``: random secrets, plain defaults), and says what is still missing.
+``generated``: random secrets, plain defaults) and the site's image choices the environment gives (the table's
+``images_from_environment``), and says what is still missing.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,27 +102,50 @@ class EnvFill:
     defaults: dict[str, str] = field(default_factory=dict)  # of ``written``, those with a plain value (printable)
     missing: list[str] = field(default_factory=list)
     not_read: str | None = None
+    carried: dict[str, str] = field(default_factory=dict)  # of ``written``, images taken from the environment
+    # Site images the environment gives that .env sets otherwise (kept: compose takes the shell's where it is set)
+    differs: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # site images the environment gives that are no image reference
 
     def lines(self) -> list[str]:
         """What to tell the user: the names written (a secret's value never), and what is left to set."""
         out = []
-        made = [n for n in self.written if n not in self.defaults]
+        made = [n for n in self.written if n not in self.defaults and n not in self.carried]
         if made:
             out.append(f"wrote {', '.join(made)} into {self.path} (random; it stays there, the kit never prints it)")
         if self.defaults:
             out.append(f"wrote {', '.join(f'{k}={v}' for k, v in self.defaults.items())} into {self.path} (a default; "
                        "change it there)")
+        for name, value in self.carried.items():
+            out.append(f"wrote {name}={value} into {self.path} (from this shell's environment, so `docker compose` "
+                       "in that folder uses it without it; change it there)")
+        for name in self.differs:
+            out.append(f"note: {self.path} sets {name} to another image than this shell's; kept (`docker compose` "
+                       "takes the shell's where the shell sets it)")
+        for name in self.refused:
+            out.append(f"warning: {name} in this shell's environment is not an image reference; not written into "
+                       f"{self.path}")
         return out
 
 
-HEADER = ("Written by vllm-kit: what the stack requires and .env did not set (kit/data/service_env.yaml generated).",
+HEADER = ("Written by vllm-kit: what the stack requires, or the shell named as a site image, and .env did not set.",
           "Change a value here; the kit never replaces one that is set. Keep this file out of version control.")
 
 
-def fill_stack_env(files: dict[str, str], preset: Any, env_path: Path) -> EnvFill:
-    """Give ``env_path`` (the folder's .env) every required name it does not set that the kit can make; a .env that
-    is a link, a FIFO or not a plain file is neither read nor written (``not_read`` says why)."""
+def site_images(files: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``images_from_environment`` names the rendered compose files read that ``environ`` sets (not empty)."""
+    read = names_compose_reads(files)
+    return {name: environ[name] for name in table().get("images_from_environment") or {}
+            if name in read and environ.get(name, "").strip()}
+
+
+def fill_stack_env(files: dict[str, str], preset: Any, env_path: Path,
+                   environ: Mapping[str, str] | None = None) -> EnvFill:
+    """Give ``env_path`` (the folder's .env) every required name it does not set that the kit can make, and each
+    site image ``environ`` (the command's environment) names that .env does not set; a .env that is a link, a FIFO
+    or not a plain file is neither read nor written (``not_read`` says why)."""
     from kit.core.envfile import EnvFileError, fill_env_values, is_set, read_env_file
+    from kit.core.safevalue import UnsafeValue, check_image_ref
 
     result = EnvFill(env_path)
     required = required_names(files, preset)
@@ -135,10 +160,20 @@ def fill_stack_env(files: dict[str, str], preset: Any, env_path: Path) -> EnvFil
                 result.missing.append(name)
             else:
                 wanted[name] = value
+        for name, value in site_images(files, environ or {}).items():
+            try:
+                value = check_image_ref(value.strip(), name)
+            except UnsafeValue:
+                result.refused.append(name)
+                continue
+            if not is_set(current.get(name)):
+                wanted[name] = result.carried[name] = value
+            elif (current[name] or "").strip() != value:
+                result.differs.append(name)
         result.written = fill_env_values(env_path, wanted, HEADER) if wanted else []
     except EnvFileError as exc:
         result.not_read = exc.message.removeprefix(f"{env_path}: ")
-        result.missing = required
+        result.missing, result.carried, result.differs = required, {}, []
         return result
     defaults = table()["generated"]["defaults"]
     result.defaults = {name: wanted[name] for name in result.written if name in defaults}

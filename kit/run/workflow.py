@@ -51,9 +51,11 @@ def fill_env(prepared: Prepared, out_dir: Path, progress: Progress | None = None
     """Before compose reads the folder: its .env gets what the stack requires and the kit makes (the API key, an
     add-on's passwords; kit/deploy/service_env.py fill_stack_env). A name only the user knows is left to compose,
     whose refusal names it."""
+    import os
+
     from kit.deploy.service_env import fill_stack_env
 
-    env = fill_stack_env(prepared.files, prepared.preset, out_dir / ".env")
+    env = fill_stack_env(prepared.files, prepared.preset, out_dir / ".env", os.environ)
     if progress:
         for line in env.lines():
             progress(line)

@@ -24,6 +24,7 @@ import yaml
 
 from kit.config.preset import PRESETS_DIR, load_preset, preset_names
 from kit.core.envfile import read_env_file
+from kit.deploy.door import IMAGE_ENV
 from kit.deploy.record import compose_project
 from tests.conftest import require_tool
 
@@ -210,8 +211,10 @@ def test_add_ons_added_and_removed(tmp_path):
     require_tool("docker")
     out = tmp_path / "addons"
     added = kit("render", "preset=cpu", "--with", "monitoring", "--out", str(out))
+    # The session's stand-in door (VLLM_KIT_DOOR_IMAGE, conftest.py) goes into .env too, as a site's would.
+    site = {IMAGE_ENV} if os.environ.get(IMAGE_ENV) else set()
     assert "GRAFANA_ADMIN_PASSWORD" in added.stderr and set(read_env_file(out / ".env")) == {
-        "VLLM_API_KEY", "GRAFANA_ADMIN_PASSWORD"}
+        "VLLM_API_KEY", "GRAFANA_ADMIN_PASSWORD", *site}
     checked = shell(as_config(printed(added.stderr, "next: ")))
     assert checked.returncode == 0, checked.stderr
     config = shell("docker compose config --services", cwd=out)

@@ -1,0 +1,88 @@
+"""What `docker compose up` of a rendered stack takes from a registry, and the note an offline host needs before the
+line `kit render` prints (issue 36: every printed step works as printed).
+
+Public entry points: ``stack_images(files, values)`` (each image the compose files name, as compose resolves it, and
+whether compose pulls or builds it when the engine lacks it) and ``offline_note(...)``. Read from the rendered
+compose files as data (the services' ``image`` and ``pull_policy``), with the values compose interpolates.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.deploy.composefile import BUILT_PULL_POLICY
+
+# A whole `image:` value that is compose's interpolation with a default: `${NAME:-pinned}` (the door's).
+_WITH_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
+
+
+@dataclass(frozen=True)
+class StackImage:
+    ref: str  # as compose resolves it with ``values``
+    services: tuple[str, ...]
+    built: bool  # compose builds it when the engine lacks it (the kit's images); otherwise compose pulls it
+    variable: str | None  # the .env name that may replace it (`${NAME:-pinned}`), if any
+    from_variable: bool  # ``ref`` is that variable's value, not the pinned default
+
+
+def _resolve(image: str, values: Mapping[str, str]) -> tuple[str, str | None, bool]:
+    found = _WITH_DEFAULT.fullmatch(image)
+    if found is None:
+        return image, None, False
+    name, default = found.groups()
+    value = (values.get(name) or "").strip()
+    return (value, name, True) if value else (default, name, False)
+
+
+def stack_images(files: dict[str, str], values: Mapping[str, str]) -> list[StackImage]:
+    """Every image the rendered compose files name, once each in the files' order, resolved with ``values`` (what
+    compose interpolates: .env under the shell's environment)."""
+    import yaml
+
+    found: dict[str, StackImage] = {}
+    for rel in sorted(files):
+        if not (rel.startswith("compose") and rel.endswith(".yaml")):
+            continue
+        for service, spec in ((yaml.safe_load(files[rel]) or {}).get("services") or {}).items():
+            if not isinstance(spec, dict) or not spec.get("image"):
+                continue
+            ref, variable, from_variable = _resolve(str(spec["image"]), values)
+            built = spec.get("pull_policy") == BUILT_PULL_POLICY
+            known = found.get(ref)
+            services = (*known.services, service) if known else (service,)
+            found[ref] = StackImage(ref, services, built, variable, from_variable)
+    return list(found.values())
+
+
+def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image: str, base_given: bool,
+                 out_dir: Path, kit: str) -> str | None:
+    """The `note:` line after `kit render`'s `next:` on a render made for a host without a registry: one whose base
+    was given (--base-image) or whose site image a variable names (VLLM_KIT_DOOR_IMAGE, kit/data/service_env.yaml
+    ``images_from_environment``). It names exactly what compose would still fetch: the images it pulls that no
+    variable replaces, and the kit's images it builds when the engine lacks them (which needs the package index
+    unless `kit build --wheelhouse` builds them first). None for a render with neither sign (compose fetches what it
+    needs from the registries, as before)."""
+    images = stack_images(files, values)
+    if not base_given and not any(i.from_variable for i in images):
+        return None
+    folder = shlex.quote(str(out_dir))
+    needs: list[str] = []
+    for image in images:
+        if image.from_variable:
+            continue  # the site's own image, which the variable names for this host
+        services = ", ".join(image.services)
+        if image.built:
+            needs.append(f"{image.ref} ({services}; `{kit} build --out {folder} --wheelhouse WHEELHOUSE` builds it "
+                         f"without a registry from base {base_image} on this engine and the wheels `{kit} wheelhouse "
+                         f"--out {folder} --wheelhouse WHEELHOUSE` fetched on a connected host)")
+        elif image.variable:
+            needs.append(f"{image.ref} ({services}; or {image.variable}=IMAGE in {out_dir / '.env'}, an image this "
+                         "engine has)")
+        else:
+            needs.append(f"{image.ref} ({services}; `docker load` it from a connected host)")
+    return ("note: on a host without a registry, the line above needs on this engine first (compose pulls or builds "
+            "what it lacks): " + "; ".join(needs))

@@ -1,0 +1,127 @@
+"""`kit render`'s `next:` line on a host without a registry (issue 36, item 2): a site image the shell names
+(VLLM_KIT_DOOR_IMAGE) goes into the folder's .env, so the line works as printed with no prefix, and a render made for
+such a host (--base-image, or a site image) says in a `note:` line exactly what compose would still fetch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from kit.cli.main import cli
+from kit.core.envfile import read_env_file
+from kit.deploy.door import IMAGE_ENV, image_ref as door_pinned
+from kit.deploy.stack_images import stack_images
+from kit.run.workflow import project_for
+from tests.conftest import require_compose
+
+pytestmark = pytest.mark.unit
+
+LOCAL_BASE = "vllm-kit/base:bookworm"
+STANDIN = "vllm-kit/standin-haproxy:local"
+
+
+@pytest.fixture(autouse=True)
+def _kit_on_path(monkeypatch):
+    monkeypatch.setenv("VLLM_KIT_PROG", "kit")  # how the printed commands name the kit
+
+
+def render(out, *args):
+    result = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(out), *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def lines(result, prefix: str) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith(prefix)]
+
+
+def rendered(out) -> dict[str, str]:
+    return {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("compose*.yaml")}
+
+
+def test_the_shells_door_image_goes_into_env_and_the_printed_line_needs_no_prefix(tmp_path, monkeypatch):
+    monkeypatch.setenv(IMAGE_ENV, STANDIN)
+    result = render(tmp_path, "--base-image", LOCAL_BASE)
+    [step] = lines(result, "next: ")
+    assert step == f"next: cd {shlex.quote(str(tmp_path))} && docker compose -p {project_for(tmp_path)} up -d --wait " \
+                   "--remove-orphans"
+    assert read_env_file(tmp_path / ".env")[IMAGE_ENV] == STANDIN
+    assert f"wrote {IMAGE_ENV}={STANDIN} into {tmp_path / '.env'}" in result.stderr
+    # The rendered files are the same as without it: the site's image lives in .env, and the base in the Dockerfile.
+    compose = (tmp_path / "compose.yaml").read_text()
+    assert f'"${{{IMAGE_ENV}:-{door_pinned()}}}"' in compose and STANDIN not in compose
+    assert f'ARG BASE_IMAGE="{LOCAL_BASE}"' in (tmp_path / "Dockerfile").read_text()
+    # What compose resolves from the folder as the line runs it (a shell without the variable): the stand-in door.
+    monkeypatch.delenv(IMAGE_ENV)
+    images = {i.services[0]: i for i in stack_images(rendered(tmp_path), read_env_file(tmp_path / ".env"))}
+    assert images["door"].ref == STANDIN and images["door"].from_variable
+    # Only the kit's own image is left to name: no registry image is pulled by this stack.
+    [note] = lines(result, "note: on a host without a registry")
+    image = json.loads(render(tmp_path, "--json").stdout)["data"]["image"]
+    assert note == (
+        "note: on a host without a registry, the line above needs on this engine first (compose pulls or builds what "
+        f"it lacks): {image} (model-make, model-fetch, vllm; `kit build --out {tmp_path} --wheelhouse WHEELHOUSE` "
+        f"builds it without a registry from base {LOCAL_BASE} on this engine and the wheels `kit wheelhouse --out "
+        f"{tmp_path} --wheelhouse WHEELHOUSE` fetched on a connected host)")
+    assert "haproxy" not in note and "debian" not in note
+
+
+def test_compose_itself_reads_the_door_image_from_env(tmp_path, monkeypatch):
+    docker = require_compose()
+    monkeypatch.setenv(IMAGE_ENV, STANDIN)
+    render(tmp_path, "--base-image", LOCAL_BASE)
+    env = {k: v for k, v in os.environ.items() if k != IMAGE_ENV}
+    argv = [docker, "compose", "-p", project_for(tmp_path), "config", "--images"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert STANDIN in done.stdout.split() and door_pinned() not in done.stdout
+
+
+def test_a_render_with_no_sign_of_an_offline_host_prints_as_before(tmp_path):
+    result = render(tmp_path)
+    assert result.stderr.splitlines()[-1].startswith("next: cd ")
+    assert not lines(result, "note: on a host without a registry")
+    assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
+
+
+def test_the_note_names_every_image_compose_would_still_pull(tmp_path):
+    result = render(tmp_path, "--base-image", LOCAL_BASE, "--with", "monitoring")
+    [note] = lines(result, "note: on a host without a registry")
+    assert f"{door_pinned()} (door; or {IMAGE_ENV}=IMAGE in {tmp_path / '.env'}, an image this engine has)" in note
+    files = rendered(tmp_path)
+    pulled = [i for i in stack_images(files, {}) if not i.built]
+    assert {i.services[0] for i in pulled} == {"door", "prometheus", "grafana"}
+    for image in pulled:
+        assert image.ref in note
+    assert "`docker load` it from a connected host" in note
+    assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
+
+
+def test_an_env_that_names_another_door_image_is_kept_and_said(tmp_path, monkeypatch):
+    (tmp_path / ".env").write_text(f"{IMAGE_ENV}=mirror.example/haproxy:3.4.5\n")
+    monkeypatch.setenv(IMAGE_ENV, STANDIN)
+    result = render(tmp_path)
+    assert read_env_file(tmp_path / ".env")[IMAGE_ENV] == "mirror.example/haproxy:3.4.5"
+    assert f"note: {tmp_path / '.env'} sets {IMAGE_ENV} to another image than this shell's; kept" in result.stderr
+    # The shell's value is what compose uses where it is set: the door is the site's, so the note leaves it out.
+    [note] = lines(result, "note: on a host without a registry")
+    assert "haproxy" not in note and "debian:bookworm-slim" in note
+
+
+def test_a_door_image_that_is_no_reference_is_not_written(tmp_path, monkeypatch):
+    monkeypatch.setenv(IMAGE_ENV, "not an image; rm -rf /")
+    result = render(tmp_path)
+    assert f"warning: {IMAGE_ENV} in this shell's environment is not an image reference" in result.stderr
+    assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
+
+
+def test_kubernetes_reads_no_door_variable_so_none_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv(IMAGE_ENV, STANDIN)
+    result = render(tmp_path, "--target", "k8s")
+    assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
+    assert not lines(result, "note: on a host without a registry")
