@@ -203,6 +203,77 @@ def test_unreachable_registry_is_one_line(locked_builds, tmp_path):
     assert "registry 127.0.0.1:1 unreachable" in result.output and "Traceback" not in result.output
 
 
+def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, cpu_wheelhouse, docker_client,
+                                                      tmp_path):
+    """The pin journey past the first release, as a user walks it (issue 36): `kit lock` into a folder, a locked
+    build, `kit push --out DIR`, the `pin` line it prints run as printed; then `kit upgrade --apply` with a change of
+    the image under the pin, and its printed `next:` steps (build, push, the new pin) as printed: compose now runs the
+    new image by digest, and the old digest is nowhere in the folder's files.
+
+    The cpu build has one vLLM release, so the change is the base: the site's hardened base under a new tag (here
+    another tag of the same local base, so every layer comes from the cache and only the image's config, which names
+    its base, differs: a new image, pushed in seconds). Runs before the push-and-pull test, whose removal of build B
+    would take the layer cache with it. Beyond what the kit prints, the builds get this machine's `--wheelhouse` (no
+    index is reachable from a container) and, the folder being locked, the lock's `--locked --offline` (as
+    docs/architecture/image.md builds a locked folder); the locked build refuses the changed base until `kit lock`
+    runs again, as its hint says."""
+    import re
+
+    from .test_journeys import printed, shell
+
+    def run(line: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        result = shell(line, timeout=timeout)
+        assert result.returncode == 0, f"{line}:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+        return result
+
+    def compose_images() -> set[str]:
+        config = run(f"cd {out} && docker compose config --images", timeout=120)
+        return set(config.stdout.split())
+
+    out = tmp_path / "pin-journey"
+    repository = "vllm-kit/pinjourney"
+    alias = f"vllm-kit/base:pin-journey-{os.getpid()}"
+    docker_client.images.get(BASE_IMAGE).tag(*alias.rsplit(":", 1))
+    locked_flags = f"--wheelhouse {cpu_wheelhouse} --locked --offline"
+    try:
+        run(f"kit lock preset=cpu image.repository={repository} image.base={BASE_IMAGE} runtime.port={free_port()} "
+            f"--out {out} --wheelhouse {cpu_wheelhouse} --offline")
+        first = json.loads(run(f"kit build --out {out} {locked_flags} --json").stdout)["data"]
+        pushed = run(f"kit push --out {out} --registry {registry}")
+        old = json.loads((out / "vllm-kit.push.json").read_text())
+        assert old["image_id"] == first["image_id"]
+        run(printed(pushed.stdout, "pin     ").split("  (compose runs ")[0])
+        assert f"{registry}/{repository}@{old['digest']}" in compose_images()
+
+        upgraded = run(f"kit upgrade --to 0.32.0 --out {out} --apply image.base={alias}")
+        assert f"the pin {old['digest']} dropped" in upgraded.stderr, upgraded.stderr
+        steps = re.findall(r"`([^`]+)`", upgraded.stderr.split("next: ", 1)[1].splitlines()[0])
+        assert steps[:2] == [f"kit build --out {out}", f"kit push --out {out} --registry {registry}"], steps
+        assert old["digest"] not in (out / "compose.yaml").read_text()  # compose builds here until the new pin
+
+        # The folder is locked, and the lock names the old base: the locked build refuses and says to lock again.
+        refused = shell(f"{steps[0]} {locked_flags}")
+        assert refused.returncode == 1 and "run `kit lock` again" in refused.stdout + refused.stderr, refused.stderr
+        run(f"kit lock --out {out} --wheelhouse {cpu_wheelhouse} --offline")
+        rebuilt = json.loads(run(f"{steps[0]} {locked_flags} --json").stdout)["data"]
+        assert rebuilt["image_id"] != first["image_id"]
+        assert rebuilt["cached_steps"] >= rebuilt["total_steps"] - 12, rebuilt  # the labels, not the venv, rebuilt
+        pushed = run(steps[1])
+        new = json.loads((out / "vllm-kit.push.json").read_text())
+        assert new["image_id"] == rebuilt["image_id"] and new["digest"] != old["digest"]
+        run(printed(pushed.stdout, "pin     ").split("  (compose runs ")[0])
+        assert f"{registry}/{repository}@{new['digest']}" in compose_images()
+        assert docker_client.images.get(f"{registry}/{repository}@{new['digest']}").id == rebuilt["image_id"]
+        stale = [str(path.relative_to(out)) for path in out.rglob("*") if path.is_file() and ".kit" not in path.parts
+                 and old["digest"] in path.read_text(errors="replace")]
+        assert not stale, stale
+    finally:
+        for image in docker_client.images.list():
+            for tag in image.tags:
+                if tag == alias or tag.rsplit(":", 1)[0] in (repository, f"{registry}/{repository}"):
+                    remove_image(docker_client, tag)
+
+
 def test_push_pull_by_digest_and_smoke(locked_builds, registry, docker_client):
     """The production pin as a user walks it: `kit push --out DIR` (the folder says which image), the `pin` command
     it prints run exactly as printed, then the render's own `next:` line: compose runs the image by digest."""
