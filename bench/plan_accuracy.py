@@ -58,8 +58,11 @@ def gpu_inputs_for(case: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
 
 def measured(log: vllmlog.StartupLog) -> dict[str, float | None]:
     """What vLLM logged, in the planner's terms. CUDA graph memory is the estimate charged to the KV budget (0 when
-    nothing was charged); activation excludes it (kit.memory.vllmlog)."""
+    nothing was charged), or with 0.34's extensible cache the pool as captured (the cache is sized after capture);
+    activation excludes it (kit.memory.vllmlog)."""
     charged = (log.cuda_graph_estimate_gib or 0.0) if log.cuda_graph_charged else 0.0
+    if log.free_after_warmup_gib is not None:  # 0.34's extensible cache: sized after capture, the pool as captured
+        charged = log.cuda_graph_gib or 0.0
     return {"kv_cache_tokens": log.kv_cache_tokens, "kv_cache_gib": log.kv_cache_gib, "weights_gib": log.weights_gib,
             "activation_gib": log.peak_activation_gib, "cuda_graph_gib": charged}
 

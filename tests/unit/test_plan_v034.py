@@ -42,21 +42,27 @@ def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
     total = i["gpu_memory_gib"]
     peak = result.activation_gib
     margin = max(1.0, 0.75 * peak)
+    sizing = rules_for("0.34.0")["kv_sizing"]
+    baseline, allowance = sizing["startup_baseline_gib"], sizing["post_warmup_allowance_gib"]
+    assert baseline > 0 and allowance > 0  # measured (kit/data/calibration/h200-vllm-0.34.0)
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
-    # measure_kv_cache_bytes at utilization 1.0: the device term binds, the margin comes off beside the peak
-    assert result.kv_cache_gib == pytest.approx(total - non_kv - margin - peak, abs=1e-6)
-    assert result.kv_reserve_gib == pytest.approx(margin, abs=1e-6)
+    # measure_kv_cache_bytes at utilization 1.0: the device term (free at vLLM's first snapshot) binds, the margin
+    # comes off beside the peak, and the measured post-warm-up allowance after both
+    assert result.kv_cache_gib == pytest.approx(total - baseline - non_kv - margin - peak - allowance, abs=1e-6)
+    assert result.kv_reserve_gib == pytest.approx(baseline + margin + allowance, abs=1e-6)
     assert result.kv_cache_tokens % 64 == 0 or result.max_concurrency > 0
-    assert result.to_json()["kv_reserve_gib"] == pytest.approx(margin, abs=0.01)
+    assert result.to_json()["kv_reserve_gib"] == pytest.approx(baseline + margin + allowance, abs=0.01)
 
 
 def test_a_lower_utilization_binds_and_keeps_no_margin_beyond_it():
     result = plan(inputs(gpu_memory_utilization=0.9))
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
-    # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term
-    assert result.kv_cache_gib == pytest.approx(0.9 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib,
-                                                abs=1e-6)
-    assert result.kv_reserve_gib == 0.0
+    allowance = rules_for("0.34.0")["kv_sizing"]["post_warmup_allowance_gib"]
+    # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term; only the measured
+    # post-warm-up allowance is kept beyond it
+    assert result.kv_cache_gib == pytest.approx(0.9 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib
+                                                - allowance, abs=1e-6)
+    assert result.kv_reserve_gib == pytest.approx(allowance, abs=1e-6)
 
 
 def test_turned_off_it_plans_as_0_33_did_with_the_0_92_default():
@@ -101,7 +107,7 @@ def test_the_preset_flags_that_size_the_cache_by_hand_turn_it_off():
 
 
 def test_the_calibration_hooks_change_the_plan(monkeypatch):
-    """Measured at 0.34, `startup_baseline_gib` comes off the device's side and an emptied `uncalibrated` list drops
+    """`startup_baseline_gib` comes off the device's side and an emptied `uncalibrated` list drops
     the plan's "approximate": the hooks the GPU runs fill in are read, not decorative."""
     import copy
 
@@ -110,7 +116,7 @@ def test_the_calibration_hooks_change_the_plan(monkeypatch):
 
     table = copy.deepcopy(datafiles.vllm_table())
     sizing = table["versions"]["0.34.0"]["defaults"]["kv_sizing"]
-    sizing["startup_baseline_gib"], sizing["uncalibrated"] = 0.5, []
+    sizing["startup_baseline_gib"], sizing["uncalibrated"] = sizing["startup_baseline_gib"] + 0.5, []
     before = plan(inputs())
     monkeypatch.setattr(datafiles, "vllm_table", lambda: table)
     rules._entries.cache_clear()
