@@ -92,6 +92,7 @@ class StartupLog:
     # 0.34's extensible KV cache, sized after warm-up ("Memory after warmup: ..."); None where the log has no such line
     kv_capacity_gib: float | None = None  # the reserved capacity ("Available KV cache memory" before warm-up)
     free_after_warmup_gib: float | None = None
+    kv_fit_after_warmup_gib: float | None = None  # "N KV cache blocks (X GiB) fit within the requested ..."
     kept_for_transients_gib: float | None = None  # max(transient peak, torch's reservation growth)
     transient_peak_gib: float | None = None
     torch_reserve_growth_gib: float | None = None
@@ -237,7 +238,7 @@ def parse(text: str) -> StartupLog:
         if m := KV_AFTER_WARMUP.search(line):
             (out.free_after_warmup_gib, _, out.kept_for_transients_gib, out.transient_peak_gib,
              out.torch_reserve_growth_gib) = (float(m.group(i)) for i in range(1, 6))
-            out.kv_blocks = int(m.group(6))
+            out.kv_blocks, out.kv_fit_after_warmup_gib = int(m.group(6)), float(m.group(7))
         if m := KV_EXTENDED.search(line):
             out.kv_capacity_gib = out.kv_capacity_gib if out.kv_capacity_gib is not None else out.kv_cache_gib
             out.kv_blocks, out.kv_cache_gib = int(m.group(1)), float(m.group(2))

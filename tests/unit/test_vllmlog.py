@@ -248,7 +248,35 @@ def test_a_0_34_log_reads_the_kv_cache_sized_after_warm_up() -> None:
     assert (log.kv_capacity_gib, log.kv_cache_gib, log.kv_blocks) == (121.97, 117.04, 8421)
     assert (log.free_after_warmup_gib, log.kept_for_transients_gib, log.transient_peak_gib,
             log.torch_reserve_growth_gib) == (121.30, 2.30, 2.30, 1.90)
-    assert log.kv_cache_tokens == 538944 and log.gpu_memory_utilization == 1.0
+    assert log.kv_cache_tokens == 538944 and log.gpu_memory_utilization == 1.0 and log.kv_fit_after_warmup_gib == 117.0
     assert log.non_torch_gib == pytest.approx(0.71) and log.peak_activation_gib == 2.11
     # a 0.33 log has none of it
     assert vllmlog.parse(pid.format(2) + "Available KV cache memory: 100.00 GiB").kv_capacity_gib is None
+
+
+CASES_034 = [c for c in ALL_CASES if str(c["inputs"].get("vllm_version")) == "0.34.0"]
+
+
+def test_034_runs_on_the_h200_read_as_vllm_sized_them() -> None:
+    """The five 0.34.0 start-ups (kit/data/calibration/h200-vllm-0.34.0): with the extensible cache the KV cache is
+    what fitted after warm-up; Gemma-2's refusal is read with the room it had (2.38 GiB for 2.64 GiB needed)."""
+    logs = {c["id"]: vllmlog.parse(text_of(c)) for c in CASES_034}
+    assert len(logs) == 5
+    llama = logs["h200-034-llama3.1-8b-24g"]
+    assert (llama.kv_fit_after_warmup_gib, llama.kv_cache_gib, llama.kv_capacity_gib) == (5.75, 5.75, 6.08)
+    assert (llama.transient_peak_gib, llama.torch_reserve_growth_gib, llama.free_at_start_gib) == (0.45, 0.5, 139.1)
+    gemma = logs["h200-034-gemma2-9b-24g"]
+    assert not gemma.ready and gemma.kv_fit_after_warmup_gib == 2.38 and "2.64 GiB KV cache is needed" in gemma.fatal
+    off = logs["h200-034-qwen3-8b-24g-noext"]
+    assert off.free_after_warmup_gib is None and off.kv_cache_tokens == 41536  # 0.33's estimate path
+
+
+def test_034_plans_are_never_above_what_vllm_found_room_for() -> None:
+    """With the measured baseline and post-warm-up allowance, every 0.34.0 plan is on the safe side of vLLM's KV
+    cache and every verdict is right (the allowance is in-sample: bench/plan_accuracy.py holds it out by family)."""
+    for entry in CASES_034:
+        log = vllmlog.parse(text_of(entry))
+        result = planner.plan(_inputs_033(entry, log))
+        assert result.fits == (not entry.get("expect_error")), entry["id"]
+        room = log.kv_fit_after_warmup_gib if log.kv_fit_after_warmup_gib is not None else log.kv_cache_gib
+        assert result.kv_cache_gib <= room + 0.01, entry["id"]
