@@ -110,7 +110,9 @@ def complete_preset_name(_ctx: click.Context, _param: click.Parameter, incomplet
 def completion(shell: str, as_json: bool) -> None:
     """Print the shell completion script: eval "$(kit completion bash)" (zsh, fish alike)."""
     root = click.get_current_context().find_root()
-    script = get_completion_class(shell)(root.command, {}, "kit", COMPLETE_VAR).source()
+    shell_class = get_completion_class(shell)
+    assert shell_class is not None  # SHELLS are the shells click registers
+    script = shell_class(root.command, {}, "kit", COMPLETE_VAR).source()
     if as_json:
         emit_json({"shell": shell, "script": script})
         return

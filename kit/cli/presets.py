@@ -54,7 +54,7 @@ def presets(ctx: click.Context, as_json: bool) -> None:
           styles={"preset": "bold"})
     for r in rows:
         if r["shadows"]:
-            status(f"note: preset={r['name']} is {display_path(Path(r['file']))} ({r['origin']}), not the "
+            status(f"note: preset={r['name']} is {display_path(Path(str(r['file'])))} ({r['origin']}), not the "
                    f"{' or '.join(r['shadows'])} preset of that name")
 
 

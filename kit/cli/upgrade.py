@@ -148,6 +148,7 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     else:
         _report(result)
         for r in applied or []:
+            assert out_dir is not None  # applied only with --apply, which needs --out
             click.echo(f"{r.status:>9}  {out_dir / r.path}")
     if result.stale and not as_json:
         status(f"note: {out_dir} differs from a render at {result.current} too (the preset or the kit changed since "

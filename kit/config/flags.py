@@ -370,8 +370,8 @@ def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
         canonical = snapshot.aliases.get(name, (name, False))[0]
         if canonical not in suggestions:
             suggestions.append(canonical)
-    hint = ("did you mean " + " or ".join(suggestions) + "?") if suggestions else None
-    return Problem(where, f"is not a `vllm serve` flag in {label}", hint)
+    return Problem(where, f"is not a `vllm serve` flag in {label}",
+                   ("did you mean " + " or ".join(suggestions) + "?") if suggestions else None)
 
 
 def _secret_flag_problem(snapshot: FlagSnapshot, key: str, where: str) -> Problem | None:
@@ -538,7 +538,7 @@ def engine_to_argv(engine: Mapping[str, object], version: str) -> list[str]:
             if not value:
                 argv.append(flag)
         elif spec.kind == "count":
-            argv.extend([flag] * int(value))
+            argv.extend([flag] * (value if isinstance(value, int) else int(str(value))))
         elif spec.kind == "append":
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 # Bump when the snapshot layout or the way a field is derived changes, so a
 # stale snapshot can be told from a fresh one.
@@ -105,7 +105,7 @@ def build_serve_parser() -> tuple[argparse.ArgumentParser, str]:
         # help text on by hand and drop kwargs it cached without help.
         arg_utils = sys.modules.get("vllm.engine.arg_utils")
         if arg_utils is not None and getattr(arg_utils, "NEEDS_HELP", None) is False:
-            arg_utils.NEEDS_HELP = True
+            cast(Any, arg_utils).NEEDS_HELP = True  # a module attribute not every vLLM release has
             cache_clear = getattr(getattr(arg_utils, "_compute_kwargs", None), "cache_clear", None)
             if cache_clear is not None:
                 cache_clear()

@@ -95,6 +95,7 @@ def manifest_from_tar(stream, label: str = "", progress: Callable[[str], None] |
             if member.isfile():
                 digest = hashlib.sha256()
                 fh = tar.extractfile(member)
+                assert fh is not None  # member.isfile()
                 for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
                     digest.update(block)
                 sha = digest.hexdigest()

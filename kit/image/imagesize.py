@@ -62,7 +62,9 @@ def breakdown_from_tar(stream, image: str = "", layers: list[dict] | None = None
             sizes[path] = member.size
             head, _, base = path.rpartition("/")
             if base == "RECORD" and head.endswith(".dist-info"):
-                records[head] = tar.extractfile(member).read().decode("utf-8", "replace")
+                record = tar.extractfile(member)
+                assert record is not None  # only regular files get this far
+                records[head] = record.read().decode("utf-8", "replace")
             if progress and len(sizes) % 50000 == 0:
                 progress(f"{image}: {len(sizes)} files read")
     owner: dict[str, str] = {}

@@ -115,7 +115,8 @@ def _normalise(name: str) -> str:
 
 
 def _locked_base(found: BaseDigest) -> LockedBase:
-    return LockedBase(ref=found.ref, digest=found.digest, kind=found.kind, pinned=found.pinned)
+    # validated by the model (kind: repo-digest or image-id), not only declared
+    return LockedBase.model_validate({"ref": found.ref, "digest": found.digest, "kind": found.kind, "pinned": found.pinned})
 
 
 # ------------------------------------------------------------------------------------------- making a lock

@@ -284,7 +284,8 @@ def precision_fit(inputs: PlanInputs, at: InputsAt | None = None) -> tuple[Answe
         except KitError as exc:
             options.append(Option(label=label, change=change, fits=False, error=exc.message, max_model_len=None))
             continue
-        longest = max_model_len_fit(changed, option_at).value
+        found_len = max_model_len_fit(changed, option_at).value
+        longest = found_len if isinstance(found_len, int) else None  # an int, or None where none fits
         options.append(Option(label=label, change=change, fits=found.fits, error=found.error, max_model_len=longest,
                               plan=found))
     first = next((o for o in options if o.fits), None)

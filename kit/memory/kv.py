@@ -15,6 +15,7 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_bytes: int) -> in
     """Bytes of KV cache one token takes in one layer on one rank."""
     if model.is_mla:
         # compressed latent + decoupled RoPE key, shared by all heads: no factor 2, not split by TP
+        assert model.kv_lora_rank is not None  # is_mla
         return (model.kv_lora_rank + (model.qk_rope_head_dim or 0)) * kv_bytes
     kv_rank = max(model.num_kv_heads // tp, 1)  # split, or replicated when fewer KV heads than ranks
     return 2 * kv_rank * model.head_dim * kv_bytes

@@ -120,7 +120,7 @@ def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
 
     full = inputs.model_copy(update={"max_model_len": derived_max_model_len(inputs.model)})
     longest = largest_max_model_len(full)
-    if longest <= 0 or longest >= full.max_model_len:
+    if longest <= 0 or longest >= derived_max_model_len(inputs.model):
         return full
     return full.model_copy(update={"max_model_len": longest})
 
@@ -183,7 +183,7 @@ def as_preset_fixes(result: Plan) -> Plan:
     for suggestion in result.suggestions:
         message = flags_as_overrides(suggestion["message"], set(suggestion["change"]))
         tp = suggestion["change"].get("tensor_parallel_size")
-        if tp:
+        if tp and message is not None:
             gpus = tp * int(result.inputs.get("pipeline_parallel_size") or 1)
             message = message.replace(f"engine.tensor_parallel_size={tp}",
                                       f"engine.tensor_parallel_size={tp} hardware.count={gpus}", 1)
