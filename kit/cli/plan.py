@@ -99,14 +99,14 @@ def plan_inputs_from_options(
     try:
         return PlanInputs(
             model=spec,
-            device=device,  # type: ignore[arg-type]
+            device=device,
             gpu_memory_gib=gpu_memory_gib,
             gpu_name=gpu_name,
             tensor_parallel_size=tp,
             pipeline_parallel_size=pp,
-            dtype=dtype,  # type: ignore[arg-type]
+            dtype=dtype,
             quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype,  # type: ignore[arg-type]
+            kv_cache_dtype=kv_cache_dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
