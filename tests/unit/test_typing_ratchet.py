@@ -1,8 +1,7 @@
-"""Typing and imports only get stricter (issue 38): the mypy overrides in pyproject.toml may shrink, never grow, and what they
-hide is counted by running mypy without them; `: Any` annotations in kit/ have a ceiling too; no import circle at
-module level, and the imports inside functions outside kit/cli (each a circle broken by hand) have a ceiling. Lower a
-ceiling when
-you fix what it counts."""
+"""Typing and imports only get stricter (issue 38). The mypy overrides in pyproject.toml may shrink, never grow, and
+what they hide is counted by running mypy without them; `: Any` annotations in kit/ have a ceiling; kit/ has no import
+circle at module level, and the imports inside functions outside kit/cli (each a circle broken by hand) have a
+ceiling. Lower a ceiling when you fix what it counts."""
 
 from __future__ import annotations
 
