@@ -115,14 +115,19 @@ class BuildRequest:
                 f"DOCKER_BUILDKIT=0 {redact(shlex.join(self.command()))}\n")
 
 
-def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None) -> Path:
+def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None,
+                          requirements: list[str] | None = None) -> Path:
     """Lay out a build context: the rendered Dockerfile and requirements, plus the wheelhouse as wheels/.
 
-    Wheels are hard-linked where the filesystem allows (a 3 GB wheelhouse costs no copy).
+    Wheels are hard-linked where the filesystem allows (a 3 GB wheelhouse costs no copy). With ``requirements`` (the
+    image's, Deployment.image.requirements) the wheelhouse must have been resolved for them: the build installs its
+    lock, not requirements.txt, so a package it was not resolved for would be missing from the image, silently.
     """
     for name in CONTEXT_FILES:
         if not (rendered_dir / name).is_file():
             raise KitError(f"{rendered_dir / name}: missing; run `kit render` first")
+    if wheelhouse is not None and requirements is not None:
+        require_wheelhouse_for(wheelhouse, requirements, rendered_dir)
     if os.path.islink(context_dir):
         raise refuse_link(context_dir, "the build context")
     if context_dir.exists():
@@ -199,6 +204,65 @@ def wheels_for_lock(wheelhouse: Path) -> list[Path]:
         raise KitError(f"--wheelhouse {wheelhouse}: no wheel for {', '.join(missing[:5])}"
                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""), hint=hint)
     return [found[k] for k in sorted(found)]
+
+
+def _lock_pins(lock_text: str) -> dict[str, str]:
+    """{PEP 503 name: version} of a `kit wheelhouse` lock (kit/image/wheelhouse.py writes one NAME==VERSION a line)."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in lock_text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version.split()[0] if version.strip() else ""
+    return pins
+
+
+def _left_out(lock_text: str) -> set[str]:
+    """The names the lock's header says were left out on purpose (the image's exclude_packages that resolved)."""
+    from packaging.utils import canonicalize_name
+
+    found = re.search(r"Left out on purpose: (.*)\.$", lock_text, re.MULTILINE)
+    if found is None or found.group(1) == "nothing":
+        return set()
+    return {canonicalize_name(name) for name in found.group(1).split(", ")}
+
+
+def wheelhouse_gaps(wheelhouse: Path, requirements: list[str]) -> list[str]:
+    """The requirements (each name==version, as presets pin them) that the wheelhouse's lock does not install at that
+    version, each with what the lock has instead. The lock is the record to compare with: it is what the offline build
+    installs (with --no-deps), whatever the wheelhouse was filled for (its header names a preset and a vLLM release;
+    the same pins serve another preset). A name its header leaves out on purpose counts as there: the base has it."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = (wheelhouse / LOCK_NAME).read_text()
+    pins, left_out = _lock_pins(text), _left_out(text)
+    gaps = []
+    for line in requirements:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        if name in left_out:
+            continue
+        version = pins.get(name)
+        if version is None:
+            gaps.append(f"{line} (not in it)")
+        elif not requirement.specifier.contains(version, prereleases=True):
+            gaps.append(f"{line} (it has {name}=={version})")
+    return gaps
+
+
+def require_wheelhouse_for(wheelhouse: Path, requirements: list[str], out_dir: Path) -> None:
+    """Refuse a wheelhouse not resolved for the image's requirements, before any build; a missing lock is left to
+    wheels_for_lock, which says how to fill it."""
+    if not (wheelhouse / LOCK_NAME).is_file():
+        return
+    gaps = wheelhouse_gaps(wheelhouse, requirements)
+    if gaps:
+        raise KitError(f"{wheelhouse / LOCK_NAME}: not resolved for {', '.join(gaps)}; the image would be built "
+                       "without them", hint="fill it again for this deployment (wheels already there are reused): "
+                       f"`kit wheelhouse --out {shlex.quote(str(out_dir))} --wheelhouse {shlex.quote(str(wheelhouse))}`")
 
 
 def _failing_step(lines: list[str]) -> str:

@@ -64,7 +64,7 @@ def fill_env(prepared: Prepared, out_dir: Path, progress: Progress | None = None
 def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, extra_tags: list[str] | None = None,
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
-    context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", wheelhouse)
+    context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", wheelhouse, d.image.requirements)
     tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
                            platform=d.platform if d.platform != "linux/amd64" else None)
