@@ -345,9 +345,28 @@ def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir
                            accept_preset_change=accept_preset_change, derived=derived), out_dir)
 
 
-def repin_steps(out_dir: Path, repository: str | None) -> str:
-    """What to run after a render dropped an image.pin_digest (kit/deploy/pipeline.py follow_pin): build the
-    image the folder now describes, push it, and render the pin kit push prints."""
+def relock_step(out_dir: Path, prepared) -> str | None:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
+    """`kit lock --out DIR ...`, quoted for the printed steps, when ``out_dir`` is locked and ``prepared`` (what was
+    just rendered there) no longer matches its lock: the locked build refuses until it runs. None otherwise.
+
+    The wheelhouse is not recorded anywhere, so it is WHEELHOUSE (as the offline note names it); --offline when the
+    old lock pinned a never-pushed local base by image ID, which only `kit lock --offline` pins again."""
+    import shlex
+
+    from kit.image.lock import stale_lock
+
+    stale = stale_lock(out_dir, prepared)
+    if stale is None:
+        return None
+    options = " --wheelhouse WHEELHOUSE" if prepared.deployment.image.requirements else ""
+    options += " --offline" if stale.local_base else ""
+    return f"`{kit_command()} lock --out {shlex.quote(str(out_dir))}{options}`"
+
+
+def repin_steps(out_dir: Path, repository: str | None, relock: str | None = None) -> str:
+    """What to run after a render dropped an image.pin_digest (kit/deploy/pipeline.py follow_pin): lock again when
+    the folder is locked (``relock``, from relock_step), build the image the folder now describes, push it, and render
+    the pin kit push prints."""
     import shlex
 
     from kit.image.registry import split_registry
@@ -355,5 +374,6 @@ def repin_steps(out_dir: Path, repository: str | None) -> str:
     host = split_registry(repository)[0] if repository else None
     folder = shlex.quote(str(out_dir))
     kit = kit_command()
-    return (f"`{kit} build --out {folder}`, `{kit} push --out {folder} --registry {host or 'HOST[:PORT]'}`, then the "
-            "`kit render ... image.pin_digest=...` line it prints")
+    first = f"{relock} (the folder's lock no longer matches), " if relock else ""
+    return (f"{first}`{kit} build --out {folder}`, `{kit} push --out {folder} --registry {host or 'HOST[:PORT]'}`, "
+            "then the `kit render ... image.pin_digest=...` line it prints")

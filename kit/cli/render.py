@@ -69,12 +69,12 @@ def next_step(prepared, out_dir: Path, env=None) -> str:  # noqa: ANN001 - Prepa
     (what the render wrote into .env): a required name the kit cannot make is named first, as the thing to set."""
     import shlex
 
-    from kit.cli.common import repin_steps
+    from kit.cli.common import relock_step, repin_steps
 
     where = shlex.quote(str(out_dir))
     if prepared.dropped_pin is not None:
         return (f"next: the image changed under the dropped pin {prepared.dropped_pin}: "
-                f"{repin_steps(out_dir, prepared.preset.image.repository)}")
+                f"{repin_steps(out_dir, prepared.preset.image.repository, relock_step(out_dir, prepared))}")
     first = ""
     if env is not None and env.missing:
         env_file = out_dir / ".env"

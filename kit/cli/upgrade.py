@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, repin_steps, split_args, \
-    standard_options, status
+from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, relock_step, repin_steps, \
+    split_args, standard_options, status
 
 
 def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
@@ -163,10 +163,15 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         raise SystemExit(1)
     if as_json:
         return
+    # A locked folder (kit lock wrote its lock) that the render at the target no longer matches: the locked build
+    # refuses until `kit lock` runs again, so that is the first step printed.
+    relock = (relock_step(out_dir, result.after.prepared)
+              if out_dir is not None and result.after.prepared is not None else None)
     if result.dropped_pin is not None:
         # Not clean: the running image is pinned by digest, and what was written is another image (vLLM {to}, or an
         # override given with it), to build and push first.
-        steps = repin_steps(out_dir if out_dir is not None else Path("DIR"), result.after_repository)
+        folder = out_dir if out_dir is not None else Path("DIR")
+        steps = repin_steps(folder, result.after_repository, relock)
         moved = f"upgraded to vLLM {to}" if result.current != to else f"written at vLLM {to}"
         pinned = f"the image at {result.current}" if result.current != to else "the image before this change"
         if applied is not None:
@@ -178,8 +183,9 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     elif result.current == to:
         status(f"already at vLLM {to}")
     elif applied is not None:
+        first = f"{relock} (the folder's lock no longer matches), then " if relock else ""
         status(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
-               f"`kit build --out {out_dir}`")
+               f"{first}`kit build --out {out_dir}`")
     if result.writable and result.new_warnings and result.current != to:
         # a warning of the new release may be about the build itself (kit/data/compat.yaml release_warnings)
         status(f"note: read the {len(result.new_warnings)} new warning(s) at {to} above before building: they may "

@@ -36,6 +36,7 @@ from kit.deploy.record import Request, Resolved, resolve
 if TYPE_CHECKING:
     from kit.memory.plan import Plan
     from kit.config.preset import Preset
+    from kit.deploy.pipeline import Prepared
 
 UPGRADE_FIELD = "image.vllm_version"
 # How to make a snapshot (kit/config/flagsnap.py): in a throwaway venv with that release, or where vLLM is installed.
@@ -78,6 +79,7 @@ class Side:
     dropped_pin: str | None = None  # the image.pin_digest the render drops: the image changes under it
     overrides: tuple[str, ...] | None = None  # what the render used (the pin dropped); None when refused
     repository: str | None = None  # image.repository (where a pinned image was pushed)
+    prepared: Prepared | None = field(default=None, repr=False)  # the render itself (a locked folder's drift)
 
     @property
     def fits(self) -> bool | None:
@@ -356,7 +358,7 @@ def _side(resolved: Resolved, version: str) -> Side:
         return Side(version, warnings=tuple(prepared.report.warnings), plan=prepared.report.plan,
                     plan_note=None if prepared.report.plan is not None else "no memory plan (see the warnings)",
                     files=prepared.files, dropped_pin=prepared.dropped_pin,
-                    repository=prepared.preset.image.repository,
+                    repository=prepared.preset.image.repository, prepared=prepared,
                     overrides=tuple(prepared.resolved.overrides) if prepared.resolved else None)
     # The render is refused; the plan may still be there (a misfit, a compatibility rule).
     try:

@@ -242,6 +242,32 @@ def lock_drift(lock: Lock, prepared: Prepared, where: str) -> list[Problem]:
     return problems
 
 
+@dataclass(frozen=True)
+class StaleLock:
+    """A locked folder (`kit lock` wrote its LOCK_FILE) whose render no longer matches the lock: `kit build --locked`
+    refuses it until `kit lock` runs again, so a command that prints build steps prints that first."""
+
+    path: Path
+    fields: tuple[str, ...]  # what drifted (lock_drift's fields), or "unreadable"
+    local_base: bool  # the lock pinned a never-pushed local base by image ID: `kit lock --offline` pins it again
+
+
+def stale_lock(out_dir: Path, prepared: Prepared) -> StaleLock | None:
+    """The folder's lock when ``prepared`` (the render just made for it) has drifted from it; None for a folder with no
+    lock, or one the render still matches. Reads files only (no engine, no registry)."""
+    path = out_dir / LOCK_FILE
+    if not path.is_file():
+        return None
+    try:
+        lock = read_lock(path)
+    except KitError:
+        return StaleLock(path, ("unreadable",), local_base=False)
+    problems = lock_drift(lock, prepared, str(path))
+    if not problems:
+        return None
+    return StaleLock(path, tuple(p.where.rpartition(": ")[2] for p in problems), local_base=lock.base.kind == "image-id")
+
+
 def verify_wheels(lock: Lock, wheelhouse: Path, where: str) -> list[Path]:
     """The locked wheels, each present and matching its sha256; else every problem at once."""
     problems, wheels = [], []

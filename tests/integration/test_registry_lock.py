@@ -215,8 +215,8 @@ def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, 
     its base, differs: a new image, pushed in seconds). Runs before the push-and-pull test, whose removal of build B
     would take the layer cache with it. Beyond what the kit prints, the builds get this machine's `--wheelhouse` (no
     index is reachable from a container) and, the folder being locked, the lock's `--locked --offline` (as
-    docs/architecture/image.md builds a locked folder); the locked build refuses the changed base until `kit lock`
-    runs again, as its hint says."""
+    docs/architecture/image.md builds a locked folder); the printed steps start with `kit lock` (the locked build
+    refuses the changed base until it runs), its WHEELHOUSE this machine's."""
     import re
 
     from .test_journeys import printed, shell
@@ -248,17 +248,20 @@ def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, 
         upgraded = run(f"kit upgrade --to 0.32.0 --out {out} --apply image.base={alias}")
         assert f"the pin {old['digest']} dropped" in upgraded.stderr, upgraded.stderr
         steps = re.findall(r"`([^`]+)`", upgraded.stderr.split("next: ", 1)[1].splitlines()[0])
-        assert steps[:2] == [f"kit build --out {out}", f"kit push --out {out} --registry {registry}"], steps
+        # The folder is locked, and the lock names the old base: `kit lock` comes first (--offline: the imported base
+        # was locked by image ID), its WHEELHOUSE the one thing the kit cannot know.
+        assert steps[:3] == [f"kit lock --out {out} --wheelhouse WHEELHOUSE --offline", f"kit build --out {out}",
+                             f"kit push --out {out} --registry {registry}"], steps
         assert old["digest"] not in (out / "compose.yaml").read_text()  # compose builds here until the new pin
 
-        # The folder is locked, and the lock names the old base: the locked build refuses and says to lock again.
-        refused = shell(f"{steps[0]} {locked_flags}")
+        # Skipping that step fails: the locked build refuses the changed base and says to lock again.
+        refused = shell(f"{steps[1]} {locked_flags}")
         assert refused.returncode == 1 and "run `kit lock` again" in refused.stdout + refused.stderr, refused.stderr
-        run(f"kit lock --out {out} --wheelhouse {cpu_wheelhouse} --offline")
-        rebuilt = json.loads(run(f"{steps[0]} {locked_flags} --json").stdout)["data"]
+        run(steps[0].replace("WHEELHOUSE", str(cpu_wheelhouse)))
+        rebuilt = json.loads(run(f"{steps[1]} {locked_flags} --json").stdout)["data"]
         assert rebuilt["image_id"] != first["image_id"]
         assert rebuilt["cached_steps"] >= rebuilt["total_steps"] - 12, rebuilt  # the labels, not the venv, rebuilt
-        pushed = run(steps[1])
+        pushed = run(steps[2])
         new = json.loads((out / "vllm-kit.push.json").read_text())
         assert new["image_id"] == rebuilt["image_id"] and new["digest"] != old["digest"]
         run(printed(pushed.stdout, "pin     ").split("  (compose runs ")[0])

