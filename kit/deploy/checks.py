@@ -77,6 +77,39 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
         if hw.nodes > 1 and eng.distributed_executor_backend not in (None, "ray"):
             problems.append(Problem(f"{where}: engine.distributed_executor_backend",
                                     "more than one node needs the ray backend", "set it to ray"))
+    else:
+        problems += cpu_backend_problems(where, preset)
+    return problems
+
+
+CPU_ID_LIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+
+
+def cpu_backend_problems(where: str, preset: Preset) -> list[Problem]:
+    """What vLLM's CPU build (0.32.0) refuses at start in the kit's CPU settings: VLLM_CPU_KVCACHE_SPACE is read
+    with int() (vllm/platforms/cpu.py), and a thread binding by hand needs one core list per local rank
+    (`len(omp_cpuids_list) == local_world_size`, vllm/utils/ompmultiprocessing.py)."""
+    rt, eng = preset.runtime, preset.engine
+    problems = []
+    space = rt.cpu_kvcache_space_gib
+    if space is not None and space != int(space):
+        problems.append(Problem(f"{where}: runtime.cpu_kvcache_space_gib",
+                                f"{space:g} GiB: vLLM reads VLLM_CPU_KVCACHE_SPACE as a whole number of GiB "
+                                "(per rank)", f"use {max(1, round(space))}"))
+    bind = rt.cpu_omp_threads_bind
+    ranks = eng.tp * eng.pp // max(preset.hardware.nodes, 1)
+    if bind is not None and bind not in ("auto", "nobind"):
+        lists = bind.split("|")
+        if not all(CPU_ID_LIST.match(part) for part in lists):
+            problems.append(Problem(f"{where}: runtime.cpu_omp_threads_bind",
+                                    "not auto, nobind or core lists such as 0-3|4-7 (one per rank, '|' between)",
+                                    "e.g. 0-3 for one rank, 0-3|4-7 for two"))
+        elif len(lists) != ranks:
+            problems.append(Problem(f"{where}: runtime.cpu_omp_threads_bind",
+                                    f"{len(lists)} core list(s) for {ranks} rank(s) (tensor x pipeline parallel "
+                                    f"{eng.tp} x {eng.pp}): vLLM's CPU workers need one list per rank",
+                                    "give one list per rank separated by '|' (0-3|4-7), or leave it unset: the "
+                                    "ranks then split the container's CPUs"))
     return problems
 
 

