@@ -508,20 +508,20 @@ def cpu_ranks_env(preset: Preset) -> dict[str, str]:
     `runtime.cpu_omp_threads_bind: auto` asks for vLLM's node-per-rank binding instead, and per-rank lists
     (`0-3|4-7`) bind each rank by hand.
 
-    torch.compile: with more than one rank, vLLM's vocabulary-parallel embedding calls a torch.compile'd helper
-    (get_masked_input_and_mask, vllm/model_executor/layers/vocab_parallel_embedding.py at 0.32.0) even under
-    --enforce-eager, and inductor needs a C++ compiler at run time; where the image has none, the first request
-    killed the engine ("InvalidCxxCompiler: No working C++ compiler found"). TORCH_COMPILE_DISABLE=1 runs such
-    helpers eagerly.
+    torch.compile: vLLM calls torch.compile'd helpers even under --enforce-eager, and inductor needs a C++ compiler
+    at run time: with one rank the sampler's logprobs count (batched_count_greater_than,
+    vllm/v1/sample/ops/logprobs.py at 0.32.0: any request asking for logprobs or prompt_logprobs), with more than
+    one the vocabulary-parallel embedding's mask (get_masked_input_and_mask,
+    vllm/model_executor/layers/vocab_parallel_embedding.py). Where the image has no compiler, such a request killed
+    the engine ("InvalidCxxCompiler: No working C++ compiler found"). TORCH_COMPILE_DISABLE=1 runs them eagerly.
     """
     asked = preset.runtime.cpu_omp_threads_bind
     env = {"VLLM_CPU_OMP_THREADS_BIND": asked or "auto"}
     ranks_here = preset.engine.tp * preset.engine.pp // max(preset.hardware.nodes, 1)
-    if ranks_here > 1:
-        if asked is None:
-            env["VLLM_CPU_SIM_MULTI_NUMA"] = "1"
-        if not strategy_of(preset).cxx_at_run_time:
-            env["TORCH_COMPILE_DISABLE"] = "1"
+    if ranks_here > 1 and asked is None:
+        env["VLLM_CPU_SIM_MULTI_NUMA"] = "1"
+    if not strategy_of(preset).cxx_at_run_time:
+        env["TORCH_COMPILE_DISABLE"] = "1"
     return env
 
 
