@@ -237,10 +237,16 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
         return status == 401, f"HTTP {status} without the key"
 
     def completion():
+        # with logprobs: the sampler's logprobs path is compiled code of its own (vllm/v1/sample/ops/logprobs.py);
+        # a server that answers plain completions can still fail every request that asks for them
         status, text = http("POST", f"{base}/v1/completions", key=key, body={
-            "model": d.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0})
-        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
-        return tokens > 0, f"HTTP {status}, {tokens} tokens"
+            "model": d.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0,
+            "logprobs": 1})
+        answer = json.loads(text) if status == 200 else {}
+        tokens = answer.get("usage", {}).get("completion_tokens", 0)
+        choice = (answer.get("choices") or [{}])[0]
+        logprobs = len((choice.get("logprobs") or {}).get("token_logprobs") or [])
+        return tokens > 0 and logprobs == tokens, f"HTTP {status}, {tokens} tokens, logprobs for {logprobs}"
 
     def chat():
         status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
