@@ -186,10 +186,11 @@ def test_two_nodes_join_and_a_lost_worker_is_noticed(stand_in_cluster):
     # The head serves only once both nodes are in: /health answering proves the launcher waited for them.
     poll("the head's /health through the published port", lambda: health(cluster.port) == 200, 240)
     assert "[ray-node] all 2 nodes joined; starting the server" in cluster.logs()
-    status = ray_status(cluster)
-    assert active_nodes(status) == 2, status
-
+    # The GCS is the record the launcher counted from: both nodes are alive there at once.
     assert node_states(cluster) == ["ALIVE", "ALIVE"]
+    # `ray status` is the autoscaler monitor's view, refreshed on its own period: it may still list one node for a
+    # few seconds after the GCS has two (CI saw this once), so it is polled, bounded.
+    poll("`ray status` listing 2 active nodes", lambda: active_nodes(ray_status(cluster)) == 2, 60, interval=2)
 
     cluster.compose("stop", "--timeout", "20", "ray-worker")
     # The GCS marks the node dead at once. (`ray status` is the autoscaler monitor's view and kept listing the
