@@ -6,7 +6,7 @@ the accuracy report later compares were not fitted to the runs.
 Planner inputs: the case's flags; GPU total 139.80 GiB (torch's total for the lent H200); the GPU planned is the
 H200, except where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card
 (`MARLIN_CARDS`, by the budget the case emulates).
-Run: python bench/preregister.py --matrix 0.34.0 OUT.json
+Run: python bench/preregister.py --matrix 0.34.0 [--cases NAME,NAME] OUT.json
 """
 
 from __future__ import annotations
@@ -57,18 +57,24 @@ def plan_case(case: dict, version: str) -> dict:
 def main() -> int:
     cli = argparse.ArgumentParser()
     cli.add_argument("--matrix", default="0.34.0", choices=sorted(calib.MATRICES))
+    cli.add_argument("--cases", type=lambda s: s.split(","), metavar="NAME,NAME",
+                     help="only these cases (a later round: the ones that have not run yet)")
     cli.add_argument("out", type=Path)
     args = cli.parse_args()
+    unknown = set(args.cases or ()) - set(calib.MATRICES[args.matrix])
+    if unknown:
+        raise SystemExit(f"--cases: not in matrix {args.matrix}: {', '.join(sorted(unknown))}")
     version = args.matrix.split("-")[0]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     plans = {}
     for name, case in calib.MATRICES[args.matrix].items():
-        if "preset" in case or case["model"] == "tiny":
+        if "preset" in case or case["model"] == "tiny" or (args.cases and name not in args.cases):
             continue
         plans[name] = plan_case(case, version)
     args.out.write_text(json.dumps({
-        "about": f"Plans of every case in bench/gpu_calibration.py matrix {args.matrix}, made with the rules at "
+        "about": f"Plans of {'these cases' if args.cases else 'every case'} in bench/gpu_calibration.py matrix "
+                 f"{args.matrix}, made with the rules at "
                  f"commit {commit} before any of these engines ran (pre-registration); bench/preregister.py.",
         "plans": plans}, indent=1) + "\n")
     for name, p in plans.items():
