@@ -239,6 +239,16 @@ CASES_034: dict[str, dict] = {
                                         max_num_batched_tokens=2048)),
     "llama70awq-48g": dict(model="hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", env=NO_MACHETE,
                            flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=8192, **_card(C48))),
+    # What warm-up leaves resident and how far torch's reservation grows past the peak, separated: in the first five
+    # runs both rose with max_num_seqs x vocabulary (Gemma-2 256k > Qwen3 152k > Llama-3.1 128k, all at 256 seqs),
+    # and the token budget moved with them. These vary one input each against llama8b-24g and gemma2-9b-24g.
+    "gemma2-9b-24g-64seqs": dict(model="google/gemma-2-9b-it",
+                                 flags=dict(dtype="bfloat16", max_model_len=8192, **{**_card(C24), "max_num_seqs": 64})),
+    "llama8b-24g-64seqs": dict(model="meta-llama/Llama-3.1-8B-Instruct",
+                               flags=dict(dtype="bfloat16", max_model_len=8192, **{**_card(C24), "max_num_seqs": 64})),
+    "llama8b-24g-8ktokens": dict(model="meta-llama/Llama-3.1-8B-Instruct",
+                                 flags=dict(dtype="bfloat16", max_model_len=8192,
+                                            **{**_card(C24), "max_num_batched_tokens": 8192})),
 }
 MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033, "0.33.0-families": CASES_033_FAMILIES, "0.34.0": CASES_034}
 
