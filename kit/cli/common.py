@@ -345,12 +345,14 @@ def resolve_deployment(args: tuple[str, ...], preset_option: str | None, out_dir
                            accept_preset_change=accept_preset_change, derived=derived), out_dir)
 
 
-def relock_step(out_dir: Path, prepared) -> str | None:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
-    """`kit lock --out DIR ...`, quoted for the printed steps, when ``out_dir`` is locked and ``prepared`` (what was
-    just rendered there) no longer matches its lock: the locked build refuses until it runs. None otherwise.
+def relock_command(out_dir: Path, prepared) -> str | None:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
+    """`kit lock --out DIR ...`, quoted for a shell, when ``out_dir`` is locked and ``prepared`` (what was just rendered
+    there) no longer matches its lock: the locked build refuses until it runs. None otherwise.
 
-    The wheelhouse is not recorded anywhere, so it is WHEELHOUSE (as the offline note names it); --offline when the
-    old lock pinned a never-pushed local base by image ID, which only `kit lock --offline` pins again."""
+    The options are the ones the lock was made with, as far as it records them: --offline when it was made offline
+    (its ``offline``), or when it pinned a never-pushed local base by image ID (which only `kit lock --offline` pins
+    again; a lock older than the ``offline`` field says so only that way). The wheelhouse is not recorded anywhere,
+    so it is WHEELHOUSE (as the offline note names it), given when the render installs wheels."""
     import shlex
 
     from kit.image.lock import stale_lock
@@ -359,14 +361,19 @@ def relock_step(out_dir: Path, prepared) -> str | None:  # noqa: ANN001 - kit.de
     if stale is None:
         return None
     options = " --wheelhouse WHEELHOUSE" if prepared.deployment.image.requirements else ""
-    options += " --offline" if stale.local_base else ""
-    return f"`{kit_command()} lock --out {shlex.quote(str(out_dir))}{options}`"
+    options += " --offline" if stale.offline else ""
+    return f"{kit_command()} lock --out {shlex.quote(str(out_dir))}{options}"
 
 
-def repin_steps(out_dir: Path, repository: str | None, relock: str | None = None) -> str:
-    """What to run after a render dropped an image.pin_digest (kit/deploy/pipeline.py follow_pin): lock again when
-    the folder is locked (``relock``, from relock_step), build the image the folder now describes, push it, and render
-    the pin kit push prints."""
+def relock_step(out_dir: Path, prepared) -> str | None:  # noqa: ANN001 - kit.deploy.pipeline.Prepared
+    """relock_command in backquotes, for the printed steps."""
+    command = relock_command(out_dir, prepared)
+    return None if command is None else f"`{command}`"
+
+
+def repin_commands(out_dir: Path, repository: str | None) -> list[str]:
+    """The commands after a render dropped an image.pin_digest: build the image the folder now describes, push it
+    (then the pin kit push prints, which is a line it prints, not a command known here)."""
     import shlex
 
     from kit.image.registry import split_registry
@@ -374,6 +381,13 @@ def repin_steps(out_dir: Path, repository: str | None, relock: str | None = None
     host = split_registry(repository)[0] if repository else None
     folder = shlex.quote(str(out_dir))
     kit = kit_command()
+    return [f"{kit} build --out {folder}", f"{kit} push --out {folder} --registry {host or 'HOST[:PORT]'}"]
+
+
+def repin_steps(out_dir: Path, repository: str | None, relock: str | None = None) -> str:
+    """What to run after a render dropped an image.pin_digest (kit/deploy/pipeline.py follow_pin): lock again when
+    the folder is locked (``relock``, from relock_step), build the image the folder now describes, push it, and render
+    the pin kit push prints."""
     first = f"{relock} (the folder's lock no longer matches), " if relock else ""
-    return (f"{first}`{kit} build --out {folder}`, `{kit} push --out {folder} --registry {host or 'HOST[:PORT]'}`, "
-            "then the `kit render ... image.pin_digest=...` line it prints")
+    build, push = (f"`{command}`" for command in repin_commands(out_dir, repository))
+    return f"{first}{build}, {push}, then the `kit render ... image.pin_digest=...` line it prints"

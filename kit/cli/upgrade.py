@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, relock_step, repin_steps, \
-    split_args, standard_options, status
+from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, relock_command, repin_commands, \
+    repin_steps, split_args, standard_options, status
 
 
 def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
@@ -133,66 +134,105 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     for note in shadowed_user_files([to]):
         status(f"note: {note}")
     result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
-    applied = None
-    if apply and result.writable:
-        from kit.core.write import write_files
-
-        assert out_dir is not None and result.files is not None
-        applied = write_files(result.files, out_dir, force=force, notify=status, remove_stale=True)
+    applied = _apply(result, out_dir, force) if apply else None
+    steps = next_steps(result, out_dir, applied) if result.writable else NextSteps()
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}
+        data["next"] = list(steps.commands)
         emit_json(data, ok=result.writable,
                   problems=[problem_json(p.where, p.message, p.hint) for p in result.problems],
                   warnings=[str(w) for w in result.new_warnings])
     else:
-        _report(result)
-        for r in applied or []:
-            assert out_dir is not None  # applied only with --apply, which needs --out
-            click.echo(f"{r.status:>9}  {out_dir / r.path}")
-    if result.stale and not as_json:
-        status(f"note: {out_dir} differs from a render at {result.current} too (the preset or the kit changed since "
-               f"it was rendered), and the diff includes that: `kit render --out {out_dir} --diff` shows that part")
+        _print_outcome(result, applied, steps, apply=apply)
     if not result.writable:
-        if not as_json:
-            click.secho(f"the upgrade to {to} has {len(result.problems)} problem(s):", fg="red", err=True)
-            for problem in result.problems:
-                click.secho(f"  {problem}", fg="red", err=True)
-            if apply:
-                status("nothing written")
         raise SystemExit(1)
-    if as_json:
-        return
-    # A locked folder (kit lock wrote its lock) that the render at the target no longer matches: the locked build
-    # refuses until `kit lock` runs again, so that is the first step printed.
-    relock = (relock_step(out_dir, result.after.prepared)
-              if out_dir is not None and result.after.prepared is not None else None)
-    if result.dropped_pin is not None:
-        # Not clean: the running image is pinned by digest, and what was written is another image (vLLM {to}, or an
-        # override given with it), to build and push first.
-        folder = out_dir if out_dir is not None else Path("DIR")
-        steps = repin_steps(folder, result.after_repository, relock)
-        moved = f"upgraded to vLLM {to}" if result.current != to else f"written at vLLM {to}"
-        pinned = f"the image at {result.current}" if result.current != to else "the image before this change"
-        if applied is not None:
-            status(f"{moved}, and the pin {result.dropped_pin} dropped: it is {pinned}, which compose would go on "
-                   f"running; next: {steps}")
-        else:
-            status(f"not clean: the deployment is pinned to {result.dropped_pin}, {pinned}; --apply drops the pin "
-                   f"(compose builds the new image here), then: {steps}")
-    elif result.current == to:
-        status(f"already at vLLM {to}")
+
+
+def _apply(result, out_dir: Path | None, force: bool) -> list | None:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
+    """--apply: the render at the target into the folder, only when the upgrade has no problems (None otherwise)."""
+    if not result.writable:
+        return None
+    from kit.core.write import write_files
+
+    assert out_dir is not None and result.files is not None  # --apply needs --out
+    return write_files(result.files, out_dir, force=force, notify=status, remove_stale=True)
+
+
+@dataclass(frozen=True)
+class NextSteps:
+    """What to run after the upgrade, worked out once for both outputs: ``commands`` exactly as printed (the JSON's
+    ``next``), ``lines`` the status lines that print them (text mode)."""
+
+    commands: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+
+
+def next_steps(upgrade, out_dir: Path | None, applied: list | None) -> NextSteps:  # noqa: ANN001 - Upgrade
+    """The steps after a writable upgrade. A locked folder (kit lock wrote its lock) that the render at the target no
+    longer matches: the locked build refuses until `kit lock` runs again, so that is the first step."""
+    to = upgrade.target
+    relock = (relock_command(out_dir, upgrade.after.prepared)
+              if out_dir is not None and upgrade.after.prepared is not None else None)
+    if upgrade.dropped_pin is not None:
+        return _repin_next(upgrade, out_dir, applied, relock)
+    commands: list[str] = []
+    lines: list[str] = []
+    if upgrade.current == to:
+        lines.append(f"already at vLLM {to}")
     elif applied is not None:
-        first = f"{relock} (the folder's lock no longer matches), then " if relock else ""
-        status(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
-               f"{first}`kit build --out {out_dir}`")
-    if result.writable and result.new_warnings and result.current != to:
-        # a warning of the new release may be about the build itself (kit/data/compat.yaml release_warnings)
-        status(f"note: read the {len(result.new_warnings)} new warning(s) at {to} above before building: they may "
-               "stop `kit build`")
-    elif result.dropped_pin is not None or applied is not None:
-        pass  # said above: what to run next, or why it is not clean
-    elif out_dir is not None:
-        status(f"clean: `kit upgrade --to {to} --out {out_dir} --apply` writes it")
+        commands = [*([relock] if relock else []), f"kit build --out {out_dir}"]
+        first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
+        lines.append(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
+                     f"{first}`{commands[-1]}`")
+    if applied is not None or (upgrade.new_warnings and upgrade.current != to):
+        return NextSteps(tuple(commands), tuple(lines))  # the warnings come first (_print_outcome's note)
+    if out_dir is not None:
+        commands.append(f"kit upgrade --to {to} --out {out_dir} --apply")
+        lines.append(f"clean: `{commands[-1]}` writes it")
     else:
-        status(f"clean: `kit render preset={result.preset} image.vllm_version={to}` renders it")
+        commands.append(f"kit render preset={upgrade.preset} image.vllm_version={to}")
+        lines.append(f"clean: `{commands[-1]}` renders it")
+    return NextSteps(tuple(commands), tuple(lines))
+
+
+def _repin_next(upgrade, out_dir: Path | None, applied: list | None, relock: str | None) -> NextSteps:  # noqa: ANN001
+    """Not clean: the running image is pinned by digest, and what is written is another image (vLLM VERSION, or an
+    override given with it), to build and push first."""
+    to = upgrade.target
+    folder = out_dir if out_dir is not None else Path("DIR")
+    commands = (*([relock] if relock else []), *repin_commands(folder, upgrade.after_repository))
+    steps = repin_steps(folder, upgrade.after_repository, f"`{relock}`" if relock else None)
+    moved = f"upgraded to vLLM {to}" if upgrade.current != to else f"written at vLLM {to}"
+    pinned = f"the image at {upgrade.current}" if upgrade.current != to else "the image before this change"
+    if applied is not None:
+        line = (f"{moved}, and the pin {upgrade.dropped_pin} dropped: it is {pinned}, which compose would go on "
+                f"running; next: {steps}")
+    else:
+        line = (f"not clean: the deployment is pinned to {upgrade.dropped_pin}, {pinned}; --apply drops the pin "
+                f"(compose builds the new image here), then: {steps}")
+    return NextSteps(commands, (line,))
+
+
+def _print_outcome(upgrade, applied: list | None, steps: NextSteps, *, apply: bool) -> None:  # noqa: ANN001
+    """Text mode: the report, what --apply wrote, and the problems or the next steps."""
+    out_dir, to = upgrade.out_dir, upgrade.target
+    _report(upgrade)
+    for r in applied or []:
+        click.echo(f"{r.status:>9}  {out_dir / r.path}")
+    if upgrade.stale:
+        status(f"note: {out_dir} differs from a render at {upgrade.current} too (the preset or the kit changed since "
+               f"it was rendered), and the diff includes that: `kit render --out {out_dir} --diff` shows that part")
+    if not upgrade.writable:
+        click.secho(f"the upgrade to {to} has {len(upgrade.problems)} problem(s):", fg="red", err=True)
+        for problem in upgrade.problems:
+            click.secho(f"  {problem}", fg="red", err=True)
+        if apply:
+            status("nothing written")
+        return
+    for line in steps.lines:
+        status(line)
+    if upgrade.new_warnings and upgrade.current != to:
+        # a warning of the new release may be about the build itself (kit/data/compat.yaml release_warnings)
+        status(f"note: read the {len(upgrade.new_warnings)} new warning(s) at {to} above before building: they may "
+               "stop `kit build`")

@@ -86,6 +86,8 @@ class Lock(_Strict):
     preset: str
     overrides: list[str] = Field(default_factory=list)
     base_image_option: str | None = None
+    offline: bool = Field(False, description="Made with --offline (the base's digest from the local image, no hub "
+                                             "asked): `kit lock` again takes --offline too")
     vllm_version: str
     strategy: str
     platform: str
@@ -193,7 +195,7 @@ def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: st
         locked_names = {p.name for p in packages}
         excluded = sorted(n for n in index_hashes if n not in locked_names)
     vllm_image = base if d.image_strategy.vllm_image else None
-    return Lock(preset=prepared.name, overrides=list(overrides), base_image_option=base_image_option,
+    return Lock(preset=prepared.name, overrides=list(overrides), base_image_option=base_image_option, offline=offline,
                 vllm_version=d.image.vllm_version, strategy=d.image.strategy, platform=d.image.platform,
                 inputs=render_inputs(prepared.files), base=base, vllm_image=vllm_image, target=target,
                 packages=packages, excluded=excluded)
@@ -249,7 +251,9 @@ class StaleLock:
 
     path: Path
     fields: tuple[str, ...]  # what drifted (lock_drift's fields), or "unreadable"
-    local_base: bool  # the lock pinned a never-pushed local base by image ID: `kit lock --offline` pins it again
+    # `kit lock` again needs --offline: the lock was made so, or it pinned a never-pushed local base by image ID
+    # (only --offline pins that again; the one sign of it in a lock older than Lock.offline)
+    offline: bool
 
 
 def stale_lock(out_dir: Path, prepared: Prepared) -> StaleLock | None:
@@ -261,11 +265,12 @@ def stale_lock(out_dir: Path, prepared: Prepared) -> StaleLock | None:
     try:
         lock = read_lock(path)
     except KitError:
-        return StaleLock(path, ("unreadable",), local_base=False)
+        return StaleLock(path, ("unreadable",), offline=False)
     problems = lock_drift(lock, prepared, str(path))
     if not problems:
         return None
-    return StaleLock(path, tuple(p.where.rpartition(": ")[2] for p in problems), local_base=lock.base.kind == "image-id")
+    return StaleLock(path, tuple(p.where.rpartition(": ")[2] for p in problems),
+                     offline=lock.offline or lock.base.kind == "image-id")
 
 
 def verify_wheels(lock: Lock, wheelhouse: Path, where: str) -> list[Path]:

