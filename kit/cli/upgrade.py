@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from kit.cli.common import PathOption, emit_json, preset_arguments, problem_json, relock_command, repin_commands, \
-    repin_steps, split_args, standard_options, status
+from kit.cli.common import PathOption, emit_json, kit_command, preset_arguments, problem_json, relock_command, \
+    repin_commands, repin_steps, split_args, standard_options, status
 
 
 def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001
@@ -135,7 +136,8 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
         status(f"note: {note}")
     result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
     applied = _apply(result, out_dir, force) if apply else None
-    steps = next_steps(result, out_dir, applied) if result.writable else NextSteps()
+    given = (*(("--preset", preset_option) if preset_option else ()), *args)
+    steps = next_steps(result, out_dir, applied, given) if result.writable else NextSteps()
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}
@@ -168,10 +170,14 @@ class NextSteps:
     lines: tuple[str, ...] = ()
 
 
-def next_steps(upgrade, out_dir: Path | None, applied: list | None) -> NextSteps:  # noqa: ANN001 - Upgrade
+def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN001 - Upgrade
+               given: tuple[str, ...] = ()) -> NextSteps:
     """The steps after a writable upgrade. A locked folder (kit lock wrote its lock) that the render at the target no
-    longer matches: the locked build refuses until `kit lock` runs again, so that is the first step."""
+    longer matches: the locked build refuses until `kit lock` runs again, so that is the first step. ``given`` is
+    what the user typed after the command (--preset, preset=, overrides): the clean step repeats it, so what it
+    writes is what was just shown."""
     to = upgrade.target
+    kit = kit_command()
     relock = (relock_command(out_dir, upgrade.after.prepared)
               if out_dir is not None and upgrade.after.prepared is not None else None)
     if upgrade.dropped_pin is not None:
@@ -181,17 +187,20 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None) -> NextSteps
     if upgrade.current == to:
         lines.append(f"already at vLLM {to}")
     elif applied is not None:
-        commands = [*([relock] if relock else []), f"kit build --out {out_dir}"]
+        commands = [*([relock] if relock else []), f"{kit} build --out {shlex.quote(str(out_dir))}"]
         first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
         lines.append(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
                      f"{first}`{commands[-1]}`")
     if applied is not None or (upgrade.new_warnings and upgrade.current != to):
         return NextSteps(tuple(commands), tuple(lines))  # the warnings come first (_print_outcome's note)
     if out_dir is not None:
-        commands.append(f"kit upgrade --to {to} --out {out_dir} --apply")
+        commands.append(shlex.join([*shlex.split(kit), "upgrade", "--to", to, "--out", str(out_dir), *given,
+                                    "--apply"]))
         lines.append(f"clean: `{commands[-1]}` writes it")
     else:
-        commands.append(f"kit render preset={upgrade.preset} image.vllm_version={to}")
+        named = "--preset" in given or any(arg.startswith("preset=") for arg in given)
+        commands.append(shlex.join([*shlex.split(kit), "render", *(() if named else (f"preset={upgrade.preset}",)),
+                                    *given, f"image.vllm_version={to}"]))
         lines.append(f"clean: `{commands[-1]}` renders it")
     return NextSteps(tuple(commands), tuple(lines))
 
@@ -222,7 +231,7 @@ def _print_outcome(upgrade, applied: list | None, steps: NextSteps, *, apply: bo
         click.echo(f"{r.status:>9}  {out_dir / r.path}")
     if upgrade.stale:
         status(f"note: {out_dir} differs from a render at {upgrade.current} too (the preset or the kit changed since "
-               f"it was rendered), and the diff includes that: `kit render --out {out_dir} --diff` shows that part")
+               f"it was rendered), and the diff includes that: `{kit_command()} render --out {shlex.quote(str(out_dir))} --diff` shows that part")
     if not upgrade.writable:
         click.secho(f"the upgrade to {to} has {len(upgrade.problems)} problem(s):", fg="red", err=True)
         for problem in upgrade.problems:

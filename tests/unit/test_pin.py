@@ -271,3 +271,23 @@ def test_upgrade_json_next_is_the_clean_step_and_empty_with_problems(tmp_path):
     assert data["next"] == backticked(line) == [f"kit upgrade --to 0.32.0 --out {out} --apply"], (data, line)
     refused = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--json", "engine.tensor_parallel_size=3")
     assert refused.exit_code == 1 and json.loads(refused.stdout)["data"]["next"] == [], refused.output
+
+
+def test_the_clean_step_repeats_what_was_typed_and_runs_as_printed(tmp_path):
+    """The clean step is the command just run plus --apply: the overrides given with it and a folder name that needs
+    quoting come back, so running it as printed writes what the report showed (it had written without them)."""
+    import shlex
+
+    out = tmp_path / "my deploy"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    shown = kit("upgrade", "--to", "0.32.0", "--out", str(out), "engine.max_num_seqs=8", "--json")
+    [step] = json.loads(shown.stdout)["data"]["next"]
+    argv = shlex.split(step)
+    assert argv[-1] == "--apply" and "engine.max_num_seqs=8" in argv and str(out) in argv, step
+    applied = kit(*argv[argv.index("upgrade"):])
+    assert applied.exit_code == 0, applied.output
+    assert "engine.max_num_seqs=8" in read_record(out).overrides
+    # without --out: the render step names the preset and the overrides, then the release
+    [render] = json.loads(kit("upgrade", "--to", "0.32.0", "preset=cpu", "engine.max_num_seqs=8", "--json")
+                          .stdout)["data"]["next"]
+    assert shlex.split(render)[-3:] == ["preset=cpu", "engine.max_num_seqs=8", "image.vllm_version=0.32.0"], render
