@@ -184,10 +184,16 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
         return _repin_next(upgrade, out_dir, applied, relock)
     commands: list[str] = []
     lines: list[str] = []
-    if upgrade.current == to:
+    build = f"{kit} build --out {shlex.quote(str(out_dir))}"
+    if upgrade.current == to and applied is not None and _image_changed(applied):
+        # the same release, another image (an override given with it): built before compose runs it
+        commands = [*([relock] if relock else []), build]
+        first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
+        lines.append(f"already at vLLM {to}; the image changed: next: {first}`{build}`")
+    elif upgrade.current == to:
         lines.append(f"already at vLLM {to}")
     elif applied is not None:
-        commands = [*([relock] if relock else []), f"{kit} build --out {shlex.quote(str(out_dir))}"]
+        commands = [*([relock] if relock else []), build]
         first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
         lines.append(f"upgraded to vLLM {to}: {out_dir}/vllm-kit.yaml records image.vllm_version={to}; next: "
                      f"{first}`{commands[-1]}`")
@@ -203,6 +209,14 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
                                     *given, f"image.vllm_version={to}"]))
         lines.append(f"clean: `{commands[-1]}` renders it")
     return NextSteps(tuple(commands), tuple(lines))
+
+
+def _image_changed(applied: list) -> bool:
+    """Whether --apply changed a file of the image's build context (the image tag is their content hash)."""
+    from kit.image.build import CONTEXT_FILES, OPTIONAL_CONTEXT_FILES
+
+    context = {*CONTEXT_FILES, *OPTIONAL_CONTEXT_FILES}
+    return any(r.path in context and r.status in ("create", "changed", "forced") for r in applied)
 
 
 def _repin_next(upgrade, out_dir: Path | None, applied: list | None, relock: str | None) -> NextSteps:  # noqa: ANN001

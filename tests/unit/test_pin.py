@@ -291,3 +291,17 @@ def test_the_clean_step_repeats_what_was_typed_and_runs_as_printed(tmp_path):
     [render] = json.loads(kit("upgrade", "--to", "0.32.0", "preset=cpu", "engine.max_num_seqs=8", "--json")
                           .stdout)["data"]["next"]
     assert shlex.split(render)[-3:] == ["preset=cpu", "engine.max_num_seqs=8", "image.vllm_version=0.32.0"], render
+
+
+def test_apply_at_the_same_release_with_an_image_change_prints_the_build(tmp_path):
+    """--apply at the release the folder has, with an override that changes the image: the step is the build (and the
+    lock first when the folder is locked), not only "already at"."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    same = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", "--json")
+    assert json.loads(same.stdout)["data"]["next"] == [], same.output  # nothing changed: nothing to run
+    changed = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", "--json",
+                  'image.extra_pip=["httpx==0.28.1"]')
+    assert changed.exit_code == 0, changed.output
+    [build] = json.loads(changed.stdout)["data"]["next"]
+    assert build.endswith(f"build --out {out}"), build
