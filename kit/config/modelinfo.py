@@ -77,6 +77,9 @@ class ModelSpec(BaseModel):
     attention_bias: bool = False  # q/k/v biases (Qwen2)
     qk_norm: bool = False  # per-head q/k RMSNorm (Qwen3)
     rope_scaling: dict[str, Any] | None = None
+    # Gemma-2's tanh cap on the logits (vllm/model_executor/layers/logits_processor.py forward: three steps, each a
+    # new [rows, vocab] tensor, two alive at once)
+    final_logit_softcapping: float | None = None
     quantization: QuantSpec | None = None
     # Mixture of experts
     num_experts: int | None = None
@@ -261,7 +264,7 @@ def with_transformers_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], str
     if row is None:
         return cfg, None
     filled = dict(section)
-    for key in ("head_dim", "num_key_value_heads", "sliding_window"):
+    for key in ("head_dim", "num_key_value_heads", "sliding_window", "final_logit_softcapping"):
         if key not in filled and row.get(key) is not None:
             filled[key] = row[key]
     if "tie_word_embeddings" not in cfg and "tie_word_embeddings" not in filled:
@@ -359,6 +362,7 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
         attention_bias=bool(base.get("attention_bias") or base.get("model_type") in ("qwen2", "qwen2_moe")),
         qk_norm=base.get("model_type") in ("qwen3", "qwen3_moe"),
         rope_scaling=base.get("rope_scaling"),
+        final_logit_softcapping=float(base["final_logit_softcapping"]) if base.get("final_logit_softcapping") else None,
         quantization=_quant_from_config(cfg.get("quantization_config") or base.get("quantization_config")),
         num_experts=int(num_experts) if num_experts else None,
         num_experts_per_tok=_first(base, "num_experts_per_tok", "moe_topk"),

@@ -41,7 +41,7 @@ from kit.memory.kv import (NO_MEMORY_ERROR, KvLayout, cpu_kv_bytes, full_attenti
                            kv_error_text, kv_layout)
 from kit.memory.nontorch import non_torch_terms
 from kit.memory.rules import rules_for
-from kit.memory.shape import check_parallelism, pp_layer_ranges
+from kit.memory.shape import check_parallelism, padded_vocab, pp_layer_ranges
 from kit.memory.terms import Term, peak_bytes, peak_phase
 from kit.memory.weights import weight_terms
 
@@ -171,7 +171,8 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         kv = requested - weights - figures[0] - figures[1] - figures[2]
         reserve = 0.0
         if r.extensible_kv_cache:
-            kv, reserve, reserve_terms = _extensible_kv(r, requested, weights + figures[1] + figures[2], figures[0])
+            kv, reserve, reserve_terms = _extensible_kv(r, requested, weights + figures[1] + figures[2], figures[0],
+                                                        _sizing_logprobs_peak(r, model) if last else 0.0)
             terms += reserve_terms
         stages.append(_Stage(weights=weights, activation=figures[0], non_torch=figures[1], cuda_graph=figures[2],
                              kv_bytes=kv, per_token=per_token, num_layers=len(layers), terms=terms,
@@ -181,11 +182,31 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     return r, stages, notes
 
 
-def _extensible_kv(r: Resolved, requested: float, non_kv: float, peak: float) -> tuple[float, float, list[Term]]:
+def _sizing_logprobs_peak(r: Resolved, model: ModelSpec) -> float:
+    """The allocated peak of 0.34's sizing warm-up step with prompt logprobs (vllm/v1/worker/gpu/warmup.py
+    run_kv_cache_sizing_warmup: one prompt of min(max_num_batched_tokens, max_model_len) tokens asking for
+    max_logprobs, 20 by default): the prompt's hidden states, and one chunk of its logits at a time
+    (vllm/v1/worker/gpu/sample/prompt_logprob.py compute_prompt_logprobs_with_chunking, CHUNK_SIZE rows) in the
+    model's dtype, two of them alive at once where the model caps its logits (LogitsProcessor.forward: divide, tanh,
+    multiply). 0 where the release has no such step (kv_sizing.prompt_logprobs_chunk_rows unset)."""
+    rows = int(rules_for(r.vllm_version)["kv_sizing"].get("prompt_logprobs_chunk_rows") or 0)
+    if not rows:
+        return 0.0
+    act = DTYPE_BYTES[r.dtype]
+    prompt = min(r.max_num_batched_tokens, r.max_model_len)
+    copies = 2 if model.final_logit_softcapping else 1
+    return prompt * model.hidden_size * act + min(rows, prompt) * padded_vocab(model.vocab_size) * act * copies
+
+
+def _extensible_kv(r: Resolved, requested: float, non_kv: float, profiled: float,
+                   sizing_peak: float = 0.0) -> tuple[float, float, list[Term]]:
     """(KV bytes, margin kept free, its terms) where vLLM sizes an extensible KV cache after warm-up (0.34:
     vllm/v1/worker/extensible_kv_cache.py `measure_kv_cache_bytes`): the least of the utilization's budget and the
-    device's free memory less a margin, less the transient peak; ``non_kv`` is weights, non-torch and graph pool."""
+    device's free memory less a margin, less the transient peak; ``non_kv`` is weights, non-torch and graph pool.
+    The transient peak is the larger of the profile run's (``profiled``) and the sizing warm-up's (``sizing_peak``:
+    gpu_worker.py seeds reserved_headroom_bytes with the profile's peak, each sizing step raises it)."""
     sizing = rules_for(r.vllm_version)["kv_sizing"]
+    peak = max(profiled, sizing_peak)
     margin = max(float(sizing["margin_floor_gib"]) * GIB, float(sizing["margin_fraction"]) * peak)
     baseline = float(sizing.get("startup_baseline_gib") or 0.0) * GIB
     budget = requested - non_kv
@@ -195,14 +216,20 @@ def _extensible_kv(r: Resolved, requested: float, non_kv: float, peak: float) ->
     # still resident after warm-up. Charged in full: the plan stays on the side where vLLM gives at least as much.
     allowance = float(sizing.get("post_warmup_allowance_gib") or 0.0) * GIB
     kv = min(budget, device) - peak - allowance
-    # what the device's bound (the margin, the baseline) takes beyond the budget, and the post-warm-up allowance
-    reserve = max(budget - device, 0.0) + allowance
+    # what the device's bound (the margin, the baseline) takes beyond the budget, the sizing step's peak beyond the
+    # profile's, and the post-warm-up allowance
+    reserve = max(budget - device, 0.0) + (peak - profiled) + allowance
     source = ("vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes: min(total x utilization - non-KV, "
               "free at start - non-KV - max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x peak)) - peak "
               "(kit/data/vllm.yaml kv_sizing)")
     terms = []
     if reserve > 0:
         terms.append(Term(figure="kv_reserve", name="extensible KV cache margin", bytes=reserve, source=source))
+    if peak > profiled:
+        terms.append(Term(figure="kv_reserve", name="of which: the sizing warm-up's prompt-logprobs peak over the "
+                          "profile's", bytes=peak - profiled,
+                          source="vllm/v1/worker/gpu/warmup.py run_kv_cache_sizing_warmup, "
+                                 "vllm/v1/worker/gpu/sample/prompt_logprob.py (kv_sizing.prompt_logprobs_chunk_rows)"))
     if baseline > 0:
         terms.append(Term(figure="kv_reserve", name="of which: memory in use at vLLM's first snapshot",
                           bytes=baseline, fitted=True, source="kv_sizing.startup_baseline_gib"))

@@ -94,7 +94,7 @@ def test_a_context_that_does_not_fit_gets_0_34s_own_error_text():
 
 
 def test_the_preset_flags_that_size_the_cache_by_hand_turn_it_off():
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.memory.preset_plan import extensible_kv_cache_for, plan_inputs_for
 
     base = ["image.vllm_version=0.34.0"]
@@ -130,3 +130,36 @@ def test_the_calibration_hooks_change_the_plan(monkeypatch):
     assert before.kv_cache_gib - after.kv_cache_gib == pytest.approx(0.5, abs=1e-6)
     assert after.kv_reserve_gib == pytest.approx(before.kv_reserve_gib + 0.5, abs=1e-6)
     assert before.approximate["value"] and not after.approximate["value"]
+
+
+def test_the_sizing_warm_up_peak_counts_where_it_passes_the_profiles():
+    """0.34's sizing warm-up asks for prompt logprobs on one prompt of the token budget: its logits, 1024 rows at a
+    time in the model dtype, twice where the model caps them (Gemma-2). vLLM logged 0.99 GiB "allocated at peak" for
+    Gemma-2-9B at 2048 tokens (kit/data/calibration/h200-vllm-0.34.0/gemma2-9b-24g.log.xz) against a 0.87 GiB profile;
+    for Llama-3.1-8B the profile's 0.45 GiB stayed the peak. Neither figure was fitted: the term is from the source."""
+    def planned(model: str, util: float = 0.1556):
+        spec = load_model_spec(model)
+        result = plan(PlanInputs(model=spec, gpu_name="h200", gpu_memory_gib=139.8, vllm_version="0.34.0",
+                                 dtype="bfloat16", max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=2048,
+                                 gpu_memory_utilization=util, enforce_eager=True))
+        extra = [t for t in result.terms if t["name"].startswith("of which: the sizing warm-up")]
+        return spec, result, (float(extra[0]["gib"]) if extra else 0.0)
+
+    gemma, result, extra = planned("google/gemma-2-9b-it")
+    assert gemma.final_logit_softcapping == 30.0
+    assert result.activation_gib + extra == pytest.approx(0.99, abs=0.01)
+    llama, _, none = planned("meta-llama/Llama-3.1-8B-Instruct")
+    assert llama.final_logit_softcapping is None and none == 0.0
+
+
+def test_gemma2s_logit_cap_is_read_as_transformers_defaults_it():
+    """A Gemma-2 config.json written with only the non-default values has no final_logit_softcapping: transformers'
+    Gemma2Config fills in 30.0 (kit/data/model_defaults.yaml), which vLLM's LogitsProcessor applies."""
+    from kit.config.modelinfo import spec_from_config
+
+    cfg = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 3584,
+           "num_attention_heads": 16, "num_hidden_layers": 42, "intermediate_size": 14336, "vocab_size": 256000,
+           "max_position_embeddings": 8192}
+    assert spec_from_config(cfg, name="g", source="config.json").final_logit_softcapping == 30.0
+    capped = spec_from_config({**cfg, "final_logit_softcapping": None}, name="g", source="config.json")
+    assert capped.final_logit_softcapping is None  # written as null: no cap
