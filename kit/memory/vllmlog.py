@@ -187,84 +187,143 @@ def _fatal(lines: list[str]) -> str | None:
     return None
 
 
-def parse(text: str) -> StartupLog:
-    """Parse one server log (all processes' lines interleaved, as vLLM writes them to one stream)."""
-    out = StartupLog()
-    lines = text.splitlines()
+@dataclass
+class _Reading:
+    """What `parse` carries from one line to the next: the StartupLog it fills, and the figures it combines at the
+    end (0.33's consumed memory and peak activation) or across lines (the first and latest timestamps)."""
+
+    out: StartupLog
     consumed: float | None = None
-    peak_with_graphs = 0.0
+    peak_with_graphs: float = 0.0
     first_stamp: datetime | None = None
     last_stamp: datetime | None = None
+
+
+def _read_logger_line(reading: _Reading, line: str) -> None:
+    """vLLM's logger prefix: the timestamps, and each distinct warning (and deprecation) once."""
+    lm = LEVEL.search(line)
+    if not lm:
+        return
+    out = reading.out
+    stamp = _stamp(lm.group(2))
+    if reading.first_stamp is None:
+        reading.first_stamp = stamp
+    if lm.group(1) == "WARNING":
+        message = lm.group(3).strip()
+        if message not in out.warnings:
+            out.warnings.append(message)
+        if DEPRECATION.search(message) and message not in out.deprecations:
+            out.deprecations.append(message)
+    if stamp:
+        reading.last_stamp = stamp
+
+
+def _read_ready(reading: _Reading, line: str) -> None:
+    out = reading.out
+    if READY.search(line) and not out.ready:
+        out.ready = True  # uvicorn's line has no timestamp: the last vLLM line's stands in
+        if reading.last_stamp and reading.first_stamp:
+            out.log_seconds_to_ready = (reading.last_stamp - reading.first_stamp).total_seconds()
+
+
+def _read_weights_and_kv_cache(reading: _Reading, line: str) -> None:
+    """The first of each: weights loaded, KV cache memory, its size in tokens, the concurrency it allows."""
+    out = reading.out
+    if out.weights_gib is None and (m := WEIGHTS.search(line)):
+        out.weights_gib, out.weights_seconds = float(m.group(1)), float(m.group(3))
+        if out.model_runner is None:
+            out.model_runner = "V1" if m.group(2) else "V2"
+    if out.kv_cache_gib is None and (m := AVAILABLE_KV.search(line)):
+        out.kv_cache_gib = float(m.group(1))
+    if out.kv_cache_tokens is None and (m := KV_TOKENS.search(line)):
+        out.kv_device, out.kv_cache_tokens = m.group(1), int(m.group(2).replace(",", ""))
+    if out.max_concurrency is None and (m := CONCURRENCY.search(line)):
+        out.concurrency_len, out.max_concurrency = int(m.group(1).replace(",", "")), float(m.group(2))
+
+
+def _read_usage_summary(reading: _Reading, line: str) -> None:
+    """compile_or_warm_up_model's summary, in either wording (before 0.33 and from 0.33 on); the last one counts."""
+    out = reading.out
+    if m := USAGE.search(line):
+        (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
+            float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+        out.peak_activation_gib, out.non_torch_gib = float(m.group(6)), float(m.group(7))
+        out.cuda_graph_gib = float(m.group(8))
+        if out.weights_gib is None:
+            out.weights_gib = float(m.group(5))
+    if m := USAGE_CONSUMED.search(line):
+        (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
+            float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
+        reading.consumed, reading.peak_with_graphs = float(m.group(5)), float(m.group(6))
+        out.cuda_graph_gib = float(m.group(7))
+
+
+def _read_kv_cache_after_warm_up(reading: _Reading, line: str) -> None:
+    """0.34's extensible KV cache: sized after warm-up, then extended (the size before becomes its capacity)."""
+    out = reading.out
+    if m := KV_AFTER_WARMUP.search(line):
+        (out.free_after_warmup_gib, _, out.kept_for_transients_gib, out.transient_peak_gib,
+         out.torch_reserve_growth_gib) = (float(m.group(i)) for i in range(1, 6))
+        out.kv_blocks, out.kv_fit_after_warmup_gib = int(m.group(6)), float(m.group(7))
+    if m := KV_EXTENDED.search(line):
+        out.kv_capacity_gib = out.kv_capacity_gib if out.kv_capacity_gib is not None else out.kv_cache_gib
+        out.kv_blocks, out.kv_cache_gib = int(m.group(1)), float(m.group(2))
+
+
+def _read_cuda_graphs(reading: _Reading, line: str) -> None:
+    """CUDA graph memory: the profiled estimate, whether it was charged, what capture took."""
+    out = reading.out
+    if m := GRAPH_ESTIMATE.search(line):
+        out.cuda_graph_estimate_gib = float(m.group(1))
+    if (m := GRAPH_POOL.search(line)) and out.cuda_graph_estimate_gib is None:
+        out.cuda_graph_estimate_gib = float(m.group(2))
+    if out.cuda_graph_gib is None and (m := GRAPH_CAPTURE.search(line)):
+        out.cuda_graph_gib = float(m.group(2))
+    if GRAPH_CHARGED.search(line):
+        out.cuda_graph_charged = True
+
+
+def _read_engine(reading: _Reading, line: str) -> None:
+    """The engine's start-up time, its model runner (a later line overrides the weights line's guess), vLLM's version."""
+    out = reading.out
+    if out.init_engine_seconds is None and (m := INIT_ENGINE.search(line)):
+        out.init_engine_seconds = float(m.group(1))
+        out.compile_seconds = float(m.group(2)) if m.group(2) else None
+    if RUNNER_V2.search(line):
+        out.model_runner = "V2"
+    elif RUNNER_V1_FALLBACK.search(line):
+        out.model_runner = "V1"
+    if out.vllm_version is None and (m := VERSION.search(line)):
+        out.vllm_version = m.group(1) or m.group(2)
+
+
+# Every line goes through every step, in this order: a later step reads what an earlier one set from the same line
+# (the ready line's stamp, the runner the weights line implied, the KV cache size an extension replaces).
+_LINE_STEPS = (_read_logger_line, _read_ready, _read_weights_and_kv_cache, _read_usage_summary,
+               _read_kv_cache_after_warm_up, _read_cuda_graphs, _read_engine)
+
+
+def _split_consumed(reading: _Reading) -> None:
+    """0.33's summary in the kit's terms: non-torch = consumed - weights; activation without the charged graph
+    estimate."""
+    out = reading.out
+    if reading.consumed is None:
+        return
+    if out.weights_gib is not None:
+        out.non_torch_gib = round(reading.consumed - out.weights_gib, 2)
+    charged = out.cuda_graph_estimate_gib if out.cuda_graph_charged and out.cuda_graph_estimate_gib else 0.0
+    out.peak_activation_gib = round(reading.peak_with_graphs - charged, 2)
+
+
+def parse(text: str) -> StartupLog:
+    """Parse one server log (all processes' lines interleaved, as vLLM writes them to one stream)."""
+    reading = _Reading(StartupLog())
+    lines = text.splitlines()
     for line in lines:
-        lm = LEVEL.search(line)
-        if lm:
-            stamp = _stamp(lm.group(2))
-            if first_stamp is None:
-                first_stamp = stamp
-            if lm.group(1) == "WARNING":
-                message = lm.group(3).strip()
-                if message not in out.warnings:
-                    out.warnings.append(message)
-                if DEPRECATION.search(message) and message not in out.deprecations:
-                    out.deprecations.append(message)
-            if stamp:
-                last_stamp = stamp
-        if READY.search(line) and not out.ready:
-            out.ready = True  # uvicorn's line has no timestamp: the last vLLM line's stands in
-            if last_stamp and first_stamp:
-                out.log_seconds_to_ready = (last_stamp - first_stamp).total_seconds()
-        if out.weights_gib is None and (m := WEIGHTS.search(line)):
-            out.weights_gib, out.weights_seconds = float(m.group(1)), float(m.group(3))
-            if out.model_runner is None:
-                out.model_runner = "V1" if m.group(2) else "V2"
-        if out.kv_cache_gib is None and (m := AVAILABLE_KV.search(line)):
-            out.kv_cache_gib = float(m.group(1))
-        if out.kv_cache_tokens is None and (m := KV_TOKENS.search(line)):
-            out.kv_device, out.kv_cache_tokens = m.group(1), int(m.group(2).replace(",", ""))
-        if out.max_concurrency is None and (m := CONCURRENCY.search(line)):
-            out.concurrency_len, out.max_concurrency = int(m.group(1).replace(",", "")), float(m.group(2))
-        if m := USAGE.search(line):
-            (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
-                float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
-            out.peak_activation_gib, out.non_torch_gib = float(m.group(6)), float(m.group(7))
-            out.cuda_graph_gib = float(m.group(8))
-            if out.weights_gib is None:
-                out.weights_gib = float(m.group(5))
-        if m := USAGE_CONSUMED.search(line):
-            (out.free_at_start_gib, out.total_gib, out.gpu_memory_utilization, out.requested_gib) = (
-                float(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4)))
-            consumed, peak_with_graphs = float(m.group(5)), float(m.group(6))
-            out.cuda_graph_gib = float(m.group(7))
-        if m := KV_AFTER_WARMUP.search(line):
-            (out.free_after_warmup_gib, _, out.kept_for_transients_gib, out.transient_peak_gib,
-             out.torch_reserve_growth_gib) = (float(m.group(i)) for i in range(1, 6))
-            out.kv_blocks, out.kv_fit_after_warmup_gib = int(m.group(6)), float(m.group(7))
-        if m := KV_EXTENDED.search(line):
-            out.kv_capacity_gib = out.kv_capacity_gib if out.kv_capacity_gib is not None else out.kv_cache_gib
-            out.kv_blocks, out.kv_cache_gib = int(m.group(1)), float(m.group(2))
-        if m := GRAPH_ESTIMATE.search(line):
-            out.cuda_graph_estimate_gib = float(m.group(1))
-        if (m := GRAPH_POOL.search(line)) and out.cuda_graph_estimate_gib is None:
-            out.cuda_graph_estimate_gib = float(m.group(2))
-        if out.cuda_graph_gib is None and (m := GRAPH_CAPTURE.search(line)):
-            out.cuda_graph_gib = float(m.group(2))
-        if GRAPH_CHARGED.search(line):
-            out.cuda_graph_charged = True
-        if out.init_engine_seconds is None and (m := INIT_ENGINE.search(line)):
-            out.init_engine_seconds = float(m.group(1))
-            out.compile_seconds = float(m.group(2)) if m.group(2) else None
-        if RUNNER_V2.search(line):
-            out.model_runner = "V2"
-        elif RUNNER_V1_FALLBACK.search(line):
-            out.model_runner = "V1"
-        if out.vllm_version is None and (m := VERSION.search(line)):
-            out.vllm_version = m.group(1) or m.group(2)
-    if consumed is not None:
-        # In the kit's terms: non-torch = consumed - weights; activation without the charged graph estimate.
-        if out.weights_gib is not None:
-            out.non_torch_gib = round(consumed - out.weights_gib, 2)
-        charged = out.cuda_graph_estimate_gib if out.cuda_graph_charged and out.cuda_graph_estimate_gib else 0.0
-        out.peak_activation_gib = round(peak_with_graphs - charged, 2)
+        for step in _LINE_STEPS:
+            step(reading, line)
+    _split_consumed(reading)
+    out = reading.out
     if not out.ready or out.kv_cache_tokens is None:
         out.fatal = _fatal(lines)
     return out
