@@ -290,7 +290,7 @@ def command_for(name: str, case: dict, model_dir: Path, serve_cli: bool = False)
     """``serve_cli``: start `vllm serve DIR` (vLLM's CLI module, what the image runs) instead of the API server
     module with --model, which 0.33 deprecates."""
     if "preset" in case:
-        from kit.config.preset import load_preset
+        from kit.config.presetload import load_preset
 
         preset_name, _path, preset = load_preset(case["preset"], case.get("overrides", []))
         return probe.prepare(preset_name, preset, model_dir, mode="native")

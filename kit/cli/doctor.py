@@ -26,7 +26,8 @@ STATUS_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red"}
 @standard_options
 def doctor(args: tuple[str, ...], preset_option: str | None, out_dir: Path | None, as_json: bool) -> None:
     """Check this host: Docker, Compose, the NVIDIA runtime and driver, GPUs, shm, disk, HF cache."""
-    from kit.config.preset import display_path, load_preset
+    from kit.config.preset_files import display_path
+    from kit.config.presetload import load_preset
     from kit.core.errors import KitError
     from kit.deploy.pipeline import prepare, prepare_resolved
     from kit.host.doctor import FAIL, diagnose, gather_facts, image_cuda_matters, report_json

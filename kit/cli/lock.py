@@ -29,7 +29,7 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
          replace: bool, reset_overrides: bool, accept_preset_change: bool, as_json: bool) -> None:
     """Pin a preset's inputs: kit lock preset=NAME --out DIR --wheelhouse WH [--offline]."""
     from kit.config.hubrevision import commit_of, env_file_values, is_commit
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.deploy.pipeline import prepare_resolved
     from kit.deploy.deployment import requirements_for
     from kit.image.lock import LOCK_FILE, make_lock, require_wheelhouse, write_lock

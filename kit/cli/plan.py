@@ -212,7 +212,7 @@ def plan_command(args: tuple[str, ...], preset_option: str | None, model: str | 
             raise click.UsageError("the model is given twice (model= and --model)")
         model = extras["model"]
     if ref is not None:
-        from kit.config.preset import load_preset
+        from kit.config.presetload import load_preset
         from kit.core.errors import KitError
         from kit.memory.preset_plan import as_preset_fixes, flags_as_overrides, plan_inputs_for
 
@@ -288,7 +288,7 @@ def preset_fit_inputs(ref: str, overrides: list[str]) -> InputsAt:
     change as the overrides --fit prints, so every answer is planned exactly as typing its advice would plan it."""
     from pydantic import ValidationError
 
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.core.errors import KitError
     from kit.memory.preset_plan import plan_inputs_for
 
@@ -309,7 +309,7 @@ def preset_fit_inputs(ref: str, overrides: list[str]) -> InputsAt:
 def preset_tp_refusal(ref: str, overrides: list[str], preset) -> Callable[[int], str | None]:  # noqa: ANN001
     """Why `kit validate` (and `kit render`) would refuse the preset at a tensor parallel size, where the asked size
     passes: its GPU layout (hardware.count, hardware.nodes, runtime.replicas) decides; --fit never changes it."""
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.core.errors import KitError
     from kit.deploy.checks import parallel_layout_problems
 
@@ -336,7 +336,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 def override_text(field: str, value: object) -> str:
     """``field=value`` as an override that reads back as ``value`` (a string YAML would read otherwise is quoted)."""
-    from kit.config.preset import parse_override_value
+    from kit.config.overrides import parse_override_value
     from kit.core.errors import KitError
 
     if isinstance(value, bool) or value is None:

@@ -22,7 +22,8 @@ def presets(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from kit.config.preset import display_path, load_preset
+    from kit.config.preset_files import display_path
+    from kit.config.presetload import load_preset
     from kit.config.preset_files import all_presets
     from kit.core.errors import KitError
 
@@ -64,7 +65,7 @@ def presets(ctx: click.Context, as_json: bool) -> None:
 def show(args: tuple[str, ...], as_json: bool) -> None:
     """Print a preset resolved: defaults filled in, overrides applied: kit presets show preset=NAME [KEY=VALUE ...]."""
 
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
 
     # A bare first word is the preset name, as this command took it before preset=NAME: kept working, with a
     # warning, so every command spells the preset the same way.

@@ -32,7 +32,7 @@ from kit.cli.common import (
 def probe(args: tuple[str, ...], preset_option: str | None, native: bool, model_dir: Path | None, timeout: float,
           port: int | None, image: str | None, log_path: Path | None, as_json: bool) -> None:
     """Measure a preset's real start-up: kit probe preset=NAME [KEY=VALUE ...] [--native]."""
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.run import probe as probing
 
     if native and image:

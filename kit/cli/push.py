@@ -24,7 +24,7 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
     """Push a built image: kit push preset=NAME --registry HOST; prints the digest to pin compose to."""
     import shlex
 
-    from kit.config.preset import preset_ref_for
+    from kit.config.preset_files import preset_ref_for
     from kit.deploy.pipeline import prepare_resolved
     from kit.deploy.record import read_record
     from kit.image.registry import push_image
@@ -47,7 +47,7 @@ def push(args: tuple[str, ...], preset_option: str | None, registry: str, out_di
     click.echo(f"pushed  {pushed.ref}")
     click.echo(f"digest  {pushed.digest}")
     # The next step as it works from here: the folder's record carries the preset and its overrides; else preset= as
-    # it finds this preset again, by name or by its file's path (kit/config/preset.py preset_ref_for).
+    # it finds this preset again, by name or by its file's path (kit/config/preset_files.py preset_ref_for).
     folder = out_dir.is_dir() and read_record(out_dir) is not None
     ref = preset_ref_for(prepared.name, prepared.path)
     source_args = [] if folder else [f"preset={ref}", *resolved.overrides]

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.config.preset import find_preset, load_preset, load_preset_yaml, read_preset_file
+from kit.config.preset_files import find_preset
+from kit.config.presetload import load_preset
+from kit.config.presetyaml import load_preset_yaml, read_preset_file
 from kit.config.preset_files import (
     PROJECT,
     SCHEMA_FILE,

@@ -6,14 +6,16 @@
        not absolute, as the XDG base directory spec says): the user's own, from any folder;
     3. the presets shipped with the kit.
 A user's preset may shadow a shipped name; ``kit presets`` says so. A ``preset=`` value with a ``/`` or ending in
-``.yaml``/``.yml`` is a file path instead, never looked up. The folders are read when asked (never at import time),
-from the current working folder and environment.
+``.yaml``/``.yml`` is a file path instead, never looked up (``find_preset`` takes either). The folders are read when
+asked (never at import time), from the current working folder and environment. ``display_path`` is how messages name
+a preset file.
 
 Light on purpose (no pydantic): shell completion reads the names on every TAB.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.datafiles import PRESETS_DIR
+from kit.core.errors import PresetError
+from kit.core.inputfiles import user_path
 from kit.core.userdata import user_config_dir
 
 PROJECT, USER, SHIPPED = "project", "user", "shipped"
@@ -68,7 +72,7 @@ def project_presets_dir() -> Path:
     return Path.cwd() / PROJECT_FOLDER
 
 
-def _same_folder(a: Path, b: Path) -> bool:
+def _same_path(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -84,8 +88,8 @@ def preset_folders() -> list[tuple[str, Path]]:
     except OSError:  # the working folder was deleted under us: it holds no presets
         project = None
     for origin, folder in ((PROJECT, project), (USER, user_presets_dir())):
-        if folder is not None and not _same_folder(folder, PRESETS_DIR) \
-                and not any(_same_folder(folder, seen) for _, seen in folders):
+        if folder is not None and not _same_path(folder, PRESETS_DIR) \
+                and not any(_same_path(folder, seen) for _, seen in folders):
             folders.append((origin, folder))
     folders.append((SHIPPED, PRESETS_DIR))
     return folders
@@ -142,5 +146,53 @@ def is_shipped(path: Path) -> bool:
         return False
 
 
-def shipped_names() -> list[str]:
+def preset_names() -> list[str]:
+    """The presets shipped with the kit (the suite's every-preset tests use these); ``all_presets`` adds the user's."""
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def find_preset(ref: str) -> Path:
+    """A preset name (./presets, then the user's config folder, then the shipped ones: the lookup order above), or
+    a path to a preset file of the user's own."""
+    if looks_like_path(ref):
+        path, found = user_path(ref, error=PresetError)
+        if found is None:
+            raise PresetError(f"{ref}: no such preset file")
+        return path  # a directory, FIFO or device is refused when read, with what it is
+    entry = find_named(ref)
+    if entry is not None:
+        return entry.path
+    names = [p.name for p in all_presets()]
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known presets: {', '.join(names)}"
+    folders = ", ".join(_shown_folder(folder) for _, folder in preset_folders())
+    raise PresetError(f"unknown preset {ref!r} (looked in {folders})", hint=hint)
+
+
+def _shown_folder(folder: Path) -> str:
+    return "the shipped presets" if folder == PRESETS_DIR else f"{_relative_to_cwd(folder)}/"
+
+
+def _relative_to_cwd(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def display_path(path: Path) -> str:
+    if path.resolve().parent == PRESETS_DIR.resolve():  # a shipped preset, wherever the kit is installed
+        return f"presets/{path.name}"
+    return _relative_to_cwd(path)
+
+
+def preset_ref_for(name: str, path: Path) -> str:
+    """What ``preset=`` takes to find this same preset again from here: its name when the name finds this file
+    (a shipped, user or project preset, not shadowed), else the file's path (cwd-relative inside the working folder,
+    absolute outside it). Hints the kit prints on the terminal (`kit push`) name the preset this way; rendered files
+    do not (a path there would depend on where the render ran: kit/deploy/deployment.py preset_shipped)."""
+    entry = find_named(name)
+    if entry is not None and _same_path(entry.path, path):
+        return name
+    shown = _relative_to_cwd(path)
+    return shown if looks_like_path(shown) else f"./{shown}"

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.config.preset import Preset, display_path
+from kit.config.preset import Preset
+from kit.config.preset_files import display_path
 from kit.config.strategy import strategy_of
 from kit.core.errors import Problem
 from kit.deploy.compat import check_compat, model_spec_or_none

@@ -20,7 +20,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 
-from kit.config.preset import ram_in_bytes
+from kit.core.units import ram_in_bytes
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text, k8s_escape
 from kit.core.yamlwrite import checked, comment_lines, yaml_text

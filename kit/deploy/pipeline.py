@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kit.config.preset import Preset, blame_overrides, display_path, load_preset
+from kit.config.overrides import blame_overrides
+from kit.config.preset import Preset
+from kit.config.preset_files import display_path
+from kit.config.presetload import load_preset
 from kit.config.preset_files import is_shipped
 from kit.core.errors import KitError, PresetError, Problem
 from kit.core.safevalue import UnsafeValue

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 import kit
+from kit.config.preset_files import PROJECT_FOLDER, find_preset, preset_folders
 from kit.core.errors import KitError, PresetError, Problem
 
 RECORD_FILE = "vllm-kit.yaml"
@@ -277,8 +278,6 @@ def recorded_path_problem(record: Record, out_dir: Path) -> str | None:
     record copied from elsewhere must not make a render read any other file of this host as a preset."""
     if not _is_path(record.preset):
         return None  # a shipped preset's name
-    from kit.config.preset_files import PROJECT_FOLDER, preset_folders
-
     target = os.path.realpath(recorded_ref_path(record, out_dir))
     beside = Path(os.path.realpath(out_dir)).parent / PROJECT_FOLDER
     for folder in (out_dir, beside, *(folder for _, folder in preset_folders())):
@@ -330,8 +329,6 @@ def _ref_for_record(path: Path, name: str, out_dir: Path) -> str:
 
 def resolve(request: Request, out_dir: Path | None) -> Resolved:
     """The inputs for a command: the request, merged with the folder's record when there is one."""
-    from kit.config.preset import find_preset
-
     recorded = read_record(out_dir) if out_dir is not None and out_dir.is_dir() else None
     fresh = recorded is None or request.replace
     if request.preset is None and fresh:
@@ -421,8 +418,6 @@ def _check_recorded_preset(recorded: Record, out_dir: Path, accept_change: bool)
 
 def recorded_preset_file(record: Record, out_dir: Path) -> Path | None:
     """The recorded preset's file, or None when it no longer resolves."""
-    from kit.config.preset import find_preset
-
     try:
         return find_preset(recorded_ref_path(record, out_dir))
     except PresetError:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from kit.config.flags import FlagError, FlagSnapshot, available_versions, check_engine, engine_to_argv, \
     load_snapshot, renamed_flag
-from kit.config.preset import display_path, load_preset
+from kit.config.preset_files import display_path
+from kit.config.presetload import load_preset
 from kit.core.errors import KitError, Problem
 from kit.core.userdata import VERSIONS_FILE
 from kit.deploy.record import Request, Resolved, resolve

@@ -24,6 +24,7 @@ from kit.config.strategy import strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.docker_engine import docker_client
 from kit.core.gpus import gpu_key
+from kit.core.units import ram_in_bytes
 from kit.core.versions import version_or_oldest
 
 if TYPE_CHECKING:
@@ -535,7 +536,6 @@ def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -
 
 
 def check_shm(facts: HostFacts, preset: Preset | None) -> Check:
-    from kit.config.preset import ram_in_bytes
     from kit.deploy.deployment import shm_size_for
 
     name = "shared memory"

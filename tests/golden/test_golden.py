@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 from kit.deploy.pipeline import prepare
 from tests.conftest import require_compose, require_tool
 

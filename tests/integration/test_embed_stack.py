@@ -12,7 +12,7 @@ import time
 
 import yaml
 
-from kit.config.preset import PRESETS_DIR
+from kit.core.datafiles import PRESETS_DIR
 from kit.deploy.pipeline import prepare
 from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, RERANK, format_table, http, run_checks
 from kit.run.stack import Stack, write_smoke_env

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.config.preset import PRESETS_DIR, load_preset, preset_names
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
+from kit.core.datafiles import PRESETS_DIR
 from kit.core.envfile import read_env_file
 from kit.deploy.door import IMAGE_ENV
 from kit.deploy.record import compose_project

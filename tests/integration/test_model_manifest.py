@@ -17,7 +17,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.run.smoke import manifest_check
 from tests.conftest import require_module
 from tests.integration.conftest import BASE_IMAGE

@@ -26,7 +26,9 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import COMMANDS, cli
-from kit.config.preset import PRESETS_DIR, load_preset, preset_names
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
+from kit.core.datafiles import PRESETS_DIR
 from kit.host.doctor import FAIL, PASS, CommandResult, HostFacts, evaluate
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ from click.testing import CliRunner
 
 from kit.cli.completion import preset_fields
 from kit.cli.main import cli
-from kit.config.preset import Preset, preset_names
+from kit.config.preset import Preset
+from kit.config.preset_files import preset_names
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,8 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import load_preset, preset_names
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
 from kit.core.datafiles import gpu_catalog, vllm_table
 from kit.deploy.checks import check_preset
 from kit.deploy.compat import cc_floor, check_compat, gpu_rules, jetson_build, jetson_index_path, versioned

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from docker.errors import ImageNotFound
 
 from kit.cli.main import cli
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.datafiles import vllm_table
 from kit.deploy.deployment import CUDA_LABEL, MIN_DRIVER_LABEL, plan_deployment
 from kit.deploy.pipeline import prepare

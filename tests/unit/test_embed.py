@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from kit.cli.main import cli
 from kit.config.modelinfo import load_model_spec, spec_from_config
 from kit.config.pooling import pooling_profile, resolve_runner
-from kit.config.preset import PRESETS_DIR
+from kit.core.datafiles import PRESETS_DIR
 from kit.core.errors import PlanError, PresetError
 from kit.deploy.pipeline import prepare
 from kit.memory import activation

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kit.config.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.errors import PresetError
 from kit.deploy.checks import check_preset
 from kit.deploy.deployment import FETCH_FILE, FETCH_SCRIPT_PATH, fetch_command_for, plan_deployment

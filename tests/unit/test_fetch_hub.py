@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from tests.conftest import require_module
 from tests.unit.test_fetch import host_command
 from tests.unit.test_model_sources import AWQ_CONFIG, AWQ_TENSORS, GEMMA2, safetensors_file, stored_bytes

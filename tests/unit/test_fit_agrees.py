@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 
 pytestmark = pytest.mark.unit
 

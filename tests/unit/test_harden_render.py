@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 from kit.core.datafiles import load_yaml
 from kit.deploy import deployment as dep
 from kit.deploy.deployment import LAUNCHER_DIR, WATCHDOG_FILE

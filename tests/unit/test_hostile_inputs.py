@@ -24,7 +24,9 @@ from hypothesis import strategies as st
 
 from kit.cli.main import cli
 from kit.config.modelinfo import load_model_spec
-from kit.config.preset import Preset, load_preset, parse_override
+from kit.config.overrides import parse_override
+from kit.config.preset import Preset
+from kit.config.presetload import load_preset
 from kit.core.datafiles import PRESETS_DIR, load_yaml
 from kit.core.errors import PlanError, PresetError, one_line
 from kit.memory.plan import PlanInputs, plan

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kit.config.preset import load_preset, preset_names
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
 from kit.config.strategy import STRATEGIES, strategy_of
 from kit.core.datafiles import load_yaml, vllm_table
 from kit.core.errors import PresetError

@@ -10,7 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import find_preset, load_preset, preset_names
+from kit.config.preset_files import find_preset, preset_names
+from kit.config.presetload import load_preset
 from kit.config.schema import schema_text
 from kit.core.datafiles import PRESETS_DIR
 
@@ -256,7 +257,7 @@ def test_a_shipped_presets_hint_names_it(project):
 
 def test_a_hint_on_the_terminal_names_a_preset_by_name_or_path(project, tmp_path):
     """kit push's hint (printed, run from the same folder): the name when it finds the same file, else the path."""
-    from kit.config.preset import preset_ref_for
+    from kit.config.preset_files import preset_ref_for
 
     assert preset_ref_for("cpu", PRESETS_DIR / "cpu.yaml") == "cpu"
     assert kit("init", "lab").exit_code == 0

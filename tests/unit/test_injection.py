@@ -270,7 +270,7 @@ def test_escapes_for_compose_and_kubernetes():
 
 def test_validate_and_render_refuse_the_same_values():
     # Validation runs the rules the renderers apply: a value refused at render is refused by `kit validate`.
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     for path, bad in [("model.id", "--help"), ("engine.tokenizer", "-x"), ("image.base", "Debian:12"),
                       ("image.extra_pip", "--index-url=https://evil"), ("runtime.unsafe_env.FOO", "a\u2028b"),
                       ("model.served_model_name", "a\x85b"), ("image.repository", "x:1")]:
@@ -280,7 +280,8 @@ def test_validate_and_render_refuse_the_same_values():
 
 def test_a_preset_file_name_with_a_line_separator_is_refused_by_validate_as_by_render(tmp_path):
     # The file's name becomes the preset's name, which headers and labels carry.
-    from kit.config.preset import PRESETS_DIR, load_preset
+    from kit.config.presetload import load_preset
+    from kit.core.datafiles import PRESETS_DIR
     odd = tmp_path / "x\u2028services: {}.yaml"
     odd.write_text((PRESETS_DIR / "cpu.yaml").read_text())
     with pytest.raises(KitError, match="file name contains a line break"):

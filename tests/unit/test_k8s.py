@@ -11,7 +11,7 @@ import math
 import pytest
 import yaml
 
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 from kit.deploy.deployment import APP_UID, HF_HOME, LAUNCHER_DIR, VLLM_CACHE
 from kit.deploy.k8s import LWS_API, k8s_quantity
 from kit.deploy.pipeline import prepare

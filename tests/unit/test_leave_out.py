@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from kit.config.preset import display_path, load_preset
+from kit.config.preset_files import display_path
+from kit.config.presetload import load_preset
 from kit.core.datafiles import DATA_DIR, prune_rules
 from kit.core.errors import PresetError
 from kit.deploy.checks import check_leave_out, feature_use

@@ -134,7 +134,7 @@ def test_too_long_context_hint_is_an_override():
 
 
 def test_doctor_fixes_on_a_small_gpu_are_overrides():
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.host.doctor import _plan_on
 
     _, _, preset = load_preset("rtx4090-awq", ["engine.max_model_len=40960"])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kit.config.modelinfo import load_model_spec
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.memory.inputs import GIB, DraftInputs, LoraInputs, PlanInputs
 from kit.memory.plan import plan
 from kit.memory.preset_plan import plan_preset

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.config.preset import load_preset, parse_override, preset_names
+from kit.config.overrides import parse_override
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
 from kit.core.errors import PresetError
 
 GOOD = """\
@@ -147,7 +149,7 @@ def test_empty_and_non_mapping_files(tmp_path):
     ("1_024", 1024), ("0x1p10", 1024), ("0", 0),
 ])
 def test_ram_in_bytes_reads_every_form_docker_reads(text, expected):
-    from kit.config.preset import ram_in_bytes
+    from kit.core.units import ram_in_bytes
 
     assert ram_in_bytes(text) == expected
 
@@ -157,7 +159,7 @@ def test_ram_in_bytes_reads_every_form_docker_reads(text, expected):
     "4..5g", "1__0", "_10", "0x10", "inf", "inf g", "nan g", "1e30g", "4,5g", True, 4.5, None,
 ])
 def test_ram_in_bytes_refuses_what_docker_refuses(text):
-    from kit.config.preset import ram_in_bytes
+    from kit.core.units import ram_in_bytes
 
     with pytest.raises(ValueError):
         ram_in_bytes(text)
@@ -165,7 +167,7 @@ def test_ram_in_bytes_refuses_what_docker_refuses(text):
 
 @pytest.mark.parametrize("size", ["10.24g", "4G", "4gb", "4096m", "4294967296"])
 def test_shm_size_accepts_docker_forms_and_renders_them(size):
-    from kit.config.preset import ram_in_bytes
+    from kit.core.units import ram_in_bytes
     from kit.deploy.k8s import k8s_quantity
     from kit.deploy.pipeline import prepare
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.deploy.deployment import plan_deployment, serve_args_for, server_command_for
 from kit.run import probe
 

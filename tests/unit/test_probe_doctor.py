@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.gpus import gpu_key
 from kit.host import doctor
 

@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 from kit.core.errors import PresetError
 from kit.deploy.pipeline import prepare
 
@@ -51,7 +51,7 @@ def test_a_renamed_preset_shares_every_costly_layer(name, tmp_path):
     """The classic builder reuses a layer while every instruction before it is the same. A user's copy of a preset
     under another name (and another port) changes labels and settings only, which come after the venv: the
     Dockerfile is the same up to and including `COPY --from=builder`, so the rebuild takes the cache's layers."""
-    from kit.config.preset import PRESETS_DIR
+    from kit.core.datafiles import PRESETS_DIR
 
     data = yaml.safe_load((PRESETS_DIR / f"{name}.yaml").read_text())
     data["runtime"]["port"] = 8123

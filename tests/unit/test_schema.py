@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 import yaml
 
-from kit.config.preset import preset_names
+from kit.config.preset_files import preset_names
 from kit.config.schema import SCHEMA_PATH, schema_text
 from kit.core.datafiles import PRESETS_DIR
 

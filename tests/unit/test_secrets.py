@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from kit.cli.main import cli
 from kit.config.flags import check_engine
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.datafiles import DATA_DIR
 from kit.core.errors import BuildError, KitError, PresetError, Problem
 from kit.core.secretrules import redact, secret_flag_env

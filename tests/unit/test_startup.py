@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.datafiles import load_yaml
 from kit.deploy.deployment import environment_for
 from kit.deploy.pipeline import prepare

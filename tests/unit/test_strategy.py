@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import kit
-from kit.config.preset import Image, load_preset, preset_names
+from kit.config.preset import Image
+from kit.config.preset_files import preset_names
+from kit.config.presetload import load_preset
 from kit.config.strategy import STRATEGIES, strategy_for, strategy_of
 from kit.deploy.deployment import plan_deployment
 

@@ -8,7 +8,8 @@ import yaml
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.config.preset import is_hub_id, load_preset, model_path_problem
+from kit.config.preset import is_hub_id, model_path_problem
+from kit.config.presetload import load_preset
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError
 from kit.deploy.pipeline import prepare

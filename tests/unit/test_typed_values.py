@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from kit.cli.main import cli
 from kit.config.flags import available_versions, engine_to_argv, load_snapshot
-from kit.config.preset import PRESETS_DIR, load_preset
+from kit.config.presetload import load_preset
+from kit.core.datafiles import PRESETS_DIR
 from kit.config.vllmint import CONVERTERS, read_vllm_int
 from kit.core.errors import PresetError
 

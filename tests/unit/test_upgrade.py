@@ -201,7 +201,7 @@ def test_usage_errors_exit_2(args):
 
 
 def test_the_options_the_kit_writes_itself_are_the_ones_checked():
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.deploy.upgrade import _kit_options
 
     # the CPU build's API server module takes the model as --model (kit/data/vllm.yaml); vllm serve positionally

@@ -126,7 +126,7 @@ def test_fp_quant_is_gone_at_0_34():
 
 
 def test_the_flashinfer_pin_is_a_slim_warning_only():
-    from kit.config.preset import load_preset
+    from kit.config.presetload import load_preset
     from kit.deploy.compat import release_rows
 
     slim = release_rows(load_preset("rtx4090-awq", ["image.vllm_version=0.34.0"])[2])

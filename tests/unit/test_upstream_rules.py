@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kit.config.modelinfo import load_model_spec
-from kit.config.preset import load_preset
+from kit.config.presetload import load_preset
 from kit.core.datafiles import load_yaml
 from kit.core.releaserules import quantization_min_cc
 from kit.deploy.compat import check_compat, gpu_rules

@@ -218,7 +218,7 @@ def test_a_manifest_naming_paths_outside_the_directory_removes_nothing_there(tmp
 
 def test_no_rendered_file_lies_in_the_kits_work_folder():
     """.kit/ (build logs, contexts) is the kit's scratch space, never in the manifest, so never removed as stale."""
-    from kit.config.preset import preset_names
+    from kit.config.preset_files import preset_names
     from kit.deploy.pipeline import prepare
     from kit.image.build import KIT_DIR
 
