@@ -91,7 +91,7 @@ def main() -> int:
     port = free_port()
     prepared = prepare("cpu", [f"runtime.port={port}"], base_image=args.base_image)
     served = prepared.deployment.serve.served_model_name
-    results: dict = {"preset": "cpu", "image": prepared.image_ref, "vllm": prepared.deployment.vllm_version,
+    results: dict = {"preset": "cpu", "image": prepared.image_ref, "vllm": prepared.deployment.image.vllm_version,
                      "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
                      "how": "python bench/start_cpu.py: kit's cpu stack, first start on fresh volumes, then "
                             "`docker compose down` (volumes kept) and up again; times from the host"}

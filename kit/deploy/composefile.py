@@ -30,8 +30,8 @@ def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False)
     mounts = [f"{rt.hf_cache_volume}:{ctx.hf_home}"]
     if compile_cache:
         mounts.append(f"{rt.compile_cache_volume}:{ctx.vllm_cache}")
-    if ctx.d.model_mount:
-        host, container = ctx.d.model_mount
+    if ctx.d.serve.model_mount:
+        host, container = ctx.d.serve.model_mount
         mounts.append(f"{host}:{container}:ro")
     if ctx.d.serve.model_volume:
         mounts.append(f"{ctx.d.serve.model_volume}:{MODELS_DIR}:ro")
@@ -54,12 +54,12 @@ def _built_image(ctx: RenderContext) -> dict[str, Any]:
     """The stack's image: built here, never pulled (BUILT_PULL_POLICY). Pinned by digest (image.pin_digest, the image
     `kit push` recorded): that image, pulled by its digest, and nothing to build."""
     if ctx.d.preset.image.pin_digest:
-        return {"image": _s(ctx.image_ref), "platform": _s(ctx.d.platform)}
+        return {"image": _s(ctx.image_ref), "platform": _s(ctx.d.image.platform)}
     return {
         "image": _s(ctx.image_ref),
         "build": {"context": ".", "dockerfile": "Dockerfile"},
         "pull_policy": BUILT_PULL_POLICY,
-        "platform": _s(ctx.d.platform),
+        "platform": _s(ctx.d.image.platform),
     }
 
 
@@ -75,25 +75,25 @@ def _environment(fixed: dict[str, str], role: str, ctx: RenderContext) -> dict[s
 def _one_shot_hardening(ctx: RenderContext, tmpfs: list[str]) -> dict[str, Any]:
     """The server's limits for a one-shot that needs no capability: none, no privilege gain, a read-only root
     with tmpfs where it writes outside its volumes, the pids limit (kit/data/hardening.yaml)."""
-    assert ctx.d.hardening is not None  # filled by the pipeline before any render
+    assert ctx.d.runtime.hardening is not None  # filled by the pipeline before any render
     return {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "read_only": True,
-            "tmpfs": [_s(t) for t in tmpfs], "pids_limit": ctx.d.hardening.pids_limit}
+            "tmpfs": [_s(t) for t in tmpfs], "pids_limit": ctx.d.runtime.hardening.pids_limit}
 
 
 def fetch_service(ctx: RenderContext) -> dict[str, Any]:
     """Runs as the server's own non-root user (named here, not left to the image's USER), hardened as the server:
     it writes only into the HF cache volume (HF_HOME, the image's directory owned by that user), and under HOME
     (huggingface_hub's token and lock files), which is a tmpfs as on the server."""
-    user = ctx.d.run_user
-    assert ctx.d.hardening is not None  # filled by the pipeline before any render
+    user = ctx.d.runtime.run_user
+    assert ctx.d.runtime.hardening is not None  # filled by the pipeline before any render
     return {
         **_built_image(ctx),
-        "entrypoint": [_s(a) for a in ctx.d.fetch_command],
+        "entrypoint": [_s(a) for a in ctx.d.serve.fetch_command],
         "command": [],
         "user": f"{int(user.uid)}:{int(user.gid)}",
         "environment": _environment({"HF_HOME": _s(ctx.hf_home)}, "fetch", ctx),
         "volumes": _volumes(ctx, compile_cache=False),
-        **_one_shot_hardening(ctx, ctx.d.hardening.compose_tmpfs),
+        **_one_shot_hardening(ctx, ctx.d.runtime.hardening.compose_tmpfs),
         "restart": "no",
     }
 
@@ -105,11 +105,11 @@ def model_make_service(ctx: RenderContext) -> dict[str, Any]:
     MODEL_MAKE_DIR, so the volume is that user's: kit/deploy/deployment.py says why) and /tmp; no network."""
     d = ctx.d
     # Called only for a generated model: it has a volume and a command (deployment.py sets both).
-    assert d.serve.model_volume is not None and d.model_make_command is not None
-    user = d.run_user
+    assert d.serve.model_volume is not None and d.serve.model_make_command is not None
+    user = d.runtime.run_user
     return {
         **_built_image(ctx),
-        "entrypoint": [_s(a) for a in d.model_make_command],
+        "entrypoint": [_s(a) for a in d.serve.model_make_command],
         "command": [],
         "user": f"{int(user.uid)}:{int(user.gid)}",
         "network_mode": "none",
@@ -122,7 +122,7 @@ def model_make_service(ctx: RenderContext) -> dict[str, Any]:
 
 
 def _gpu_deploy(ctx: RenderContext) -> dict[str, Any]:
-    gpus = ctx.d.gpu_devices
+    gpus = ctx.d.runtime.gpu_devices
     assert gpus is not None  # called for GPU presets only
     device: dict[str, Any] = {"driver": gpus["driver"]}
     if "count" in gpus:
@@ -139,19 +139,19 @@ def _healthcheck(ctx: RenderContext) -> dict[str, Any]:
         "interval": "15s",
         "timeout": "10s",
         "retries": 4,
-        "start_period": f"{int(ctx.d.healthcheck_start_period)}s",
+        "start_period": f"{int(ctx.d.runtime.healthcheck_start_period)}s",
     }
 
 
 def _shm_and_caps(ctx: RenderContext, service: dict[str, Any]) -> None:
-    shm = ctx.d.shm
+    shm = ctx.d.runtime.shm
     if shm.shm_size:
         service["shm_size"] = _s(shm.shm_size)
     if shm.ipc:
         service["ipc"] = shm.ipc
     # Hardened (kit/data/hardening.yaml): no capabilities but those listed, no privilege gain, read-only root
     # with tmpfs where the server writes, a pids limit.
-    hard = ctx.d.hardening
+    hard = ctx.d.runtime.hardening
     assert hard is not None  # the pipeline fills it (deployment.hardening_for)
     service["cap_drop"] = ["ALL"]
     if hard.cap_add:
@@ -164,25 +164,25 @@ def _shm_and_caps(ctx: RenderContext, service: dict[str, Any]) -> None:
 
 def _runtime_comments(ctx: RenderContext, service: Path) -> dict[Path, list[str]]:
     """The why of /dev/shm, capabilities and the healthcheck window, beside the keys they explain."""
-    shm_key = "shm_size" if ctx.d.shm.shm_size else "ipc" if ctx.d.shm.ipc else None
+    shm_key = "shm_size" if ctx.d.runtime.shm.shm_size else "ipc" if ctx.d.runtime.shm.ipc else None
     comments: dict[Path, list[str]] = {}
     if shm_key:
-        comments[(*service, shm_key)] = [f"/dev/shm: {ctx.d.shm.reason}"]
-    hard = ctx.d.hardening
+        comments[(*service, shm_key)] = [f"/dev/shm: {ctx.d.runtime.shm.reason}"]
+    hard = ctx.d.runtime.hardening
     assert hard is not None
     if hard.cap_add:
         comments[(*service, "cap_add")] = [hard.cap_add_reason]
-    comments[(*service, "healthcheck")] = [f"start_period: {ctx.d.healthcheck_reason}"]
+    comments[(*service, "healthcheck")] = [f"start_period: {ctx.d.runtime.healthcheck_reason}"]
     return comments
 
 
 def _header(ctx: RenderContext) -> list[str]:
     d = ctx.d
-    return [f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}."]
+    return [f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.image.vllm_version}, strategy {d.image.strategy}."]
 
 
 def _notes(ctx: RenderContext) -> list[str]:
-    return ([f"Host: {note}." for note in ctx.d.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
+    return ([f"Host: {note}." for note in ctx.d.image.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
 
 
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
@@ -207,20 +207,20 @@ def compose_file(ctx: RenderContext) -> str:
         **_built_image(ctx),
         "depends_on": {fetch: {"condition": "service_completed_successfully"}},
     }
-    make = ctx.model_make_service if d.model_make_command else None
-    if d.jetson_runtime:
+    make = ctx.model_make_service if d.serve.model_make_command else None
+    if d.runtime.jetson_runtime:
         server["runtime"] = "nvidia"
     # The watchdog runs the image's server and exits when /health stops answering while it lives.
-    assert d.hardening is not None
-    server["entrypoint"] = [_s(a) for a in d.hardening.watchdog + d.entrypoint]
-    server["command"] = [_s(a) for a in d.serve_args]
-    server["environment"] = _environment({k: _s(v) for k, v in d.environment.items()}, "server", ctx)
+    assert d.runtime.hardening is not None
+    server["entrypoint"] = [_s(a) for a in d.runtime.hardening.watchdog + d.serve.entrypoint]
+    server["command"] = [_s(a) for a in d.serve.serve_args]
+    server["environment"] = _environment({k: _s(v) for k, v in d.serve.environment.items()}, "server", ctx)
     server["volumes"] = [*_volumes(ctx, compile_cache=True), _s(ctx.watchdog_mount)]
     _shm_and_caps(ctx, server)
     server["init"] = True
     server["restart"] = d.preset.runtime.restart
     server["healthcheck"] = _healthcheck(ctx)
-    if d.gpu_devices:
+    if d.runtime.gpu_devices:
         server["deploy"] = _gpu_deploy(ctx)
     rt = d.preset.runtime
     doc: dict[str, Any] = {"name": _s(ctx.project)} if ctx.project else {}
@@ -285,7 +285,7 @@ def compose_file(ctx: RenderContext) -> str:
 
 def cluster_compose_file(ctx: RenderContext) -> str:
     """One role of a Ray cluster over several nodes: the head (Ray head + API server) or a worker (Ray only)."""
-    d, cl = ctx.d, ctx.d.cluster
+    d, cl = ctx.d, ctx.d.serve.cluster
     assert cl is not None  # rendered for cluster presets only
     head = ctx.role == "head"
     name = ctx.service
@@ -295,13 +295,13 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     }
     if cl.host_network:
         node["network_mode"] = "host"
-    if d.jetson_runtime:
+    if d.runtime.jetson_runtime:
         node["runtime"] = "nvidia"
     node["entrypoint"] = [_s(a) for a in cl.launcher]
     node["command"] = [_s(a) for a in (cl.head_args if head else cl.worker_args)]
     if head and not cl.host_network:
         node["ports"] = [_s(ctx.published_port)]
-    environment = {k: _s(v) for k, v in d.environment.items()}
+    environment = {k: _s(v) for k, v in d.serve.environment.items()}
     if cl.host_network:
         # Fixed text, the one place compose interpolation is meant: each host's address from its own .env.
         environment["VLLM_HOST_IP"] = "${VLLM_HOST_IP:?set VLLM_HOST_IP in .env to this host's address (see .env.example)}"
@@ -316,7 +316,7 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     deploy: dict[str, Any] = {}
     if replicas:
         deploy["replicas"] = replicas
-    if d.gpu_devices:
+    if d.runtime.gpu_devices:
         deploy.update(_gpu_deploy(ctx))
     if deploy:
         node["deploy"] = deploy
@@ -329,7 +329,7 @@ def cluster_compose_file(ctx: RenderContext) -> str:
     one_shots: dict[str, Any] = {}
     if fetches:
         fetcher = fetch_service(ctx)
-        if d.model_make_command:  # each host's stack makes the generated model in its own volume, as one node does
+        if d.serve.model_make_command:  # each host's stack makes the generated model in its own volume, as one node does
             one_shots[ctx.model_make_service] = model_make_service(ctx)
             fetcher = {**fetcher,
                        "depends_on": {ctx.model_make_service: {"condition": "service_completed_successfully"}}}

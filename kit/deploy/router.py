@@ -212,10 +212,10 @@ def replicated_services(ctx: RenderContext, server: dict[str, Any],
         "image": s(router_image_ref(d, router_files(d, ctx.uid, ctx.user))),
         "build": {"context": ROUTER_DIR, "dockerfile": "Dockerfile"},
         "pull_policy": BUILT_PULL_POLICY,  # built here, never pulled: a registry's image of this name is not this one
-        "platform": s(d.platform),
+        "platform": s(d.image.platform),
         # Started once every replica is healthy: the router refuses to serve before all its workers answer.
         "depends_on": {name: {"condition": "service_healthy"} for name in names},
-        "command": [s(a) for a in router_args(spec, urls, int(d.healthcheck_start_period))],
+        "command": [s(a) for a in router_args(spec, urls, int(d.runtime.healthcheck_start_period))],
     }
     # Hardened like the servers; the router needs no capability and writes nothing but /tmp.
     router["cap_drop"] = ["ALL"]

@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kit.config.strategy import strategy_for
 from kit.core.docker_engine import docker_client
 from kit.core.errors import BuildError, KitError, Problem
 from kit.core.safepaths import open_nofollow, work_folder
@@ -194,7 +195,7 @@ def make_lock(prepared: Prepared, *, overrides: list[str], base_image_option: st
             packages.append(LockedPackage(name=key, version=version, file=wheel.name, sha256=sha))
         locked_names = {p.name for p in packages}
         excluded = sorted(n for n in index_hashes if n not in locked_names)
-    vllm_image = base if d.image_strategy.vllm_image else None
+    vllm_image = base if strategy_for(d.image.strategy).vllm_image else None
     return Lock(preset=prepared.name, overrides=list(overrides), base_image_option=base_image_option, offline=offline,
                 vllm_version=d.image.vllm_version, strategy=d.image.strategy, platform=d.image.platform,
                 inputs=render_inputs(prepared.files), base=base, vllm_image=vllm_image, target=target,

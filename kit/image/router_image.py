@@ -46,6 +46,6 @@ def build_router_image(d: Deployment, out_dir: Path, wheelhouse: Path | None,
         for source in [*wheels_for_lock(wheelhouse), wheelhouse / LOCK_NAME]:
             shutil.copy2(source, context / "wheels" / source.name)
     request = BuildRequest(context_dir=context, tags=[ref], offline=wheelhouse is not None,
-                           platform=d.platform if d.platform != "linux/amd64" else None)
+                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
     build_image(request, work_folder(out_dir, "router"), progress=progress)
     return ref

@@ -208,7 +208,7 @@ def warm(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, f
             route, body = warm_request(served, out_dir)
             if progress:
                 progress(f"{service}: POST {route} from inside its container")
-            argv = ["exec", "-T", service, served.deployment.python, "-c", IN_CONTAINER_SCRIPT, route,
+            argv = ["exec", "-T", service, served.deployment.serve.python, "-c", IN_CONTAINER_SCRIPT, route,
                     json.dumps(body), str(CONTAINER_PORT), *names]
             answer = stack.run(*argv, check=False, timeout=REQUEST_TIMEOUT_S + 60)
             result.servers.append(read_answer(service, route, answer.returncode, answer.stdout, answer.stderr))

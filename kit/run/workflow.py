@@ -65,9 +65,9 @@ def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
           no_cache: bool = False, progress: Progress | None = None) -> BuildResult:
     d = prepared.deployment
     context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", wheelhouse, d.image.requirements)
-    tags = [prepared.image_ref, f"{d.image_repository}:{d.vllm_version}", *(extra_tags or [])]
+    tags = [prepared.image_ref, f"{d.image.image_repository}:{d.image.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
-                           platform=d.platform if d.platform != "linux/amd64" else None)
+                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
     return build_image(request, work_folder(out_dir), progress=progress)
 
 
@@ -121,7 +121,7 @@ def ensure_model(prepared: Prepared, out_dir: Path, progress: Progress | None) -
 def make_generated_model(prepared: Prepared, stack: Stack, progress: Progress | None) -> None:
     """The stack's own model-make, on its own (`kit fetch` runs model-fetch without its dependencies): the same
     service `compose up` runs first, so there is one way the generated model is made."""
-    if not prepared.deployment.model_make_command:
+    if not prepared.deployment.serve.model_make_command:
         return
     from kit.deploy.render import MODEL_MAKE_SERVICE
 

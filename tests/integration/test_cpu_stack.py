@@ -178,7 +178,7 @@ def test_model_folder_is_read_only_and_each_container_sees_only_its_secrets(cpu_
     the fetch runs as the non-root user with no capabilities on a read-only root; the server's environment holds
     the API key but not the fetch's HF token, and the fetch's the token but not the key (no shared env_file)."""
     container = cpu_stack.stack.container()
-    model = cpu_stack.prepared.deployment.model_arg  # the folder the server is given, e.g. /models/tiny-llama
+    model = cpu_stack.prepared.deployment.serve.model_arg  # the folder the server is given, e.g. /models/tiny-llama
     write = container.exec_run(["sh", "-c", f"touch {model}/kit-write-probe"])
     assert write.exit_code != 0 and b"Read-only file system" in write.output
     server_env = container.exec_run(["env"]).output.decode()
@@ -200,10 +200,10 @@ def test_model_make_ran_as_the_server_user_into_a_volume_the_server_cannot_write
     """Issue 23 item 5: the stack's own model-make made the model (no docker run beside it), as the non-root uid, into
     the models volume; the server reads it there and cannot change it."""
     d = cpu_stack.prepared.deployment
-    uid = str(d.run_user.uid)
+    uid = str(d.runtime.run_user.uid)
     make = cpu_stack.stack.container("model-make")  # exited, kept by compose
     make.reload()
-    assert make.attrs["Config"]["User"] == f"{uid}:{d.run_user.gid}" and uid != "0"
+    assert make.attrs["Config"]["User"] == f"{uid}:{d.runtime.run_user.gid}" and uid != "0"
     assert make.attrs["State"]["Status"] == "exited" and make.attrs["State"]["ExitCode"] == 0
     host_config = make.attrs["HostConfig"]
     assert host_config["CapDrop"] == ["ALL"] and not host_config.get("CapAdd") and host_config["ReadonlyRootfs"] is True
@@ -212,10 +212,10 @@ def test_model_make_ran_as_the_server_user_into_a_volume_the_server_cannot_write
     server = cpu_stack.stack.container()
     mount = next(m for m in server.attrs["Mounts"] if m.get("Name") == volume)
     assert mount["Destination"] == "/models" and mount["RW"] is False
-    owners = server.exec_run(["sh", "-c", f"stat -c %u {d.model_arg} {d.model_arg}/config.json"])
+    owners = server.exec_run(["sh", "-c", f"stat -c %u {d.serve.model_arg} {d.serve.model_arg}/config.json"])
     assert owners.exit_code == 0 and owners.output.decode().split() == [uid, uid], owners.output
-    for probe in (f"touch {d.model_arg}/kit-write-probe", f"rm {d.model_arg}/config.json", "mkdir /models/kit-probe"):
+    for probe in (f"touch {d.serve.model_arg}/kit-write-probe", f"rm {d.serve.model_arg}/config.json", "mkdir /models/kit-probe"):
         result = server.exec_run(["sh", "-c", probe])
         assert result.exit_code != 0 and b"Read-only file system" in result.output, (probe, result.output)
-    assert server.exec_run(["test", "-f", f"{d.model_arg}/config.json"]).exit_code == 0
+    assert server.exec_run(["test", "-f", f"{d.serve.model_arg}/config.json"]).exit_code == 0
     assert not (cpu_stack.out_dir / "models").exists()  # nothing written into the deployment folder

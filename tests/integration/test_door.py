@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 def test_the_door_passes_the_inference_api_only(cpu_stack):
     key = cpu_stack.env["VLLM_API_KEY"]
     try:
-        seen = assert_door_closed(cpu_stack.port, key, cpu_stack.prepared.deployment.served_model_name)
+        seen = assert_door_closed(cpu_stack.port, key, cpu_stack.prepared.deployment.serve.served_model_name)
     except Exception:
         door = cpu_stack.stack.container(SERVICE)  # what the door said, for the failure report
         door.reload()

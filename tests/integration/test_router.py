@@ -100,7 +100,7 @@ def test_two_replicas_behind_the_router_survive_one_killed(docker_client, cpu_im
             assert all(bindings is None for bindings in published.values()), published
             ports = stack.container(DOOR_SERVICE).attrs["NetworkSettings"]["Ports"]
             assert [p["HostIp"] for p in ports["8000/tcp"]] == ["127.0.0.1"]
-            seen = assert_door_closed(port, env["VLLM_API_KEY"], d.served_model_name)
+            seen = assert_door_closed(port, env["VLLM_API_KEY"], d.serve.served_model_name)
             session_progress("door, router: " + "; ".join(f"{k} -> {v}" for k, v in seen.items()))
             for name in (one, two):  # the replicas publish nothing (EXPOSE only): the router is the one endpoint
                 published = stack.container(name).attrs["NetworkSettings"]["Ports"] or {}

@@ -10,7 +10,7 @@ from kit.deploy.pipeline import prepare
 
 
 def server_env(*overrides: str, preset: str = "cpu") -> dict[str, str]:
-    return prepare(preset, list(overrides)).deployment.environment
+    return prepare(preset, list(overrides)).deployment.serve.environment
 
 
 def problems(*overrides: str) -> list[str]:
@@ -48,7 +48,7 @@ def test_the_ranks_of_several_nodes_count_per_node():
     # pipeline parallel 2 over 2 nodes (the Ray cluster's layout): one rank on each node
     prepared = prepare("cpu", ["hardware.nodes=2", "cluster.network=bridge"])
     assert prepared.preset.engine.tp * prepared.preset.engine.pp == 2
-    env = prepared.deployment.environment
+    env = prepared.deployment.serve.environment
     assert "VLLM_CPU_SIM_MULTI_NUMA" not in env and env["TORCH_COMPILE_DISABLE"] == "1"
 
 

@@ -172,7 +172,7 @@ def test_rendered_fetch_command_runs_and_checks_local_paths(tmp_path):
     (model / "config.json").write_text("{}")
     preset = load_preset("cpu", [f"model.host_path={model}", "model.id=model", "model.generate=null",
                                  f'engine.lora_modules=["a={tmp_path}/missing-lora"]'])[2]
-    assert plan_deployment("cpu", preset).fetch_command[2] == fetch_command_for(preset, "py", "/models/model")[2]
+    assert plan_deployment("cpu", preset).serve.fetch_command[2] == fetch_command_for(preset, "py", "/models/model")[2]
     command = host_command("cpu", preset, str(model), tmp_path)
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1

@@ -117,17 +117,17 @@ def test_model_make_runs_non_root_hardened_into_the_kits_volume_read_only_to_the
     makes = [svc for name, svc in shots.items() if ":model-make" in name]
     assert len(makes) == 1  # one per stack: a one-host cluster overlays its two files, and the head's makes it
     for make in makes:
-        assert make["user"] == f"{d.run_user.uid}:{d.run_user.gid}" != "0:0" and d.run_user.uid != 0
+        assert make["user"] == f"{d.runtime.run_user.uid}:{d.runtime.run_user.gid}" != "0:0" and d.runtime.run_user.uid != 0
         assert make["cap_drop"] == ["ALL"] and "cap_add" not in make
         assert make["security_opt"] == ["no-new-privileges:true"] and make["read_only"] is True
         assert make["tmpfs"] == ["/tmp:size=2g"] and make["pids_limit"] > 0 and make["network_mode"] == "none"
         model_mount, script = make["volumes"]
         assert model_mount == f"{volume}:{dep.MODEL_MAKE_DIR}" and script.endswith(":ro")
-        assert make["entrypoint"][2] == f"{dep.MODEL_MAKE_DIR}/{d.model_arg.rsplit('/', 1)[1]}"
+        assert make["entrypoint"][2] == f"{dep.MODEL_MAKE_DIR}/{d.serve.model_arg.rsplit('/', 1)[1]}"
     readers = [svc for name, svc in shots.items() if ":model-fetch" in name] + list(services(prepared.files).values())
     for svc in readers:  # the fetch, servers, Ray nodes; the router and profiles' services do not mount it at all
         model = [m for m in svc.get("volumes", []) if m.split(":", 1)[0] == volume]
-        if svc.get("image", "").startswith(d.image_repository):
+        if svc.get("image", "").startswith(d.image.image_repository):
             assert model == [f"{volume}:{dep.MODELS_DIR}:ro"], svc["volumes"]
         assert not any(m.startswith(("./models", "/")) for m in svc.get("volumes", []))  # no host model folder
     for rel, text in prepared.files.items():
@@ -151,7 +151,7 @@ def test_k8s_makes_a_generated_model_in_an_init_container_read_only_to_the_rest(
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
     make, fetch = pod["initContainers"]
     assert (make["name"], fetch["name"]) == ("model-make", "model-fetch")
-    assert make["command"][2] == p.deployment.model_arg and make["command"][-1] == "--if-missing"
+    assert make["command"][2] == p.deployment.serve.model_arg and make["command"][-1] == "--if-missing"
     assert make["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert not any("valueFrom" in e for e in make["env"])  # no secret reaches it
     assert {"name": "models", "mountPath": dep.MODELS_DIR} in make["volumeMounts"]

@@ -109,7 +109,7 @@ def test_eight_gpu_ray_preset_probes_with_its_own_parallel_flags(tmp_path: Path)
     assert argv[-2:] == ["--load-format", "dummy"] or argv[-3:-1] == ["--load-format", "dummy"]
     run = probe.prepare(name, preset, model_dir, mode="docker").docker
     assert run["device_requests"] == [{"driver": "nvidia", "count": 8, "capabilities": [["gpu"]]}]
-    assert run["shm_size"] == plan_deployment(name, preset).shm.shm_size  # Ray's object store included
+    assert run["shm_size"] == plan_deployment(name, preset).runtime.shm.shm_size  # Ray's object store included
 
 
 REPLAY = Path(__file__).parent / "fixtures" / "replay_vllm_server.py"
