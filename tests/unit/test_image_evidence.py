@@ -78,21 +78,24 @@ def _variants(every_cuda: bool) -> list[list[str]]:
 
 
 def strategy_refs() -> dict[tuple[str, str | None], str]:
-    """The base of every preset under every strategy and release; every CUDA build once per kind of hardware (a base
-    depends on the image fields and on whether there is a GPU or a board, not on which GPU: strategy.base())."""
+    """The base of every preset under every strategy, release and architecture; every CUDA build once per kind of
+    hardware (a base depends on the image fields, on whether there is a GPU or a board, and for vLLM's CPU image on
+    hardware.arch, not on which GPU: strategy.base())."""
     found: dict[tuple[str, str | None], str] = {}
     kinds_seen = set()
+    arches = sorted({arch for rule in load_yaml("compat.yaml")["platforms"].values() for arch in rule["arches"]})
     for name in preset_names():
         hardware = load_preset(name)[2].hardware
         kind = (hardware.gpu is None, hardware.l4t is not None)
         for run in _variants(every_cuda=kind not in kinds_seen):
-            try:
-                _, _, preset = load_preset(name, run)
-            except PresetError:
-                continue
-            image = strategy_of(preset).base(preset).image
-            for ref in refs_in(image) or {(image, None)}:
-                found.setdefault(ref, f"preset={name} {' '.join(run)}")
+            for arch_run in ([*run, f"hardware.arch={arch}"] for arch in arches):
+                try:
+                    _, _, preset = load_preset(name, arch_run)
+                except PresetError:
+                    continue
+                image = strategy_of(preset).base(preset).image
+                for ref in refs_in(image) or {(image, None)}:
+                    found.setdefault(ref, f"preset={name} {' '.join(arch_run)}")
         kinds_seen.add(kind)
     return found
 
@@ -173,7 +176,7 @@ def test_the_enumeration_reaches_every_kind_of_source(produced):
     # Not vacuous: each source yields what it is known to name.
     strategies = {ref for ref, _ in produced["strategies"]}
     assert {"vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v0.16.0", "vllm/vllm-openai-cpu:v0.32.0-x86_64",
-            "debian:bookworm-slim", "nvcr.io/nvidia/l4t-jetpack:r36.4.0"} <= strategies
+            "vllm/vllm-openai-cpu:v0.32.0-arm64", "debian:bookworm-slim", "nvcr.io/nvidia/l4t-jetpack:r36.4.0"} <= strategies
     # the slim strategy builds on a release's own CUDA only: the CUDA table's bases of the pinned releases' CUDA
     table = vllm_table()
     own = {str(entry["cuda"]) for entry in table["versions"].values() if entry.get("cuda")}
@@ -226,3 +229,12 @@ def test_the_ray_pin_is_the_checked_one():
     assert str(pinned.specifier) == f"=={entry['version']}"
     # vLLM 0.33's sharded weight transfer needs Ray >= 2.56.0 (RDT_MIN_RAY_VERSION).
     assert pinned.specifier.contains("2.60.0") and not pinned.specifier.contains("2.55.0")
+
+
+def test_the_arm64_cpu_image_is_accepted_only_with_its_evidence(produced, monkeypatch):
+    # hardware.arch=arm64 with image.strategy=official and no GPU names vLLM's arm64 CPU tag (the enumeration above
+    # varies hardware.arch); its release-script evidence is what lets it through.
+    ref = ("vllm/vllm-openai-cpu:v0.32.0-arm64", None)
+    assert ref in produced["strategies"] and missing_evidence({ref: "preset"}) == []
+    monkeypatch.delitem(EVIDENCE, ref[0])
+    assert missing_evidence({ref: "preset"}) == [f"{ref[0]} (preset): no evidence in kit/data/image_evidence.yaml"]

