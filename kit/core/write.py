@@ -91,6 +91,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from kit.core.errors import KitError, Problem, WriteError
 
@@ -391,46 +392,71 @@ def _load_journal(out_dir: Path) -> _Journal | None:
                              hint="move it away")
         return None
     hint = f"if no kit command is running, delete {JOURNAL} and {STAGING}/ and render again"
+    journal, version = _decode_journal(path, data, hint)
+    _refuse_newer_journal(path, out_dir, version, hint)
+    try:
+        return _journal_of(journal, version)
+    except (ValueError, KeyError, TypeError) as error:
+        raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
+
+
+def _decode_journal(path: Path, data: bytes, hint: str) -> tuple[Any, Any]:
+    """The journal's JSON and its version (None when it is not an object)."""
     try:
         journal = json.loads(data.decode("utf-8"))
         version = journal.get("version") if isinstance(journal, dict) else None
     except (ValueError, UnicodeDecodeError) as error:
         raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
+    return journal, version
+
+
+def _refuse_newer_journal(path: Path, out_dir: Path, version: object, hint: str) -> None:
+    """A newer kit's journal is left for that kit: this one cannot know what its entries mean."""
     if isinstance(version, int) and not isinstance(version, bool) and version > JOURNAL_VERSION:
         raise WriteError(f"{path}: journal version {version}, written by a newer vllm-kit (this one reads "
                          f"versions {', '.join(map(str, JOURNAL_VERSIONS_READ))})",
                          hint=f"finish the write with the newer kit (any command that renders into {out_dir}); "
                               + hint)
-    try:
-        if version not in JOURNAL_VERSIONS_READ:
-            raise ValueError("unknown version")
-        keys = {"version", "moves"} if version == 1 else {"version", "moves", "removals", "folders"}
-        if set(journal) != keys:
-            raise ValueError(f"keys {sorted(journal)}, expected {sorted(keys)}")
-        moves, removals, folders = journal["moves"], journal.get("removals", []), journal.get("folders", [])
-        if not isinstance(moves, list) or not moves or not isinstance(removals, list) \
-                or not isinstance(folders, list):
-            raise ValueError("no moves, or not lists")
-        for move in moves:
-            if not isinstance(move, dict) or set(move) != {"staged", "target", "sha256"} \
-                    or not all(isinstance(v, str) for v in move.values()):
-                raise ValueError("bad move")
-            if not _plain_relative(move["target"], JOURNAL_RESERVED):
-                raise ValueError(f"target {move['target']!r} is outside the directory")
-            if not move["staged"].isdecimal():  # staged files are numbered
-                raise ValueError("bad staged name")
-        for removal in removals:
-            if not isinstance(removal, dict) or set(removal) != {"target", "sha256"} \
-                    or not all(isinstance(v, str) for v in removal.values()):
-                raise ValueError("bad removal")
-            if not _plain_relative(removal["target"]):
-                raise ValueError(f"removal {removal['target']!r} is outside the directory")
-        for folder in folders:
-            if not isinstance(folder, str) or not _plain_relative(folder):
-                raise ValueError(f"folder {folder!r} is outside the directory")
-        return _Journal(moves, removals, folders)
-    except (ValueError, KeyError, TypeError) as error:
-        raise WriteError(f"{path}: not a journal this kit wrote ({error})", hint=hint) from None
+
+
+def _journal_of(journal: object, version: object) -> _Journal:
+    """The journal, checked against its version's shape; ValueError (KeyError, TypeError) names what does not fit."""
+    if version not in JOURNAL_VERSIONS_READ:
+        raise ValueError("unknown version")
+    assert isinstance(journal, dict)  # _decode_journal's version is None for anything else
+    keys = {"version", "moves"} if version == 1 else {"version", "moves", "removals", "folders"}
+    if set(journal) != keys:
+        raise ValueError(f"keys {sorted(journal)}, expected {sorted(keys)}")
+    moves, removals, folders = journal["moves"], journal.get("removals", []), journal.get("folders", [])
+    if not isinstance(moves, list) or not moves or not isinstance(removals, list) \
+            or not isinstance(folders, list):
+        raise ValueError("no moves, or not lists")
+    for move in moves:
+        _check_journal_move(move)
+    for removal in removals:
+        _check_journal_removal(removal)
+    for folder in folders:
+        if not isinstance(folder, str) or not _plain_relative(folder):
+            raise ValueError(f"folder {folder!r} is outside the directory")
+    return _Journal(moves, removals, folders)
+
+
+def _check_journal_move(move: object) -> None:
+    if not isinstance(move, dict) or set(move) != {"staged", "target", "sha256"} \
+            or not all(isinstance(v, str) for v in move.values()):
+        raise ValueError("bad move")
+    if not _plain_relative(move["target"], JOURNAL_RESERVED):
+        raise ValueError(f"target {move['target']!r} is outside the directory")
+    if not move["staged"].isdecimal():  # staged files are numbered
+        raise ValueError("bad staged name")
+
+
+def _check_journal_removal(removal: object) -> None:
+    if not isinstance(removal, dict) or set(removal) != {"target", "sha256"} \
+            or not all(isinstance(v, str) for v in removal.values()):
+        raise ValueError("bad removal")
+    if not _plain_relative(removal["target"]):
+        raise ValueError(f"removal {removal['target']!r} is outside the directory")
 
 
 def recover(out_dir: Path, steps: Callable[[], None] = lambda: None) -> str | None:
