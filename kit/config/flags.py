@@ -243,41 +243,56 @@ def _describe(value: Any) -> str:
 
 def _type_problem(spec: FlagSpec, item: Any) -> str | None:
     """Why `item` cannot be one value of `spec`, or None when it can."""
-    expected = spec.type
     if spec.optional and (item == "None"):
         return None
-    if expected == "int":
-        converter = converter_of(spec.type_detail)
-        if isinstance(item, bool) or not isinstance(item, (int, str)):
-            return f"expects {EXAMPLES[converter]}, got {_describe(item)}"
-        if isinstance(item, str):
-            try:
-                read_vllm_int(item, converter)
-            except ValueError as exc:
-                return str(exc)
-        return None
-    if expected == "float":
-        if isinstance(item, bool) or not isinstance(item, (int, float, str)):
+    if spec.type == "int":
+        return _int_problem(spec, item)
+    if spec.type == "float":
+        return _float_problem(item)
+    if spec.type == "json":
+        return _json_problem(spec, item)
+    return _text_problem(item)
+
+
+def _int_problem(spec: FlagSpec, item: object) -> str | None:
+    converter = converter_of(spec.type_detail)
+    if isinstance(item, bool) or not isinstance(item, (int, str)):
+        return f"expects {EXAMPLES[converter]}, got {_describe(item)}"
+    if isinstance(item, str):
+        try:
+            read_vllm_int(item, converter)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
+def _float_problem(item: object) -> str | None:
+    if isinstance(item, bool) or not isinstance(item, (int, float, str)):
+        return f"expects a number, got {_describe(item)}"
+    if isinstance(item, str):
+        try:
+            float(item)
+        except ValueError:
             return f"expects a number, got {_describe(item)}"
-        if isinstance(item, str):
-            try:
-                float(item)
-            except ValueError:
-                return f"expects a number, got {_describe(item)}"
+    return None
+
+
+def _json_problem(spec: FlagSpec, item: object) -> str | None:
+    if isinstance(item, (dict, list)):
         return None
-    if expected == "json":
-        if isinstance(item, (dict, list)):
+    if isinstance(item, str):
+        if spec.type_detail == "json_or_str":
             return None
-        if isinstance(item, str):
-            if spec.type_detail == "json_or_str":
-                return None
-            try:
-                json.loads(item)
-            except ValueError:
-                return f"expects a mapping or JSON text, got text that is not JSON: {_describe(item)}"
-            return None
-        return f"expects a mapping (JSON object), got {_describe(item)}"
-    # str and opaque converters: any scalar that is not a boolean.
+        try:
+            json.loads(item)
+        except ValueError:
+            return f"expects a mapping or JSON text, got text that is not JSON: {_describe(item)}"
+        return None
+    return f"expects a mapping (JSON object), got {_describe(item)}"
+
+
+def _text_problem(item: object) -> str | None:
+    """str and opaque converters: any scalar that is not a boolean."""
     if isinstance(item, bool):
         return (
             f"expects text, got the boolean {str(item).lower()} "
@@ -306,48 +321,66 @@ def _choice_problem(spec: FlagSpec, item: Any) -> tuple[str, str | None] | None:
     return f"{text!r} is not one of: {', '.join(shown)}", hint
 
 
+# The kinds of flag that take no value: the option alone says true (or false).
+_SWITCH_KINDS = ("store_true", "store_false", "boolean_optional", "store_const")
+
+
 def _value_problems(spec: FlagSpec, key: str, value: Any) -> list[Problem]:
     where = f"engine.{key}"
     if value is None:
         return []
-    if spec.kind in ("store_true", "store_false", "boolean_optional", "store_const"):
-        if not isinstance(value, bool):
-            return [Problem(where, f"expects true or false, got {_describe(value)}")]
-        if spec.kind == "store_true" and value is False and spec.default is True:
-            return [Problem(where, "is on by default and this vLLM has no option to turn it off")]
-        if spec.kind == "store_false" and value is True and spec.default is False:
-            return [Problem(where, "is off by default and this vLLM has no option to turn it on")]
-        return []
+    if spec.kind in _SWITCH_KINDS:
+        return _switch_problems(spec, where, value)
     if spec.kind == "count":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return [Problem(where, f"expects a count (0 or more), got {_describe(value)}")]
-        return []
+        return _count_problems(where, value)
     if spec.nargs == "?" and isinstance(value, bool):
         if value is True and spec.const is not True:
             return [Problem(where, f"expects a value, got {_describe(value)}")]
         return []
+    shape = _shape_problem(spec, where, value)
+    if shape is not None:
+        return [shape]
+    items = list(value) if spec.takes_list and isinstance(value, (list, tuple)) else [value]
+    return [problem for item in items if (problem := _item_problem(spec, where, item)) is not None]
 
-    if spec.takes_list:
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-        if not items and spec.nargs == "+":
-            return [Problem(where, "needs at least one value")]
-        if isinstance(spec.nargs, int) and len(items) != spec.nargs:
-            return [Problem(where, f"needs exactly {spec.nargs} values, got {len(items)}")]
-    else:
+
+def _switch_problems(spec: FlagSpec, where: str, value: object) -> list[Problem]:
+    if not isinstance(value, bool):
+        return [Problem(where, f"expects true or false, got {_describe(value)}")]
+    if spec.kind == "store_true" and value is False and spec.default is True:
+        return [Problem(where, "is on by default and this vLLM has no option to turn it off")]
+    if spec.kind == "store_false" and value is True and spec.default is False:
+        return [Problem(where, "is off by default and this vLLM has no option to turn it on")]
+    return []
+
+
+def _count_problems(where: str, value: object) -> list[Problem]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return [Problem(where, f"expects a count (0 or more), got {_describe(value)}")]
+    return []
+
+
+def _shape_problem(spec: FlagSpec, where: str, value: object) -> Problem | None:
+    """A list where one value goes, or a list of the wrong length."""
+    if not spec.takes_list:
         if isinstance(value, (list, tuple, dict)) and spec.type != "json":
-            return [Problem(where, f"expects a single value, got {_describe(value)}")]
-        items = [value]
+            return Problem(where, f"expects a single value, got {_describe(value)}")
+        return None
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not items and spec.nargs == "+":
+        return Problem(where, "needs at least one value")
+    if isinstance(spec.nargs, int) and len(items) != spec.nargs:
+        return Problem(where, f"needs exactly {spec.nargs} values, got {len(items)}")
+    return None
 
-    problems = []
-    for item in items:
-        message = _type_problem(spec, item)
-        if message:
-            problems.append(Problem(where, message))
-            continue
-        choice = _choice_problem(spec, item)
-        if choice:
-            problems.append(Problem(where, choice[0], choice[1]))
-    return problems
+
+def _item_problem(spec: FlagSpec, where: str, item: object) -> Problem | None:
+    """What is wrong with one value: its type first, then whether it is one of the choices."""
+    message = _type_problem(spec, item)
+    if message:
+        return Problem(where, message)
+    choice = _choice_problem(spec, item)
+    return Problem(where, choice[0], choice[1]) if choice else None
 
 
 def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
@@ -522,36 +555,38 @@ def engine_to_argv(engine: Mapping[str, object], version: str) -> list[str]:
     argv: list[str] = []
     for key in sorted(engine):
         value = engine[key]
-        if value is None:
-            continue
-        spec = snapshot.flags[key]
-        flag = spec.flag
-        if spec.kind == "boolean_optional":
-            chosen = flag if value else spec.negative_flag
-            if chosen is None:
-                raise FlagError(f"engine.{key}: this vLLM has no option to turn it off", field=f"engine.{key}")
-            argv.append(chosen)
-        elif spec.kind in ("store_true", "store_const"):
-            if value:
-                argv.append(flag)
-        elif spec.kind == "store_false":
-            if not value:
-                argv.append(flag)
-        elif spec.kind == "count":
-            argv.extend([flag] * (value if isinstance(value, int) else int(str(value))))
-        elif spec.kind == "append":
-            items = value if isinstance(value, (list, tuple)) else [value]
-            for item in items:
-                argv.extend(_with_value(flag, _format_scalar(item)))
-        elif spec.nargs == "?" and isinstance(value, bool):
-            if value:
-                argv.append(flag)
-        elif spec.takes_list:
-            items = value if isinstance(value, (list, tuple)) else [value]
-            argv.append(flag)
-            argv.extend(_format_scalar(item) for item in items)
-        elif value == AUTO and converter_of(spec.type_detail) == "human_readable_int_or_auto":
-            argv.extend([flag, "auto"])  # what -1 means, in the word vLLM takes for it
-        else:
-            argv.extend(_with_value(flag, _format_scalar(value)))
+        if value is not None:
+            argv.extend(_flag_argv(snapshot.flags[key], key, value))
     return argv
+
+
+def _flag_argv(spec: FlagSpec, key: str, value: object) -> list[str]:
+    """The arguments for one checked, non-null engine value."""
+    if spec.kind in _SWITCH_KINDS:
+        return _switch_argv(spec, key, value)
+    flag = spec.flag
+    if spec.kind == "count":
+        return [flag] * (value if isinstance(value, int) else int(str(value)))
+    if spec.kind == "append":
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [part for item in items for part in _with_value(flag, _format_scalar(item))]
+    if spec.nargs == "?" and isinstance(value, bool):
+        return [flag] if value else []
+    if spec.takes_list:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [flag, *(_format_scalar(item) for item in items)]
+    if value == AUTO and converter_of(spec.type_detail) == "human_readable_int_or_auto":
+        return [flag, "auto"]  # what -1 means, in the word vLLM takes for it
+    return _with_value(flag, _format_scalar(value))
+
+
+def _switch_argv(spec: FlagSpec, key: str, value: object) -> list[str]:
+    """The option that says the value, or none where leaving it out says it."""
+    if spec.kind == "boolean_optional":
+        chosen = spec.flag if value else spec.negative_flag
+        if chosen is None:
+            raise FlagError(f"engine.{key}: this vLLM has no option to turn it off", field=f"engine.{key}")
+        return [chosen]
+    if spec.kind == "store_false":
+        return [] if value else [spec.flag]
+    return [spec.flag] if value else []  # store_true, store_const
