@@ -10,15 +10,22 @@ import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kit.config.pooling import PoolingProfile, pooling_profile
 from kit.core.docker_engine import docker_client
-from kit.deploy.deployment import WATCHDOG_FILE
+from kit.deploy.deployment import WATCHDOG_FILE, Deployment
 from kit.deploy.pipeline import Prepared
 from kit.memory import vllmlog
 from kit.run.stack import Stack
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+    from testinfra.host import Host
+
+    from kit.config.modelinfo import ModelSpec
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -152,7 +159,7 @@ def manifest_skip(prepared: Prepared) -> str | None:
     """Why the manifest row does not apply (every artefact a local path, which no fetch wrote), else None."""
     from kit.config.hubfetch import artefacts_for
 
-    artefacts = artefacts_for(prepared.preset, prepared.deployment.model_arg)
+    artefacts = artefacts_for(prepared.preset, prepared.deployment.serve.model_arg)
     if all(a.is_local for a in artefacts):
         return "local model: nothing fetched from a hub, no manifest"
     return None
@@ -181,148 +188,190 @@ def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - 
         return None
 
 
-def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int,
-               service: str | None = None) -> list[Check]:
-    """``service``: the compose service to check (default: the stack's server; a side-by-side stack's other one)."""
-    checks: list[Check] = []
-    d = prepared.deployment
+@dataclass(frozen=True)
+class _Server:
+    """What every check of one server reads: its container and a testinfra host in it, its API's address and key,
+    and what the kit rendered and planned for it."""
+
+    prepared: Prepared
+    container: Container
+    host: Host  # testinfra's, on the container
+    base: str  # http://127.0.0.1:PORT
+    key: str | None
+    spec: ModelSpec | None
+    profile: PoolingProfile
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.prepared.deployment
+
+
+def _server(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int, service: str | None) -> _Server:
     spec = model_spec_or_none(prepared, stack.directory)
     profile = pooling_profile(prepared.preset.engine.flags(), spec)
     container = stack.container(service) if service else stack.container()
     container.reload()
     host = infra_host(container.id)
-    key = env_values.get("VLLM_API_KEY") or None
-    base = f"http://127.0.0.1:{port}"
+    return _Server(prepared, container, host, f"http://127.0.0.1:{port}", env_values.get("VLLM_API_KEY") or None,
+                   spec, profile)
 
-    def record(name: str, fn) -> Any:  # noqa: ANN001
-        try:
-            ok, detail = fn()
-        except Exception as exc:  # noqa: BLE001 - a check that errors is a failed check, reported
-            ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
-        checks.append(Check(name, bool(ok), detail))
 
-    def non_root():
-        pids = server_pids(host, server_marker(d.serve.entrypoint))
-        if not pids:
-            return False, "no API server process found"
-        server_uids = sorted({uid_of(host, pid) for pid in pids})
-        every = host.run("grep -H '^Uid:' /proc/[0-9]*/status").stdout
-        all_uids = sorted({int(m.group(1)) for m in re.finditer(r"Uid:\s+(\d+)", every)})
-        return 0 not in server_uids + all_uids, f"server uid {server_uids}; every process: uid {all_uids}"
+def _non_root(server: _Server) -> tuple[bool, str]:
+    pids = server_pids(server.host, server_marker(server.deployment.serve.entrypoint))
+    if not pids:
+        return False, "no API server process found"
+    server_uids = sorted({uid_of(server.host, pid) for pid in pids})
+    every = server.host.run("grep -H '^Uid:' /proc/[0-9]*/status").stdout
+    all_uids = sorted({int(m.group(1)) for m in re.finditer(r"Uid:\s+(\d+)", every)})
+    return 0 not in server_uids + all_uids, f"server uid {server_uids}; every process: uid {all_uids}"
 
-    def listening():
-        ports = listening_ports(host)
-        return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
 
-    def shm():
-        want = d.runtime.shm.shm_size
-        got = shm_kib(host)
-        if want is None:
-            return True, f"/dev/shm is {got // 1024} MiB (ipc {d.runtime.shm.ipc})"
-        return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
+def _listening(server: _Server) -> tuple[bool, str]:
+    ports = listening_ports(server.host)
+    return 8000 in ports, f"8000 {'is' if 8000 in ports else 'is not'} listening ({len(ports)} listening ports)"
 
-    def health():
-        status, _ = http("GET", f"{base}/health", timeout=10)
-        return status == 200, f"HTTP {status}"
 
-    def models():
-        status, text = http("GET", f"{base}/v1/models", key=key)
-        ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
-        return d.serve.served_model_name in ids, f"HTTP {status}, models {ids}"
+def _shm(server: _Server) -> tuple[bool, str]:
+    want = server.deployment.runtime.shm.shm_size
+    got = shm_kib(server.host)
+    if want is None:
+        return True, f"/dev/shm is {got // 1024} MiB (ipc {server.deployment.runtime.shm.ipc})"
+    return got == expected_shm_kib(want), f"/dev/shm is {got // 1024} MiB, configured {want}"
 
-    def auth():
-        if not key:
-            return True, "no API key configured"
-        status, _ = http("GET", f"{base}/v1/models")
-        return status == 401, f"HTTP {status} without the key"
 
-    def completion():
-        # with logprobs: the sampler's logprobs path is compiled code of its own (vllm/v1/sample/ops/logprobs.py);
-        # a server that answers plain completions can still fail every request that asks for them
-        status, text = http("POST", f"{base}/v1/completions", key=key, body={
-            "model": d.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0,
-            "logprobs": 1})
-        answer = json.loads(text) if status == 200 else {}
-        tokens = answer.get("usage", {}).get("completion_tokens", 0)
-        choice = (answer.get("choices") or [{}])[0]
-        logprobs = len((choice.get("logprobs") or {}).get("token_logprobs") or [])
-        return tokens > 0 and logprobs == tokens, f"HTTP {status}, {tokens} tokens, logprobs for {logprobs}"
+def _health(server: _Server) -> tuple[bool, str]:
+    status, _ = http("GET", f"{server.base}/health", timeout=10)
+    return status == 200, f"HTTP {status}"
 
-    def chat():
-        status, text = http("POST", f"{base}/v1/chat/completions", key=key, body={
-            "model": d.serve.served_model_name, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "user", "content": "Say hello."}]})
-        tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
-        return tokens > 0, f"HTTP {status}, {tokens} tokens"
 
-    def embeddings():
-        inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
-        status, text = http("POST", f"{base}/v1/embeddings", key=key, body={
-            "model": d.serve.served_model_name, "input": inputs})
-        vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
-        dims = sorted({len(v) for v in vectors})
-        want = spec.hidden_size if spec is not None else None
-        ok = len(vectors) == len(inputs) and len(dims) == 1 and (want is None or dims == [want])
-        return ok, f"HTTP {status}, {len(vectors)} vectors for {len(inputs)} inputs, dimension {dims} " \
-                   f"(model hidden size {want if want is not None else 'unknown'})"
+def _models(server: _Server) -> tuple[bool, str]:
+    status, text = http("GET", f"{server.base}/v1/models", key=server.key)
+    ids = [m.get("id") for m in json.loads(text).get("data", [])] if status == 200 else []
+    return server.deployment.serve.served_model_name in ids, f"HTTP {status}, models {ids}"
 
-    def rerank():
-        documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
-        status, text = http("POST", f"{base}/rerank", key=key, body={
-            "model": d.serve.served_model_name, "query": "What does the cache store?", "documents": documents})
-        results = json.loads(text).get("results", []) if status == 200 else []
-        indices = sorted(r.get("index") for r in results)
-        scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)
-        ok = indices == list(range(len(documents))) and scored
-        return ok, f"HTTP {status}, {len(results)} of {len(documents)} documents scored ({profile.score})"
 
-    def metrics():
-        status, text = http("GET", f"{base}/metrics", key=key)
-        return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
+def _auth(server: _Server) -> tuple[bool, str]:
+    if not server.key:
+        return True, "no API key configured"
+    status, _ = http("GET", f"{server.base}/v1/models")
+    return status == 401, f"HTTP {status} without the key"
 
-    def door_closed():
-        # Routes vLLM serves without its key (vllm/entrypoints/serve/middleware/authenticate.py guards /v1 only):
-        # the front door must refuse them, with the key and without.
-        got = {path: http("POST", f"{base}{path}", key=key, body={"model": d.served_model_name, "prompt": "x"})[0]
-               for path in ("/invocations", "/tokenize", "/v1/load_lora_adapter")}
-        return all(status in (401, 403) for status in got.values()), ", ".join(f"{p} {c}" for p, c in got.items())
 
-    def plan_matches():
-        plan = prepared.report.plan
-        logs = container.logs().decode("utf-8", errors="replace")
-        found = vllmlog.kv_cache_tokens(logs)  # the one reader of vLLM's start-up log
-        if found is None:
-            return False, "no 'KV cache size' line in the server log"
-        device, actual = found
-        if plan is None:
-            return True, f"server: {actual:,} tokens (no plan for this model)"
-        predicted = plan.kv_cache_tokens
-        if device == "CPU":
-            return actual == predicted, f"server {actual:,} tokens, planned {predicted:,}"
-        error = abs(actual - predicted) / max(actual, 1)
-        return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"
+def _completion(server: _Server) -> tuple[bool, str]:
+    # with logprobs: the sampler's logprobs path is compiled code of its own (vllm/v1/sample/ops/logprobs.py);
+    # a server that answers plain completions can still fail every request that asks for them
+    status, text = http("POST", f"{server.base}/v1/completions", key=server.key, body={
+        "model": server.deployment.serve.served_model_name, "prompt": "The server", "max_tokens": 8, "temperature": 0,
+        "logprobs": 1})
+    answer = json.loads(text) if status == 200 else {}
+    tokens = answer.get("usage", {}).get("completion_tokens", 0)
+    choice = (answer.get("choices") or [{}])[0]
+    logprobs = len((choice.get("logprobs") or {}).get("token_logprobs") or [])
+    return tokens > 0 and logprobs == tokens, f"HTTP {status}, {tokens} tokens, logprobs for {logprobs}"
 
-    record("server runs as a non-root user", non_root)
-    record("server listens on port 8000", listening)
-    record("/dev/shm has the configured size", shm)
-    checks.append(secrets_out_of_image(container.image.id, prepared.files, env_values))
-    record("GET /health answers 200", health)
-    record("GET /v1/models lists the served model", models)
-    record("requests without the API key are refused", auth)
-    def record_or_skip(name: str, fn, skip: str | None) -> None:  # noqa: ANN001
-        if skip:
-            checks.append(Check(name, True, skip, skipped=True))
-        else:
-            record(name, fn)
 
-    api = {COMPLETION: completion, CHAT: chat, EMBEDDINGS: embeddings, RERANK: rerank}
-    for name, skip in select_api_checks(profile):
-        record_or_skip(name, api[name], skip)
-    record_or_skip(MANIFEST, lambda: manifest_check(container, d.fetch_command), manifest_skip(prepared))
-    record("/metrics exposes vllm:kv_cache_usage_perc", metrics)
-    if prepared.files.get("door/haproxy.cfg" if service is None else f"door/haproxy{service.removeprefix('vllm')}.cfg"):
-        record("the front door refuses routes beyond the inference API", door_closed)
-    record_or_skip(KV_PLAN, plan_matches, kv_check_skip(profile))
+def _chat(server: _Server) -> tuple[bool, str]:
+    status, text = http("POST", f"{server.base}/v1/chat/completions", key=server.key, body={
+        "model": server.deployment.serve.served_model_name, "max_tokens": 8, "temperature": 0,
+        "messages": [{"role": "user", "content": "Say hello."}]})
+    tokens = json.loads(text).get("usage", {}).get("completion_tokens", 0) if status == 200 else 0
+    return tokens > 0, f"HTTP {status}, {tokens} tokens"
+
+
+def _embeddings(server: _Server) -> tuple[bool, str]:
+    inputs = ["The server starts.", "A token streams.", "The cache stores blocks."]
+    status, text = http("POST", f"{server.base}/v1/embeddings", key=server.key, body={
+        "model": server.deployment.serve.served_model_name, "input": inputs})
+    vectors = [item.get("embedding") or [] for item in json.loads(text).get("data", [])] if status == 200 else []
+    dims = sorted({len(v) for v in vectors})
+    want = server.spec.hidden_size if server.spec is not None else None
+    ok = len(vectors) == len(inputs) and len(dims) == 1 and (want is None or dims == [want])
+    return ok, f"HTTP {status}, {len(vectors)} vectors for {len(inputs)} inputs, dimension {dims} " \
+               f"(model hidden size {want if want is not None else 'unknown'})"
+
+
+def _rerank(server: _Server) -> tuple[bool, str]:
+    documents = ["The cache stores blocks.", "A worker loads the weights.", "Paris is the capital."]
+    status, text = http("POST", f"{server.base}/rerank", key=server.key, body={
+        "model": server.deployment.serve.served_model_name, "query": "What does the cache store?", "documents": documents})
+    results = json.loads(text).get("results", []) if status == 200 else []
+    indices = sorted(r.get("index") for r in results)
+    scored = all(isinstance(r.get("relevance_score"), (int, float)) for r in results)
+    ok = indices == list(range(len(documents))) and scored
+    return ok, f"HTTP {status}, {len(results)} of {len(documents)} documents scored ({server.profile.score})"
+
+
+def _metrics(server: _Server) -> tuple[bool, str]:
+    status, text = http("GET", f"{server.base}/metrics", key=server.key)
+    return status == 200 and "vllm:kv_cache_usage_perc" in text, f"HTTP {status}"
+
+
+def _door_closed(server: _Server) -> tuple[bool, str]:
+    # Routes vLLM serves without its key (vllm/entrypoints/serve/middleware/authenticate.py guards /v1 only):
+    # the front door must refuse them, with the key and without.
+    got = {path: http("POST", f"{server.base}{path}", key=server.key, body={"model": server.deployment.serve.served_model_name, "prompt": "x"})[0]
+           for path in ("/invocations", "/tokenize", "/v1/load_lora_adapter")}
+    return all(status in (401, 403) for status in got.values()), ", ".join(f"{p} {c}" for p, c in got.items())
+
+
+def _plan_matches(server: _Server) -> tuple[bool, str]:
+    plan = server.prepared.report.plan
+    logs = server.container.logs().decode("utf-8", errors="replace")
+    found = vllmlog.kv_cache_tokens(logs)  # the one reader of vLLM's start-up log
+    if found is None:
+        return False, "no 'KV cache size' line in the server log"
+    device, actual = found
+    if plan is None:
+        return True, f"server: {actual:,} tokens (no plan for this model)"
+    predicted = plan.kv_cache_tokens
+    if device == "CPU":
+        return actual == predicted, f"server {actual:,} tokens, planned {predicted:,}"
+    error = abs(actual - predicted) / max(actual, 1)
+    return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"
+
+
+def _manifest(server: _Server) -> tuple[bool, str]:
+    return manifest_check(server.container, server.deployment.serve.fetch_command)
+
+
+_API_CHECKS = {COMPLETION: _completion, CHAT: _chat, EMBEDDINGS: _embeddings, RERANK: _rerank}
+
+
+def _run_one(name: str, check: Callable[[_Server], tuple[bool, str]], server: _Server) -> Check:
+    try:
+        ok, detail = check(server)
+    except Exception as exc:  # noqa: BLE001 - a check that errors is a failed check, reported
+        ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
+    return Check(name, bool(ok), detail)
+
+
+def _run_or_skip(name: str, check: Callable[[_Server], tuple[bool, str]], server: _Server,
+                 skip: str | None) -> Check:
+    return Check(name, True, skip, skipped=True) if skip else _run_one(name, check, server)
+
+
+def _door_file(service: str | None) -> str:
+    """The front door's config of the server checked: the stack's server's, or a side-by-side one'server."""
+    return "door/haproxy.cfg" if service is None else f"door/haproxy{service.removeprefix('vllm')}.cfg"
+
+
+def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], port: int,
+               service: str | None = None) -> list[Check]:
+    """``service``: the compose service to check (default: the stack's server; a side-by-side stack's other one)."""
+    server = _server(stack, prepared, env_values, port, service)
+    checks = [_run_one("server runs as a non-root user", _non_root, server),
+              _run_one("server listens on port 8000", _listening, server),
+              _run_one("/dev/shm has the configured size", _shm, server),
+              secrets_out_of_image(server.container.image.id, prepared.files, env_values),
+              _run_one("GET /health answers 200", _health, server),
+              _run_one("GET /v1/models lists the served model", _models, server),
+              _run_one("requests without the API key are refused", _auth, server)]
+    checks += [_run_or_skip(name, _API_CHECKS[name], server, skip) for name, skip in select_api_checks(server.profile)]
+    checks.append(_run_or_skip(MANIFEST, _manifest, server, manifest_skip(prepared)))
+    checks.append(_run_one("/metrics exposes vllm:kv_cache_usage_perc", _metrics, server))
+    if prepared.files.get(_door_file(service)):
+        checks.append(_run_one("the front door refuses routes beyond the inference API", _door_closed, server))
+    checks.append(_run_or_skip(KV_PLAN, _plan_matches, server, kv_check_skip(server.profile)))
     return checks
 
 

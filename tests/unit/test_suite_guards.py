@@ -53,7 +53,9 @@ def test_every_file_excused_from_the_complexity_rule_still_needs_it():
     repo = Path(__file__).resolve().parents[2]
     ruff_config = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
     excused = sorted(path for path, rules in ruff_config["per-file-ignores"].items() if "C901" in rules)
-    assert excused and "C901" in ruff_config["select"]
+    assert "C901" in ruff_config["select"] and ruff_config["mccabe"]["max-complexity"] == 15
+    if not excused:
+        return  # none left (issue 38): ruff holds every file to the limit
     limit = ruff_config["mccabe"]["max-complexity"]
     ruff = require_tool("ruff", "the test extra (pip install -e '.[test]')")
     found = subprocess.run([ruff, "check", "--isolated", "--no-cache", "--select", "C901", "--config",
