@@ -35,7 +35,10 @@ SNAPSHOT_NAME_RE = re.compile(r"vllm-(?P<version>.+)\.json")
 
 # The fields of a version row (kit/data/vllm.yaml `versions`): those every row has, and those some have.
 ROW_REQUIRED = ("cuda", "torch", "python", "pip", "official_image", "official_layout", "defaults")
-ROW_OPTIONAL = ("official_variants", "jit_toolchain", "cpu", "jetson", "no_cpu_build")
+ROW_OPTIONAL = ("official_variants", "jit_toolchain", "flashinfer_aot", "cpu", "jetson", "no_cpu_build")
+# The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
+# name only these, since they go into the Dockerfile's RUN line.
+FLASHINFER_AOT_MODULES = ("sampling",)
 # The fields of a flag snapshot the kit reads (kit/config/flags.py FlagSnapshot.from_dict), and argparse's kinds.
 SNAPSHOT_FORMAT = 1
 FLAG_KINDS = ("store", "store_true", "store_false", "store_const", "boolean_optional", "append", "count", "other")
@@ -218,6 +221,10 @@ def version_row_problems(version: object, row: object, table: Mapping[str, Any])
     for key in ("defaults", "jit_toolchain", "cpu", "jetson"):
         if key in row and not isinstance(row[key], dict):
             problems.append((f"{where}.{key}", "is not a mapping"))
+    aot = row.get("flashinfer_aot")
+    if "flashinfer_aot" in row and not (isinstance(aot, list) and all(m in FLASHINFER_AOT_MODULES for m in aot)):
+        problems.append((f"{where}.flashinfer_aot", f"is not a list of FlashInfer modules the kit compiles into an "
+                         f"image ({', '.join(FLASHINFER_AOT_MODULES)})"))
     if "no_cpu_build" in row and not (isinstance(row["no_cpu_build"], str) and row["no_cpu_build"].strip()):
         problems.append((f"{where}.no_cpu_build", "is not a sentence saying why the release has no CPU build"))
     if "no_cpu_build" in row and "cpu" in row:

@@ -12,10 +12,11 @@ from typing import Any
 
 from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
-from kit.config.strategy import APP_HOME, VLLM_CACHE, ImageStrategy, RunUser, strategy_for, strategy_of
+from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
+from kit.memory.rules import rules_for
 
 CONTAINER_PORT = 8000
 # Kubernetes: the server listens on the pod's loopback here, and the front door (a sidecar, kit/deploy/k8s.py) on
@@ -39,8 +40,11 @@ PRUNE_RULES_FILE = "prune-rules.json"
 # Slim images whose release pins a CUDA compiler for FlashInfer's JIT (vllm.yaml `jit_toolchain`) lay the compiler
 # wheels out as a CUDA_HOME with this script (images/cuda_jit_layout.sh), rendered beside the Dockerfile.
 JIT_LAYOUT_FILE = "cuda_jit_layout.sh"
+# ... and compile FlashInfer's modules for the image's GPU while it is built (images/flashinfer_aot.py; vllm.yaml
+# `flashinfer_aot`), so a first start compiles none.
+FLASHINFER_AOT_FILE = "flashinfer_aot.py"
 # The build files beyond Dockerfile, requirements and the fetch script, in the order the image's tag hashes them.
-BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE)
+BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE, FLASHINFER_AOT_FILE)
 # Image labels a reader of a built image relies on (`kit doctor`): the CUDA its wheels are built for and the
 # minimum NVIDIA driver of that CUDA. Images built before the kit recorded the driver carry only the CUDA.
 CUDA_LABEL = "io.vllm-kit.cuda"
@@ -155,6 +159,7 @@ class ImageSpec:
     prune: bool  # the builder stage runs prune_site.py with kit/data/prune.yaml's rules
     prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
     cuda_jit: str | None  # folder of the CUDA compiler wheels under site-packages/nvidia (CUDA_HOME), slim images
+    flashinfer_aot: list[str]  # FlashInfer modules compiled at build for prune_arch (flashinfer_aot_modules)
     runtime_packages: list[str]  # distro packages the runtime stage needs
     runtime_trim: list[dict[str, str]]  # files of those packages the image deletes ({glob, what}), never run
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
@@ -192,6 +197,11 @@ class ServeSpec:
     environment: dict[str, str]
     cluster: ClusterPlan | None = None  # several nodes: head and worker roles
 
+    @property
+    def local_model_dir(self) -> str | None:
+        """Where the server reads a model that is not the hub's (a host folder or the generated model's volume)."""
+        return self.model_arg if (self.model_mount or self.model_volume) else None
+
 
 @dataclass(frozen=True)
 class RuntimeSpec:
@@ -209,9 +219,8 @@ class RuntimeSpec:
 @dataclass(frozen=True)
 class Deployment:
     """The one typed context the templates receive: the preset, and the image, serve and runtime parts planned
-    from it. The properties below the fields reach into the parts under their old flat names: a compatible path
-    for the callers not yet moved to ``d.image.X`` / ``d.serve.X`` / ``d.runtime.X`` (compose, k8s, the router and
-    render.py); drop each once nothing reads it."""
+    from it. Readers name the part: ``d.image.X``, ``d.serve.X``, ``d.runtime.X`` (no flat aliases; a unit test,
+    tests/unit/test_deployment_parts.py, keeps them from coming back)."""
 
     preset_name: str
     preset: Preset
@@ -222,132 +231,6 @@ class Deployment:
     # A preset file of the user's is named by the folder's record instead (vllm-kit.yaml, a path from the folder):
     # a path in the Dockerfile would depend on the directory the render ran in, and change the image's tag with it.
     preset_shipped: bool = True
-
-    @property
-    def strategy(self) -> str:
-        return self.image.strategy
-
-    @property
-    def vllm_version(self) -> str:
-        return self.image.vllm_version
-
-    @property
-    def platform(self) -> str:
-        return self.image.platform
-
-    @property
-    def base_image(self) -> str:
-        return self.image.base_image
-
-    @property
-    def cuda(self) -> str | None:
-        return self.image.cuda
-
-    @property
-    def requirements(self) -> list[str]:
-        return self.image.requirements
-
-    @property
-    def prune(self) -> bool:
-        return self.image.prune
-
-    @property
-    def cuda_jit(self) -> str | None:
-        return self.image.cuda_jit
-
-    @property
-    def image_repository(self) -> str:
-        return self.image.image_repository
-
-    @property
-    def notes(self) -> list[str]:
-        return self.image.notes
-
-    @property
-    def entrypoint(self) -> list[str]:
-        return self.serve.entrypoint
-
-    @property
-    def python(self) -> str:
-        return self.serve.python
-
-    @property
-    def fetch_command(self) -> list[str]:
-        return self.serve.fetch_command
-
-    @property
-    def served_model_name(self) -> str:
-        return self.serve.served_model_name
-
-    @property
-    def model_arg(self) -> str:
-        return self.serve.model_arg
-
-    @property
-    def model_mount(self) -> tuple[str, str] | None:
-        return self.serve.model_mount
-
-    @property
-    def model_make_command(self) -> list[str] | None:
-        return self.serve.model_make_command
-
-    @property
-    def serve_args(self) -> list[str]:
-        return self.serve.serve_args
-
-    @property
-    def pod_serve_args(self) -> list[str]:
-        return self.serve.pod_serve_args
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return self.serve.environment
-
-    @property
-    def cluster(self) -> ClusterPlan | None:
-        return self.serve.cluster
-
-    @property
-    def run_user(self) -> RunUser:
-        return self.runtime.run_user
-
-    @property
-    def shm(self) -> ShmDecision:
-        return self.runtime.shm
-
-    @property
-    def gpu_devices(self) -> dict[str, Any] | None:
-        return self.runtime.gpu_devices
-
-    @property
-    def jetson_runtime(self) -> bool:
-        return self.runtime.jetson_runtime
-
-    @property
-    def healthcheck_start_period(self) -> int:
-        return self.runtime.healthcheck_start_period
-
-    @property
-    def healthcheck_reason(self) -> str:
-        return self.runtime.healthcheck_reason
-
-    @property
-    def hardening(self) -> Hardening | None:
-        return self.runtime.hardening
-
-    @property
-    def image_strategy(self) -> ImageStrategy:
-        return strategy_for(self.strategy)
-
-    @property
-    def local_model_dir(self) -> str | None:
-        """Where the server reads a model that is not the hub's (a host folder or the generated model's volume)."""
-        return self.model_arg if (self.model_mount or self.serve.model_volume) else None
-
-    @property
-    def gpus_total(self) -> int:
-        hw = self.preset.hardware
-        return 0 if hw.gpu is None else hw.count * hw.nodes
 
 
 def mib(value: int) -> str:
@@ -738,6 +621,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         prune=strategy.prunes(),
         prune_arch=str(gpu["compute_capability"]) if gpu and strategy.prunes() else None,
         cuda_jit=(strategy.jit_toolchain(preset) or {}).get("cuda_jit"),
+        flashinfer_aot=flashinfer_aot_modules(preset, gpu) if strategy.prunes() and strategy.jit_toolchain(preset) else [],
         runtime_packages=runtime_packages,
         runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
         image_env=strategy.image_env(preset),
@@ -776,3 +660,25 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
     )
     return Deployment(preset_name=name, preset=preset, image=image, serve=serve, runtime=runtime,
                       preset_shipped=preset_shipped)
+
+
+def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[str]:
+    """The FlashInfer modules a slim image compiles for its GPU while it is built (vllm.yaml `flashinfer_aot` of the
+    release): those vLLM builds at first use on that GPU. The sampler only where vLLM samples with FlashInfer (the
+    release's memory_accounting.sampler.flashinfer_when: a compute capability in range, more SMs than the floor).
+    None without a GPU from the catalog: the image would not know which compute capability to compile for."""
+    if not gpu or not gpu.get("compute_capability"):
+        return []
+    release = vllm_table()["versions"][preset.image.vllm_version]
+    modules = list(release.get("flashinfer_aot") or [])
+    when = rules_for(preset.image.vllm_version)["memory_accounting"].get("sampler", {}).get("flashinfer_when")
+    if "sampling" in modules and when:
+        def cc(text: str) -> tuple[int, ...]:
+            return tuple(int(part) for part in str(text).split("."))
+
+        sms = gpu.get("sm_count")
+        used = (cc(when["min_cc"]) <= cc(gpu["compute_capability"]) <= cc(when["max_cc"])
+                and (sms is None or int(sms) > int(when["more_than_sms"])))
+        if not used:
+            modules.remove("sampling")
+    return modules

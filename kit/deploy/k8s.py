@@ -115,7 +115,7 @@ def resources_for(d: dep.Deployment, plan: Plan | None, *, serves: bool) -> dict
         if d.preset.hardware.gpu is None:
             memory += plan.kv_cache_gib * ranks  # VLLM_CPU_KVCACHE_SPACE per rank, in host memory
     requests = {"cpu": str(processes), "memory": gib(memory)}
-    limit = memory + (ram_in_bytes(d.shm.shm_size) / GIB if d.shm.shm_size else 0)
+    limit = memory + (ram_in_bytes(d.runtime.shm.shm_size) / GIB if d.runtime.shm.shm_size else 0)
     limits: dict[str, Any] = {"memory": gib(limit)}
     if d.preset.hardware.gpu is not None:
         limits[GPU_RESOURCE] = d.preset.hardware.count
@@ -139,12 +139,12 @@ def probes(d: dep.Deployment) -> dict[str, Any]:
     check = ["{python}", "-c", f"import urllib.request; urllib.request.urlopen('{url}', timeout={{timeout}})"]
 
     def health(period: int, failures: int, timeout: int) -> dict[str, Any]:
-        command = [part.format(python=d.python, timeout=timeout) for part in check]
+        command = [part.format(python=d.serve.python, timeout=timeout) for part in check]
         return {"exec": {"command": literal_list(command)}, "periodSeconds": period,
                 "failureThreshold": failures, "timeoutSeconds": timeout + 1}
 
     return {
-        "startupProbe": health(PROBE_PERIOD, math.ceil(d.healthcheck_start_period / PROBE_PERIOD), 5),
+        "startupProbe": health(PROBE_PERIOD, math.ceil(d.runtime.healthcheck_start_period / PROBE_PERIOD), 5),
         "readinessProbe": health(PROBE_PERIOD, 3, 5),
         "livenessProbe": health(15, 4, 10),
     }
@@ -219,32 +219,32 @@ def door_container(d: dep.Deployment) -> dict[str, Any]:
 
 
 def pod_security(d: dep.Deployment) -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": d.run_user.uid, "runAsGroup": d.run_user.gid,
-            "fsGroup": d.run_user.gid,
+    return {"runAsNonRoot": True, "runAsUser": d.runtime.run_user.uid, "runAsGroup": d.runtime.run_user.gid,
+            "fsGroup": d.runtime.run_user.gid,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def container_security(d: dep.Deployment) -> dict[str, Any]:
     # The capability set and writable paths compose uses (kit/data/hardening.yaml); the root stays read-only.
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    assert d.hardening is not None  # the pipeline fills it (deployment.hardening_for)
-    if d.hardening.cap_add:
-        capabilities["add"] = list(d.hardening.cap_add)
+    assert d.runtime.hardening is not None  # the pipeline fills it (deployment.hardening_for)
+    if d.runtime.hardening.cap_add:
+        capabilities["add"] = list(d.runtime.hardening.cap_add)
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": capabilities}
 
 
 def writable_volumes(d: dep.Deployment) -> tuple[list, list]:
     """emptyDirs where the server writes on a read-only root (compose's tmpfs mounts): /tmp and HOME."""
     vols, mounts = [], []
-    assert d.hardening is not None
-    for number, (path, size) in enumerate(d.hardening.tmpfs.items()):
+    assert d.runtime.hardening is not None
+    for number, (path, size) in enumerate(d.runtime.hardening.tmpfs.items()):
         vols.append({"name": f"writable-{number}", "emptyDir": {"sizeLimit": k8s_quantity(size)}})
         mounts.append({"name": f"writable-{number}", "mountPath": path})
     return vols, mounts
 
 
 def env_list(d: dep.Deployment, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    return [{"name": k, "value": literal(v)} for k, v in d.environment.items()] + list(extra or [])
+    return [{"name": k, "value": literal(v)} for k, v in d.serve.environment.items()] + list(extra or [])
 
 
 def secret_env(d: dep.Deployment, role: str) -> list[dict[str, Any]]:
@@ -282,11 +282,11 @@ def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, l
         {"name": "hf-cache", "mountPath": dep.HF_HOME},
         {"name": "vllm-cache", "mountPath": dep.VLLM_CACHE},
     ]
-    if d.shm.shm_size:
+    if d.runtime.shm.shm_size:
         # /dev/shm: Docker's and Kubernetes' default 64 MiB is far too small (NCCL, Ray's object store).
-        vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(d.shm.shm_size)}})
+        vols.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(d.runtime.shm.shm_size)}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-    if d.local_model_dir:
+    if d.serve.local_model_dir:
         # Read-only to every container but model-make's (a generated model, one pod: it writes the claim first).
         claim_ro = not makes_model(d)
         vols.append({"name": "models", "persistentVolumeClaim": {"claimName": f"{app_name(d)}-models", "readOnly": claim_ro}})
@@ -305,7 +305,7 @@ def volumes(d: dep.Deployment, launcher_map: str | None = None) -> tuple[list, l
 def makes_model(d: dep.Deployment) -> bool:
     """A generated model made in the pod by an init container (compose's model-make): one node only, where the models
     claim is the pod's own (ReadWriteOnce); a cluster's claim is ReadOnlyMany and is filled by hand."""
-    return d.model_make_command is not None and d.cluster is None
+    return d.serve.model_make_command is not None and d.serve.cluster is None
 
 
 def model_make_map(d: dep.Deployment) -> str:
@@ -315,9 +315,9 @@ def model_make_map(d: dep.Deployment) -> str:
 def model_make_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, Any]]) -> dict[str, Any]:
     """Init container: makes the generated model in the models claim when it is missing, as the pod's non-root user
     (fsGroup makes the claim writable to it), before the fetch checks it; no token, no secret."""
-    assert d.model_make_command is not None
-    command = list(d.model_make_command)
-    command[2] = d.model_arg  # the claim is mounted at MODELS_DIR here (compose mounts its volume elsewhere)
+    assert d.serve.model_make_command is not None
+    command = list(d.serve.model_make_command)
+    command[2] = d.serve.model_arg  # the claim is mounted at MODELS_DIR here (compose mounts its volume elsewhere)
     script = {"name": "model-make-script", "mountPath": dep.LAUNCHER_DIR, "readOnly": True}
     return {
         "name": "model-make",
@@ -335,7 +335,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
     return {
         "name": "model-fetch",
         "image": ctx_image,
-        "command": literal_list(d.fetch_command),
+        "command": literal_list(d.serve.fetch_command),
         "env": [{"name": "HF_HOME", "value": dep.HF_HOME}, *secret_env(d, "fetch")],
         "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", "models") or m["name"].startswith("writable-")],
         # The server's added capability (SYS_NICE on the CPU backend, for NUMA placement) is not the fetch's.
@@ -346,7 +346,7 @@ def fetch_container(d: dep.Deployment, ctx_image: str, mounts: list[dict[str, An
 def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[str], args: list[str], serves: bool,
              launcher_map: str | None = None, extra_env: list[dict[str, Any]] | None = None) -> dict:
     vols, mounts = volumes(d, launcher_map)
-    role = ("server" if d.cluster is None else "ray_head") if serves else "ray_worker"
+    role = ("server" if d.serve.cluster is None else "ray_head") if serves else "ray_worker"
     server: dict[str, Any] = {
         "name": "vllm" if serves else "ray-worker",
         "image": image,
@@ -359,8 +359,8 @@ def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[
     if serves:
         server["command"] = key_guarded(d, command)
         server.update(probes(d))
-    if d.cluster is not None and serves:
-        server["ports"] = [{"name": "ray-gcs", "containerPort": d.cluster.ray_port}]
+    if d.serve.cluster is not None and serves:
+        server["ports"] = [{"name": "ray-gcs", "containerPort": d.serve.cluster.ray_port}]
     server["resources"] = resources_for(d, plan, serves=serves)
     if serves:  # the door beside the server: the pod's API port is the door's
         vols.append({"name": "door-config", "configMap": {"name": door_config_map(d)}})
@@ -374,7 +374,7 @@ def pod_spec(d: dep.Deployment, image: str, plan: Plan | None, *, command: list[
         "volumes": vols,
         "terminationGracePeriodSeconds": 30,
     }
-    if d.shm.ipc == "host":
+    if d.runtime.shm.ipc == "host":
         spec["hostIPC"] = True
     if d.preset.runtime.k8s_runtime_class:
         spec["runtimeClassName"] = d.preset.runtime.k8s_runtime_class
@@ -446,8 +446,8 @@ def single_node(d: dep.Deployment, image: str, plan: Plan | None) -> dict[str, d
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": labels(d, **{"app.kubernetes.io/component": "server"})},
-                "spec": pod_spec(d, image, plan, command=literal_list(d.entrypoint), args=literal_list(d.pod_serve_args),
-                                 serves=True),
+                "spec": pod_spec(d, image, plan, command=literal_list(d.serve.entrypoint),
+                                 args=literal_list(d.serve.pod_serve_args), serves=True),
             },
         },
     }
@@ -461,13 +461,13 @@ def single_node(d: dep.Deployment, image: str, plan: Plan | None) -> dict[str, d
 
 
 def multi_node(d: dep.Deployment, image: str, launcher: str, plan: Plan | None) -> dict[str, dict[str, Any]]:
-    cl = d.cluster
+    cl = d.serve.cluster
     assert cl is not None
     name = app_name(d)
     launcher_map = f"{name}-ray-node"
     node_ip = [{"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     leader = pod_spec(d, image, plan, command=list(cl.launcher),
-                      args=literal_list([*cl.head_options, "--", *d.entrypoint, *d.pod_serve_args]),
+                      args=literal_list([*cl.head_options, "--", *d.serve.entrypoint, *d.serve.pod_serve_args]),
                       serves=True, launcher_map=launcher_map, extra_env=node_ip)
     # LeaderWorkerSet gives every pod its leader's address in LWS_LEADER_ADDRESS; Kubernetes expands $(VAR).
     worker = pod_spec(d, image, plan, command=list(cl.launcher), args=cl.worker_args_for("$(LWS_LEADER_ADDRESS)"),
@@ -515,7 +515,7 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
              if weights is not None
              else f"the model's size is unknown offline: {FALLBACK_MODEL_CACHE_GIB} GiB, adjust it")
     lines = [
-        f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.vllm_version}, strategy {d.strategy}.",
+        f"Rendered by vllm-kit for preset {d.preset_name}: vLLM {d.image.vllm_version}, strategy {d.image.strategy}.",
         f"Push the image ({image}) where the cluster pulls from (image.repository), then:",
         f"  kubectl create secret generic {secret_name(d)} --from-env-file=.env   # HF_TOKEN, VLLM_API_KEY",
         "  kubectl apply -k k8s/",
@@ -523,7 +523,7 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
         + (" (required: runtime.require_api_key)" if d.preset.runtime.require_api_key else "")
         + ", the model fetch HF_TOKEN and HF_ENDPOINT.",
         "networkpolicy.yaml: the API port from pods of this namespace only"
-        + ("; Ray's and NCCL's ports between the pods of one group only." if d.cluster is not None else "."),
+        + ("; Ray's and NCCL's ports between the pods of one group only." if d.serve.cluster is not None else "."),
         f"Model cache claim: {sized} (rules: kit/data/k8s.yaml).",
         "Memory request: the weights one pod loads" + (" and its KV cache" if d.preset.hardware.gpu is None else "")
         + f" + {rules()['resources']['process_gib']} GiB per vLLM process; the memory limit adds /dev/shm.",
@@ -541,16 +541,16 @@ def header(d: dep.Deployment, image: str, plan: Plan | None) -> str:
     if d.preset.runtime.k8s_runtime_class:
         lines.append(f"Pods run with runtimeClassName {d.preset.runtime.k8s_runtime_class}: "
                      "the cluster needs that RuntimeClass.")
-    if d.cluster is not None:
-        lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.cluster.nodes} pods per group.")
-    if d.model_mount:
-        lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.model_mount[1]} (kubectl cp).")
+    if d.serve.cluster is not None:
+        lines.append(f"Needs the LeaderWorkerSet controller (leaderworkerset.x-k8s.io/v1); {d.serve.cluster.nodes} pods per group.")
+    if d.serve.model_mount:
+        lines.append(f"Local model: copy it into the {app_name(d)}-models claim at {d.serve.model_mount[1]} (kubectl cp).")
     elif makes_model(d):
         lines.append(f"Generated model: the model-make init container makes it in the {app_name(d)}-models claim "
                      "when it is missing, as the pod's non-root user; the fetch and the server mount it read-only.")
     elif d.serve.model_volume and d.preset.model.generate:
         lines.append(f"Generated model: make it (python -m kit.config.tinymodel DIR --kind {d.preset.model.generate}) and "
-                     f"copy it into the {app_name(d)}-models claim at {d.model_arg} (kubectl cp).")
+                     f"copy it into the {app_name(d)}-models claim at {d.serve.model_arg} (kubectl cp).")
     return comment_lines(lines)
 
 
@@ -564,16 +564,16 @@ def render_manifests(ctx: RenderContext, launcher: str, tiny_model: str | None =
     returns {k8s/<file>: text}."""
     d: dep.Deployment = ctx.d
     plan = ctx.plan
-    docs = single_node(d, ctx.image_ref, plan) if d.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
+    docs = single_node(d, ctx.image_ref, plan) if d.serve.cluster is None else multi_node(d, ctx.image_ref, launcher, plan)
     if makes_model(d):
         assert tiny_model is not None
         docs["model-make-configmap.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
                                              "metadata": {"name": model_make_map(d), "labels": labels(d)},
                                              "data": {dep.TINY_MODEL_FILE: tiny_model}}
-    if d.local_model_dir:
+    if d.serve.local_model_dir:
         # A local model lives in its own claim; the HF cache then holds only what the tokenizer may fetch.
         docs["models-pvc.yaml"] = claim(d, f"{app_name(d)}-models", model_cache_size(plan, d),
-                                        "ReadOnlyMany" if d.cluster else "ReadWriteOnce")
+                                        "ReadOnlyMany" if d.serve.cluster else "ReadWriteOnce")
     docs["door-configmap.yaml"] = {"apiVersion": "v1", "kind": "ConfigMap",
                                    "metadata": {"name": door_config_map(d), "labels": labels(d)},
                                    "data": {door.config_file().rsplit("/", 1)[1]: door_config_text(d)}}

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from kit.config.hubfetch import fetch_script
+from kit.config.strategy import strategy_for
 from kit.core.datafiles import IMAGES_DIR
 from kit.deploy import deployment as dep
 from kit.deploy.composefile import cluster_compose_file, compose_file
@@ -28,6 +29,7 @@ DOCKERIGNORE = """\
 !prune_site.py
 !prune-rules.json
 !cuda_jit_layout.sh
+!flashinfer_aot.py
 !wheels/
 """
 
@@ -105,7 +107,7 @@ class RenderContext:
     @property
     def health_url(self) -> str:
         """Where the server answers from inside its own container (its host's, with host networking)."""
-        cl = self.d.cluster
+        cl = self.d.serve.cluster
         if cl is not None and cl.host_network:
             from kit.deploy.door import client_host
 
@@ -115,14 +117,14 @@ class RenderContext:
     @property
     def healthcheck_test(self) -> list[str]:
         probe = f"import urllib.request; urllib.request.urlopen('{self.health_url}', timeout=5)"
-        return ["CMD", self.d.python, "-c", probe]
+        return ["CMD", self.d.serve.python, "-c", probe]
 
 
 def requirements_text(d: Deployment) -> str:
     # No preset name: the file is COPYed before the venv is installed, so a name here would make every renamed copy
     # of a preset install its venv again instead of taking the cached layer (images/venv.Dockerfile.j2).
-    lines = [f"# Pinned by vllm-kit (vLLM {d.vllm_version})."]
-    lines += d.requirements
+    lines = [f"# Pinned by vllm-kit (vLLM {d.image.vllm_version})."]
+    lines += d.image.requirements
     return "\n".join(lines) + "\n"
 
 
@@ -136,25 +138,29 @@ def content_tag(dockerfile: str, requirements: str, fetch_script: str, *build_fi
 
 def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:
     if d.preset.image.pin_digest:  # production: the exact image `kit push` recorded
-        return f"{d.image_repository}@{d.preset.image.pin_digest}"
-    return f"{d.image_repository}:{d.vllm_version}-{content_tag(dockerfile, requirements, fetch_script, *build_files)}"
+        return f"{d.image.image_repository}@{d.preset.image.pin_digest}"
+    tag = content_tag(dockerfile, requirements, fetch_script, *build_files)
+    return f"{d.image.image_repository}:{d.image.vllm_version}-{tag}"
 
 
 def build_files(d: Deployment) -> dict[str, str]:
     """The image's build files beyond the Dockerfile, requirements and fetch script, in dep.BUILD_FILES order: the
     prune step's (kit/image/prune.py, kit/data/prune.yaml as JSON) for images that prune, and the CUDA_HOME layout
-    script (images/cuda_jit_layout.sh) for images with FlashInfer's JIT toolchain."""
+    script (images/cuda_jit_layout.sh) for images with FlashInfer's JIT toolchain, and the script that compiles
+    FlashInfer's modules while the image is built (images/flashinfer_aot.py) for those that name a GPU."""
     files: dict[str, str] = {}
-    if d.prune:
+    if d.image.prune:
         from kit.core.datafiles import prune_rules
 
         source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
         # The rules this image applies: the features it leaves out are already in its distributions.
-        applied = {k: v for k, v in prune_rules(d.cuda, d.preset.image.leave_out).items() if k != "features"}
+        applied = {k: v for k, v in prune_rules(d.image.cuda, d.preset.image.leave_out).items() if k != "features"}
         files[dep.PRUNE_RULES_FILE] = json.dumps(applied, indent=1, sort_keys=True) + "\n"
         files[dep.PRUNE_SCRIPT_FILE] = source
-    if d.cuda_jit:
+    if d.image.cuda_jit:
         files[dep.JIT_LAYOUT_FILE] = (IMAGES_DIR / dep.JIT_LAYOUT_FILE).read_text(encoding="utf-8")
+    if d.image.flashinfer_aot:
+        files[dep.FLASHINFER_AOT_FILE] = (IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text(encoding="utf-8")
     return {name: files[name] for name in dep.BUILD_FILES if name in files}
 
 
@@ -224,11 +230,11 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     # it calls render(); these guard the function for other callers (tests, bench) and never reach a user.
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
-    if companions and (target != "compose" or d.cluster is not None):
+    if companions and (target != "compose" or d.serve.cluster is not None):
         raise ValueError("side-by-side servers need the compose target of a one-node stack")
     if profiles and target != "compose":
         raise ValueError("profiles need the compose target")
-    template = d.image_strategy.dockerfile_template
+    template = strategy_for(d.image.strategy).dockerfile_template
 
     requirements = requirements_text(d)
     script = fetch_script()
@@ -241,13 +247,13 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         plan_lines=list(plan_lines or []),
         plan=plan,
         includes=[side_by_side_file(c.d.preset_name) for c in companions],
-        door=target == "compose" and d.cluster is None,
+        door=target == "compose" and d.serve.cluster is None,
         project=project,
     )
     if profiles:
         # The API servers of the stack: with several nodes only the head serves (workers run Ray alone).
         servers = _api_servers(ctx) + [dep.HEAD_SERVICE + f"-{c.d.preset_name}" for c in companions]
-        profile_ctx = ctx if d.cluster is None else replace(ctx, role="head")
+        profile_ctx = ctx if d.serve.cluster is None else replace(ctx, role="head")
         ctx = replace(ctx, profile_parts=build_profiles(profile_ctx, profiles, servers))
     files = {
         "Dockerfile": dockerfile,
@@ -260,12 +266,12 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
     if target == "k8s":
         from kit.deploy.k8s import render_manifests
 
-        files.update(render_manifests(ctx, launcher_text(), tiny_model_text() if d.model_make_command else None))
-    elif d.cluster is None:
+        files.update(render_manifests(ctx, launcher_text(), tiny_model_text() if d.serve.model_make_command else None))
+    elif d.serve.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
         files.update(door_files(ctx))
         files[dep.WATCHDOG_FILE] = launcher_text(dep.WATCHDOG_FILE)
-        if d.model_make_command or any(c.d.model_make_command for c in companions):
+        if d.serve.model_make_command or any(c.d.serve.model_make_command for c in companions):
             files[dep.TINY_MODEL_FILE] = tiny_model_text()
         for parts in ctx.profile_parts:
             files.update(parts.files)
@@ -286,7 +292,7 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         for parts in ctx.profile_parts:
             files.update(parts.files)
         files[dep.LAUNCHER_FILE] = launcher_text()
-        if d.model_make_command:
+        if d.serve.model_make_command:
             files[dep.TINY_MODEL_FILE] = tiny_model_text()
         files["CLUSTER.md"] = render_template("cluster.md.j2", c=ctx)
     return files

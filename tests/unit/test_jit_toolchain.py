@@ -108,3 +108,18 @@ def test_missing_wheels_counts_every_version_a_reused_wheelhouse_holds(tmp_path)
         (tmp_path / name).write_bytes(b"")
     pins = {"nvidia-nvvm": "13.0.88", "torch": "2.14.0", "nvidia-cuda-nvcc": "13.0.88"}
     assert missing_wheels(tmp_path, pins) == ["nvidia-cuda-nvcc==13.0.88"]
+
+
+def test_a_release_row_names_only_modules_the_script_compiles():
+    """The modules a release row lists go into the Dockerfile's RUN line: the user-row check allows only the ones
+    images/flashinfer_aot.py has a generator for, and the kit's own rows use no others."""
+    import ast
+
+    from kit.core.userdata import FLASHINFER_AOT_MODULES
+
+    tree = ast.parse((IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text())
+    [generators] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    and any(getattr(t, "id", None) == "GENERATORS" for t in node.targets)]
+    assert tuple(ast.literal_eval(generators)) == FLASHINFER_AOT_MODULES
+    for version, row in vllm_table()["versions"].items():
+        assert set(row.get("flashinfer_aot") or []) <= set(FLASHINFER_AOT_MODULES), version

@@ -103,7 +103,7 @@ def test_a_shipped_preset_s_strategy_answers_what_its_deployment_lays_out(name):
     s = strategy_of(preset)
     d = plan_deployment(name, preset)
     assert s.name == d.image.strategy == preset.image.strategy
-    assert d.image_strategy is s
+    assert strategy_for(d.image.strategy) is s
     base = s.base(preset)
     assert (d.image.min_driver is None) == (base.cuda is None or s.nvidia_runtime)  # a CUDA base names its driver
     assert (d.image.base_image_default, d.image.python_version, d.image.cuda) == (base.image, base.python, base.cuda)
@@ -191,7 +191,7 @@ def test_the_image_inputs_are_the_compared_fields_of_the_image_spec():
 
     assert [f.name for f in fields(ImageSpec) if f.compare] == [
         "strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-        "exclude_packages", "prune", "prune_arch", "cuda_jit", "runtime_packages", "runtime_trim", "image_env",
+        "exclude_packages", "prune", "prune_arch", "cuda_jit", "flashinfer_aot", "runtime_packages", "runtime_trim", "image_env",
         "pip_index_url"]
 
 
@@ -201,18 +201,3 @@ def test_two_presets_share_an_image_when_their_specs_compare_equal():
     assert cpu.image == embed.image and cpu.image.differences(embed.image) == []
     differ = cpu.image.differences(gpu.image)  # in declaration order; both build for linux/amd64
     assert differ[0] == "strategy" and "requirements" in differ and "platform" not in differ
-
-
-@pytest.mark.parametrize("name", preset_names())
-def test_the_flat_names_still_reach_the_parts(name):
-    from dataclasses import fields
-
-    d = plan_deployment(name, load_preset(name)[2])
-    seen: set[str] = set()
-    for part in (d.image, d.serve, d.runtime):
-        names = {f.name for f in fields(part)}
-        assert not names & seen
-        seen |= names
-        flat = names & vars(type(d)).keys()  # the old flat names kept for compose, k8s, router and render
-        assert all(getattr(d, n) is getattr(part, n) for n in flat)
-    assert len(seen & vars(type(d)).keys()) == 28
