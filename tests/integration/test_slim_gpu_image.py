@@ -135,7 +135,7 @@ nvcc = subprocess.run([os.path.join(cuda_home, 'bin', 'nvcc'), '--version'], cap
 spec = gen_sampling_module()
 started = time.monotonic()
 spec.build()
-library = spec.get_library_path()
+library = spec.jit_library_path  # what the JIT built (the image's precompiled copy is found first: the test below)
 needed = [line.split('[')[1].rstrip(']') for line in
           subprocess.run(['readelf', '-d', str(library)], capture_output=True, text=True).stdout.splitlines()
           if '(NEEDED)' in line]
@@ -182,3 +182,38 @@ def test_flashinfer_jit_builds_the_sampler_with_the_images_toolchain(slim_image,
     # (INPUT(libcuda.so.1)) against the mounted driver library: without that file the link fails ("cannot find
     # libcuda.so.1", seen here before the mount). The sampler calls no driver function, so no NEEDED entry stays.
     assert "libcudart.so.13" in found["needed"], found
+
+
+FLASHINFER_AOT = """
+import json, subprocess
+from flashinfer.jit import env as jit_env
+from flashinfer.jit.sampling import gen_sampling_module
+spec = gen_sampling_module()
+library = spec.get_library_path()
+needed = [line.split('[')[1].rstrip(']') for line in
+          subprocess.run(['readelf', '-d', str(library)], capture_output=True, text=True).stdout.splitlines()
+          if '(NEEDED)' in line]
+print(json.dumps({'is_aot': spec.is_aot, 'library': str(library), 'aot_dir': str(jit_env.FLASHINFER_AOT_DIR),
+                  'size': library.stat().st_size, 'needed': needed, 'jit_dir_made': spec.build_dir.exists()}))
+"""
+
+
+def test_the_sampler_is_compiled_into_the_image_and_flashinfer_loads_it_without_building(slim_image, docker_client):
+    # images/flashinfer_aot.py compiled FlashInfer's sampling module for the preset's compute capability while the
+    # image was built, and put it where FlashInfer looks for precompiled modules first: what vLLM calls at its first
+    # sample (flashinfer/sampling.py get_sampling_module: build_and_load, which tries JitSpec.try_load on the AOT
+    # artifacts before any build) resolves to that library. No GPU here: it is resolved, not loaded or run (a library
+    # that fails to load falls back to the JIT); the H200 start that shows no "Building JIT module sampling" is owed.
+    prepared, image = slim_image
+    assert prepared.deployment.image.flashinfer_aot == ["sampling"]
+    out = docker_client.containers.run(
+        image.id, ["python3", "-c", FLASHINFER_AOT], entrypoint=[], remove=True, network_disabled=True,
+        environment={"FLASHINFER_CUDA_ARCH_LIST": prepared.deployment.image.prune_arch},  # no GPU to read it from
+    ).decode().strip().splitlines()[-1]
+    found = json.loads(out)
+    print(f"FlashInfer sampler in the image: {found}")
+    assert found["is_aot"] is True, found
+    assert found["library"] == f"{found['aot_dir']}/sampling/sampling.so" and found["size"] > 100_000, found
+    # linked as the JIT links it: the CUDA runtime torch loads, no driver library (the build's stand-in left nothing)
+    assert "libcudart.so.13" in found["needed"] and "libcuda.so.1" not in found["needed"], found
+    assert found["jit_dir_made"] is False, found  # nothing compiled into the cache volume

@@ -57,6 +57,29 @@ def test_other_strategies_and_cuda_builds_have_no_jit_toolchain(name, overrides)
     assert not [r for r in d.image.requirements if r.startswith("cuda-toolkit")]
 
 
+def test_the_sampler_is_compiled_into_slim_images_of_gpus_that_sample_with_flashinfer():
+    """images/flashinfer_aot.py compiles FlashInfer's sampler while a slim image is built, for the preset's compute
+    capability, where vLLM samples with FlashInfer (8.0-12.1, more than 16 SMs): RTX 4090 yes, a T4 (7.5) no, and no
+    other strategy or CUDA build (no toolchain, no arch). The script is part of the image's tag."""
+    prepared = prepare("rtx4090-awq")
+    d, files = prepared.deployment, prepared.files
+    assert d.image.flashinfer_aot == ["sampling"] and d.image.prune_arch == "8.9"
+    assert files[dep.FLASHINFER_AOT_FILE] == (IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text()
+    assert f"!{dep.FLASHINFER_AOT_FILE}" in files[".dockerignore"].splitlines()
+    dockerfile = files["Dockerfile"]
+    run = "/opt/venv/bin/python /tmp/kit-aot/flashinfer_aot.py --arch 8.9 sampling"
+    # in the runtime stage (its g++ and Python headers), after the environment is copied in, before the user switch
+    assert dockerfile.index("COPY --from=builder /opt/venv") < dockerfile.index(run) < dockerfile.index("USER 10001")
+    changed = dict(files, **{dep.FLASHINFER_AOT_FILE: files[dep.FLASHINFER_AOT_FILE] + "# edit\n"})
+    assert replace(prepared, files=changed).image_ref != prepared.image_ref
+    t4 = prepare("rtx4090-awq", overrides=["hardware.gpu=t4"]).deployment
+    assert t4.image.cuda_jit and t4.image.flashinfer_aot == []
+    for name, overrides in [("a100x8", []), ("cpu", []), ("orin", []),
+                            ("rtx4090-awq", ["image.vllm_version=0.16.0", 'image.cuda="12.9"'])]:
+        other = prepare(name, overrides=overrides)
+        assert other.deployment.image.flashinfer_aot == [] and dep.FLASHINFER_AOT_FILE not in other.files, name
+
+
 def fake_toolkit(root: Path) -> Path:
     home = root / "nvidia" / "cu13"
     (home / "bin").mkdir(parents=True)
