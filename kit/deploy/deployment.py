@@ -16,7 +16,7 @@ from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
 from kit.core.errors import PresetError
-from kit.memory.rules import rules_for
+from kit.memory.rules import flashinfer_sampler_used, rules_for
 
 CONTAINER_PORT = 8000
 # Kubernetes: the server listens on the pod's loopback here, and the front door (a sidecar, kit/deploy/k8s.py) on
@@ -664,21 +664,15 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
 
 def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[str]:
     """The FlashInfer modules a slim image compiles for its GPU while it is built (vllm.yaml `flashinfer_aot` of the
-    release): those vLLM builds at first use on that GPU. The sampler only where vLLM samples with FlashInfer (the
-    release's memory_accounting.sampler.flashinfer_when: a compute capability in range, more SMs than the floor).
+    release): those vLLM builds at first use on that GPU. The sampler only where vLLM samples with FlashInfer
+    (kit/memory/rules.py flashinfer_sampler_used, the rule the planner's sampler terms read too).
     None without a GPU from the catalog: the image would not know which compute capability to compile for."""
     if not gpu or not gpu.get("compute_capability"):
         return []
     release = vllm_table()["versions"][preset.image.vllm_version]
     modules = list(release.get("flashinfer_aot") or [])
-    when = rules_for(preset.image.vllm_version)["memory_accounting"].get("sampler", {}).get("flashinfer_when")
-    if "sampling" in modules and when:
-        def cc(text: str) -> tuple[int, ...]:
-            return tuple(int(part) for part in str(text).split("."))
-
-        sms = gpu.get("sm_count")
-        used = (cc(when["min_cc"]) <= cc(gpu["compute_capability"]) <= cc(when["max_cc"])
-                and (sms is None or int(sms) > int(when["more_than_sms"])))
-        if not used:
-            modules.remove("sampling")
+    sampler = rules_for(preset.image.vllm_version)["memory_accounting"].get("sampler", {})
+    if "sampling" in modules and not flashinfer_sampler_used(sampler, str(gpu["compute_capability"]),
+                                                             gpu.get("sm_count")):
+        modules.remove("sampling")
     return modules

@@ -17,24 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
-from kit.core.versions import cc_tuple
 from kit.memory.inputs import GIB, Resolved
-from kit.memory.rules import rules_for
+from kit.memory.rules import flashinfer_sampler_used, rules_for
 from kit.memory.shape import moe_layers_in, padded_vocab
 from kit.memory.terms import Term, peak_bytes
 
 RUNNER = "vllm/v1/worker/gpu/model_runner.py"
-
-
-def flashinfer_sampler_used(r: Resolved, sampler: dict[str, Any]) -> bool:
-    """Whether vLLM samples with FlashInfer on this GPU (the release's `sampler.flashinfer_when`): a compute capability
-    in its range and more SMs than its floor. A GPU outside the catalog is taken to (the charge is the measured one)."""
-    when = sampler.get("flashinfer_when")
-    if not when or r.compute_capability is None:
-        return True
-    if not cc_tuple(when["min_cc"]) <= cc_tuple(r.compute_capability) <= cc_tuple(when["max_cc"]):
-        return False
-    return r.gpu_sm_count is None or r.gpu_sm_count > int(when["more_than_sms"])
 
 
 def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> list[Term]:
@@ -53,7 +41,8 @@ def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> li
                           source="vllm/v1/worker/gpu/sample/sampler.py apply_sampling_params: 'Copy logits to a new "
                                  "FP32 tensor' (the warm-up pass, SamplingParams.for_sampler_warmup, needs logits "
                                  "processing)"))
-    if sampler.get("flashinfer_topk_mask_and_probs") and flashinfer_sampler_used(r, sampler):
+    if sampler.get("flashinfer_topk_mask_and_probs") and flashinfer_sampler_used(sampler, r.compute_capability,
+                                                                                 r.gpu_sm_count):
         # vllm/v1/worker/gpu/sample/sampler.py _sample_random -> vllm/v1/sample/ops/topk_topp_sampler.py
         # flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits (flashinfer-python 0.7.2.post1,
         # the 0.33.0 image's): with a top_k tensor, top_k_mask_logits(logits, top_k) (torch.empty_like: fp32) then

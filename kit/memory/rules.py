@@ -15,7 +15,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kit.core.errors import PlanError
-from kit.core.versions import version as version_of
+from kit.core.versions import cc_tuple, version as version_of
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 
@@ -80,6 +80,20 @@ def default_gpu_memory_utilization(vllm_version: str) -> float:
 def memory_accounting(version: Version) -> dict[str, Any]:
     """The profile run's accounting at ``version`` (`memory_accounting`, folded over the releases)."""
     return rules_for(version)["memory_accounting"]
+
+
+def flashinfer_sampler_used(sampler: dict[str, Any], compute_capability: str | None,
+                            sm_count: int | None) -> bool:
+    """Whether vLLM samples with FlashInfer on a GPU (``sampler``: a release's `memory_accounting.sampler`): a
+    compute capability in the range of its `flashinfer_when` and more SMs than its floor. The one rule the planner's
+    sampler terms and a slim image's FlashInfer modules (kit/deploy/deployment.py) both read. A GPU outside the
+    catalog (no compute capability), an unknown SM count or a release without the rule: taken to."""
+    when = sampler.get("flashinfer_when")
+    if not when or compute_capability is None:
+        return True
+    if not cc_tuple(when["min_cc"]) <= cc_tuple(compute_capability) <= cc_tuple(when["max_cc"]):
+        return False
+    return sm_count is None or int(sm_count) > int(when["more_than_sms"])
 
 
 def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_name: str,
