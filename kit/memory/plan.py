@@ -137,6 +137,8 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     check_parallelism(model, tp, pp, group if r.quantization and model.quantization else None)
     stages: list[_Stage] = []
     ranges = pp_layer_ranges(model.num_layers, pp)
+    # the release's KV sizing rules, read once for every stage (rules_for copies the table)
+    sizing = rules_for(r.vllm_version)["kv_sizing"] if r.extensible_kv_cache else {}
     for i, layers in enumerate(ranges):
         first, last = i == 0, i == len(ranges) - 1
         terms = weight_terms(r, model, layers, first, last)
@@ -171,8 +173,9 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         kv = requested - weights - figures[0] - figures[1] - figures[2]
         reserve = 0.0
         if r.extensible_kv_cache:
-            kv, reserve, reserve_terms = _extensible_kv(r, requested, weights + figures[1] + figures[2], figures[0],
-                                                        _sizing_logprobs_peak(r, model) if last else 0.0)
+            sizing_peak = _sizing_logprobs_peak(r, model, sizing) if last else 0.0
+            kv, reserve, reserve_terms = _extensible_kv(r, sizing, requested, weights + figures[1] + figures[2],
+                                                        figures[0], sizing_peak)
             terms += reserve_terms
         stages.append(_Stage(weights=weights, activation=figures[0], non_torch=figures[1], cuda_graph=figures[2],
                              kv_bytes=kv, per_token=per_token, num_layers=len(layers), terms=terms,
@@ -182,14 +185,15 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     return r, stages, notes
 
 
-def _sizing_logprobs_peak(r: Resolved, model: ModelSpec) -> float:
+def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: dict[str, Any]) -> float:
     """The allocated peak of 0.34's sizing warm-up step with prompt logprobs (vllm/v1/worker/gpu/warmup.py
     run_kv_cache_sizing_warmup: one prompt of min(max_num_batched_tokens, max_model_len) tokens asking for
     max_logprobs, 20 by default): the prompt's hidden states, and one chunk of its logits at a time
     (vllm/v1/worker/gpu/sample/prompt_logprob.py compute_prompt_logprobs_with_chunking, CHUNK_SIZE rows) in the
     model's dtype, two of them alive at once where the model caps its logits (LogitsProcessor.forward: divide, tanh,
-    multiply). 0 where the release has no such step (kv_sizing.prompt_logprobs_chunk_rows unset)."""
-    rows = int(rules_for(r.vllm_version)["kv_sizing"].get("prompt_logprobs_chunk_rows") or 0)
+    multiply). 0 where the release has no such step (``sizing``, the release's kv_sizing: prompt_logprobs_chunk_rows
+    unset)."""
+    rows = int(sizing.get("prompt_logprobs_chunk_rows") or 0)
     if not rows:
         return 0.0
     act = DTYPE_BYTES[r.dtype]
@@ -198,14 +202,14 @@ def _sizing_logprobs_peak(r: Resolved, model: ModelSpec) -> float:
     return prompt * model.hidden_size * act + min(rows, prompt) * padded_vocab(model.vocab_size) * act * copies
 
 
-def _extensible_kv(r: Resolved, requested: float, non_kv: float, profiled: float,
+def _extensible_kv(r: Resolved, sizing: dict[str, Any], requested: float, non_kv: float, profiled: float,
                    sizing_peak: float = 0.0) -> tuple[float, float, list[Term]]:
     """(KV bytes, margin kept free, its terms) where vLLM sizes an extensible KV cache after warm-up (0.34:
     vllm/v1/worker/extensible_kv_cache.py `measure_kv_cache_bytes`): the least of the utilization's budget and the
-    device's free memory less a margin, less the transient peak; ``non_kv`` is weights, non-torch and graph pool.
+    device's free memory less a margin, less the transient peak; ``sizing`` is the release's kv_sizing rules,
+    ``non_kv`` weights, non-torch and graph pool.
     The transient peak is the larger of the profile run's (``profiled``) and the sizing warm-up's (``sizing_peak``:
     gpu_worker.py seeds reserved_headroom_bytes with the profile's peak, each sizing step raises it)."""
-    sizing = rules_for(r.vllm_version)["kv_sizing"]
     peak = max(profiled, sizing_peak)
     margin = max(float(sizing["margin_floor_gib"]) * GIB, float(sizing["margin_fraction"]) * peak)
     baseline = float(sizing.get("startup_baseline_gib") or 0.0) * GIB
