@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kit.core.datafiles import load_yaml, prune_rules, vllm_table
+from kit.core.tables import PlatformRule, compat_model
 
 if TYPE_CHECKING:
     from kit.config.preset import Hardware, Image, Preset
@@ -186,14 +187,14 @@ class ImageStrategy(ABC):
     def platform_rows(self, preset: Preset) -> list[Row]:
         """hardware.arch against the architectures the strategy builds for (kit/data/compat.yaml platforms)."""
         arch = preset.hardware.arch
-        rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
-        if arch in rule.get("arches", [arch]):
+        rule = compat_model().platforms.get(self.name)
+        if rule is None or arch in rule.arches:
             return []
         return [self.arch_row(arch, rule)]
 
-    def arch_row(self, arch: str, rule: dict[str, Any]) -> Row:
+    def arch_row(self, arch: str, rule: PlatformRule) -> Row:
         return ("error", "hardware.arch", f"image.strategy {self.name} does not build for {arch}",
-                f"use hardware.arch={rule['arches'][0]}")
+                f"use hardware.arch={rule.arches[0]}")
 
 
 class SlimStrategy(ImageStrategy):
@@ -325,11 +326,11 @@ class OfficialStrategy(ImageStrategy):
             return [("error", "hardware.arch",
                      f"vLLM {img.vllm_version}'s CPU image has no {hw.arch} build in the version table (it has "
                      f"{', '.join(images)})", f"use hardware.arch={next(iter(images))}")]
-        rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
-        if hw.arch in rule.get("arches", [hw.arch]):
+        rule = compat_model().platforms.get(self.name)
+        if rule is None or hw.arch in rule.arches:
             return []
         if hw.arch == "arm64":
-            if img.vllm_version in rule.get("official_arm64", []):
+            if img.vllm_version in rule.official_arm64:
                 return []
             return [("error", "hardware.arch",
                      f"the official vLLM {img.vllm_version} image is not known to publish linux/arm64; it would "
@@ -397,8 +398,8 @@ class CpuStrategy(ImageStrategy):
         if image:
             hint = f"use image.strategy=official (vLLM's own CPU image for {arch}, {image})"
         else:
-            rule = load_yaml("compat.yaml")["platforms"].get(self.name, {})
-            hint = f"use hardware.arch={' or '.join(a for a in rule['arches'] if a not in build['unresolvable'])}"
+            arches = compat_model().platforms[self.name].arches
+            hint = f"use hardware.arch={' or '.join(a for a in arches if a not in build['unresolvable'])}"
         return [("error", "hardware.arch",
                  f"image.strategy {self.name} cannot install vLLM {img.vllm_version} on {arch}: {reason}", hint)]
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from kit.core.userdata import user_config_dir, user_version_rows
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kit/, above this core/ package
 DATA_DIR = PACKAGE_DIR / "data"
 # In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
@@ -51,20 +53,20 @@ def load_yaml(name: str) -> Any:
 
 def vllm_table() -> dict[str, Any]:
     """kit/data/vllm.yaml, with the `versions` rows of releases it lacks from the user's config folder
-    (kit/core/userdata.py: $XDG_CONFIG_HOME/vllm-kit/vllm.yaml; the shipped rows win)."""
-    from kit.core.userdata import user_config_dir
-
+    (kit/core/userdata.py: $XDG_CONFIG_HOME/vllm-kit/vllm.yaml; the shipped rows win), as written: each checked
+    against kit/core/tables.py (kit.core.tables ``vllm_model`` is the same table typed)."""
     return _vllm_table_with(user_config_dir())
 
 
 @functools.cache
 def _vllm_table_with(user_folder: Path | None) -> dict[str, Any]:
+    from kit.core.tables import shipped_vllm_model
+
     shipped = load_yaml("vllm.yaml")
+    shipped_vllm_model()  # checked: a table of the wrong shape is a KitError naming the file and the field
     if user_folder is None:
         return shipped
-    from kit.core.userdata import user_version_rows
-
-    rows = user_version_rows(user_folder, shipped)
+    rows = user_version_rows(user_folder, shipped)  # each row checked against VersionRow, naming the user's file
     return {**shipped, "versions": {**shipped["versions"], **rows}} if rows else shipped
 
 

@@ -5,27 +5,29 @@ The planner (kit/memory) runs before kit/deploy, so the one reader of these rows
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from kit.core.datafiles import load_yaml
+from kit.core.tables import Since, compat_model
 from kit.core.versions import version as pep440
 
 
-def versioned(value: Any, vllm_version: str) -> Any:
-    """A plain value, or the last ``{since, value}`` row whose ``since`` the release has reached."""
-    if not isinstance(value, list):
+def versioned(value: str | Sequence[Since | Mapping[str, str]], vllm_version: str) -> str:
+    """A plain value, or the last ``{since, value}`` row whose ``since`` the release has reached (rows as the
+    tables' models hold them, or as mappings)."""
+    if isinstance(value, str):
         return value
-    chosen = value[0]["value"]
-    for row in value:
-        if pep440(vllm_version) >= pep440(row["since"]):
-            chosen = row["value"]
+    rows = [(row.since, row.value) if isinstance(row, Since) else (row["since"], row["value"]) for row in value]
+    chosen = rows[0][1]
+    for since, row_value in rows:
+        if pep440(vllm_version) >= pep440(since):
+            chosen = row_value
     return chosen
 
 
 def quantization_min_cc(method: str, vllm_version: str) -> str | None:
     """The compute capability below which ``vllm_version`` refuses ``method`` (None: the kit has no rule)."""
-    rule = load_yaml("compat.yaml")["quantization"].get(method.lower())
-    return versioned(rule["min_cc"], vllm_version) if rule else None
+    rule = compat_model().quantization.get(method.lower())
+    return versioned(rule.min_cc, vllm_version) if rule else None
 
 
 def quantization_method_gone(method: str, vllm_version: str, *, registry: bool = True) -> str | None:
@@ -33,12 +35,12 @@ def quantization_method_gone(method: str, vllm_version: str, *, registry: bool =
 
     From the release's own registry (compat.yaml ``quantization_methods``) where the kit has read it, and from a
     rule's ``removed_in`` otherwise."""
-    table = load_yaml("compat.yaml")
+    table = compat_model()
     name = method.lower()
-    rule = table["quantization"].get(name) or {}
-    if rule.get("removed_in") and pep440(vllm_version) >= pep440(rule["removed_in"]):
-        return f"vLLM removed quantization method {name} in {rule['removed_in']}"
-    known = (table.get("quantization_methods") or {}).get(vllm_version) if registry else None
+    rule = table.quantization.get(name)
+    if rule is not None and rule.removed_in and pep440(vllm_version) >= pep440(rule.removed_in):
+        return f"vLLM removed quantization method {name} in {rule.removed_in}"
+    known = table.quantization_methods.get(vllm_version) if registry else None
     if known is not None and name not in known:
         return f"quantization method {name} is not in vLLM {vllm_version}'s registry (QuantizationMethods)"
     return None
@@ -49,9 +51,9 @@ def quantization_spellings(method: str, vllm_version: str) -> list[str]:
     kit has read and has no rule of its own: a misspelling (awq4 for awq), not a method some release removed."""
     import difflib
 
-    table = load_yaml("compat.yaml")
+    table = compat_model()
     name = method.lower()
-    registries = table.get("quantization_methods") or {}
-    if name in table["quantization"] or any(name in known for known in registries.values()):
+    registries = table.quantization_methods
+    if name in table.quantization or any(name in known for known in registries.values()):
         return []
     return difflib.get_close_matches(name, registries.get(vllm_version) or [], n=3, cutoff=0.6)

