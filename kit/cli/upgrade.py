@@ -135,9 +135,10 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     for note in shadowed_user_files([to]):
         status(f"note: {note}")
     result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
+    folder_tag = _folder_image_tag(out_dir) if apply and out_dir is not None else None  # read before --apply writes
     applied = _apply(result, out_dir, force) if apply else None
     given = (*(("--preset", preset_option) if preset_option else ()), *args)
-    steps = next_steps(result, out_dir, applied, given) if result.writable else NextSteps()
+    steps = next_steps(result, out_dir, applied, given, folder_tag=folder_tag) if result.writable else NextSteps()
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}
@@ -171,11 +172,12 @@ class NextSteps:
 
 
 def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN001 - Upgrade
-               given: tuple[str, ...] = ()) -> NextSteps:
+               given: tuple[str, ...] = (), *, folder_tag: str | None = None) -> NextSteps:
     """The steps after a writable upgrade. A locked folder (kit lock wrote its lock) that the render at the target no
     longer matches: the locked build refuses until `kit lock` runs again, so that is the first step. ``given`` is
     what the user typed after the command (--preset, preset=, overrides): the clean step repeats it, so what it
-    writes is what was just shown."""
+    writes is what was just shown. ``folder_tag``: the image tag of the folder's files before --apply wrote
+    (_folder_image_tag)."""
     to = upgrade.target
     kit = kit_command()
     relock = (relock_command(out_dir, upgrade.after.prepared)
@@ -185,7 +187,7 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
     commands: list[str] = []
     lines: list[str] = []
     build = f"{kit} build --out {shlex.quote(str(out_dir))}"
-    if upgrade.current == to and applied is not None and _image_changed(applied):
+    if upgrade.current == to and applied is not None and _image_changed(upgrade, folder_tag):
         # the same release, another image (an override given with it): built before compose runs it
         commands = [*([relock] if relock else []), build]
         first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
@@ -211,12 +213,25 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
     return NextSteps(tuple(commands), tuple(lines))
 
 
-def _image_changed(applied: list) -> bool:
-    """Whether --apply changed a file of the image's build context (the image tag is their content hash)."""
-    from kit.image.build import CONTEXT_FILES, OPTIONAL_CONTEXT_FILES
+def _folder_image_tag(out_dir: Path) -> str | None:
+    """The tag of the image the folder's rendered files build, as they are now (kit/deploy/render.py image_tag);
+    None where a file the tag hashes is missing."""
+    from kit.core.write import _read_regular
+    from kit.deploy.deployment import BUILD_FILES
+    from kit.deploy.render import TAGGED_FILES, image_tag
 
-    context = {*CONTEXT_FILES, *OPTIONAL_CONTEXT_FILES}
-    return any(r.path in context and r.status in ("create", "changed", "forced") for r in applied)
+    texts = {name: data.decode("utf-8", errors="replace") for name in (*TAGGED_FILES, *BUILD_FILES)
+             if (data := _read_regular(out_dir / name)) is not None}
+    return image_tag(texts)
+
+
+def _image_changed(upgrade, folder_tag: str | None) -> bool:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
+    """Whether --apply moved the folder to another image: the tag its files built before (``folder_tag``) is not the
+    tag of the render it wrote (at the same release: its vLLM part is the same). Files outside the tag's inputs
+    (.dockerignore, compose.yaml) change no image."""
+    from kit.deploy.render import image_tag
+
+    return folder_tag is None or folder_tag != image_tag(upgrade.after.files)
 
 
 def _repin_next(upgrade, out_dir: Path | None, applied: list | None, relock: str | None) -> NextSteps:  # noqa: ANN001

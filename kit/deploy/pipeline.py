@@ -14,8 +14,6 @@ from kit.core.errors import KitError, PresetError, Problem
 from kit.core.safevalue import UnsafeValue
 from kit.deploy.checks import CheckReport, check_preset
 from kit.deploy.deployment import (
-    FETCH_FILE,
-    BUILD_FILES,
     Deployment,
     plan_deployment,
     side_by_side_preset,
@@ -23,7 +21,7 @@ from kit.deploy.deployment import (
 )
 from kit.deploy.profiles import check_profiles
 from kit.deploy.record import Resolved
-from kit.deploy.render import Companion, image_ref_for, render
+from kit.deploy.render import Companion, image_inputs, image_ref_for, render
 
 
 @dataclass(frozen=True)
@@ -43,9 +41,7 @@ class Prepared:
 
     @property
     def image_ref(self) -> str:
-        files = self.files
-        return image_ref_for(self.deployment, files["Dockerfile"], files["requirements.txt"], files[FETCH_FILE],
-                            *(files[name] for name in BUILD_FILES if name in files))
+        return image_ref_for(self.deployment, *image_inputs(self.files))
 
 
 def load_and_check(ref: str, overrides: list[str] | None = None, *, allow_no_fit: bool = False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -134,6 +135,24 @@ def content_tag(dockerfile: str, requirements: str, fetch_script: str, *build_fi
     them must rebuild."""
     digest = hashlib.sha256("\0".join((dockerfile, requirements, fetch_script, *build_files)).encode()).hexdigest()
     return digest[:12]
+
+
+# The rendered files an image's tag is the content hash of (content_tag), in its order: then dep.BUILD_FILES.
+TAGGED_FILES = ("Dockerfile", "requirements.txt", dep.FETCH_FILE)
+
+
+def image_inputs(files: Mapping[str, str]) -> tuple[str, ...]:
+    """The texts of a render's ``files`` that its image's tag hashes, in content_tag's order (the build files only
+    where the render has them); KeyError where one of TAGGED_FILES is missing."""
+    return (*(files[name] for name in TAGGED_FILES), *(files[name] for name in dep.BUILD_FILES if name in files))
+
+
+def image_tag(files: Mapping[str, str]) -> str | None:
+    """The content tag of the image rendered ``files`` build (image_ref_for's, unpinned); None without one of
+    TAGGED_FILES (a folder someone emptied)."""
+    if any(name not in files for name in TAGGED_FILES):
+        return None
+    return content_tag(*image_inputs(files))
 
 
 def image_ref_for(d: Deployment, dockerfile: str, requirements: str, fetch_script: str, *build_files: str) -> str:

@@ -305,3 +305,18 @@ def test_apply_at_the_same_release_with_an_image_change_prints_the_build(tmp_pat
     assert changed.exit_code == 0, changed.output
     [build] = json.loads(changed.stdout)["data"]["next"]
     assert build.endswith(f"build --out {out}"), build
+
+
+def test_apply_at_the_same_release_asks_for_a_build_by_the_image_tag_not_by_what_was_written(tmp_path):
+    """Whether the image changed is the folder's image tag before --apply against the render's (kit/deploy/render.py
+    image_tag), not whether a file of the build context was written: a .dockerignore --apply writes again (create)
+    is no input of the tag, so nothing is to be built; the extra_pip case above writes requirements.txt and moves
+    the tag."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    (out / ".dockerignore").unlink()
+    again = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", "--json")
+    assert again.exit_code == 0, again.output
+    data = json.loads(again.stdout)["data"]
+    assert data["applied"][".dockerignore"] == "create" and data["next"] == [], again.output
+    assert (out / ".dockerignore").is_file()
