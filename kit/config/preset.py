@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from kit.config.flags import UnreadInteger, read_engine_integers
 from kit.config.strategy import strategy_for
 from kit.config.vllmint import AUTO
-from kit.core.datafiles import load_yaml, prune_rules, vllm_table
+from kit.core.datafiles import load_yaml, prune_rules
 from kit.core.gpus import gpu_key, unknown_gpu_hint
+from kit.core.tables import vllm_model
 from kit.core.units import ram_in_bytes
 from kit.core.versions import VERSION_RE
 from kit.core.safevalue import (
@@ -338,7 +339,7 @@ class Image(Strict):
     @field_validator("vllm_version")
     @classmethod
     def _known_version(cls, value: str) -> str:
-        known = vllm_table()["versions"]
+        known = vllm_model().versions
         if value not in known:
             from kit.core.userdata import VERSIONS_FILE, user_config_dir
 
@@ -591,11 +592,12 @@ class Preset(Strict):
         hw, img = self.hardware, self.image
         strategy = strategy_for(img.strategy)
         strategy.check_hardware(img, hw)
-        if hw.l4t and hw.l4t not in vllm_table()["jetson"]["l4t"]:
-            raise ValueError(f"hardware.l4t {hw.l4t} is unknown (known: {', '.join(vllm_table()['jetson']['l4t'])})")
+        table = vllm_model()
+        if hw.l4t and hw.l4t not in table.jetson.l4t:
+            raise ValueError(f"hardware.l4t {hw.l4t} is unknown (known: {', '.join(table.jetson.l4t)})")
         strategy.check_build(img)
-        if img.cuda is not None and img.cuda not in vllm_table()["cuda"]:
-            raise ValueError(f"image.cuda {img.cuda} is unknown (known: {', '.join(vllm_table()['cuda'])})")
+        if img.cuda is not None and img.cuda not in table.cuda:
+            raise ValueError(f"image.cuda {img.cuda} is unknown (known: {', '.join(table.cuda)})")
         strategy.check_variant(img)
         return self
 

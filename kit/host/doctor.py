@@ -24,6 +24,7 @@ from kit.config.strategy import strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.docker_engine import docker_client
 from kit.core.gpus import gpu_key
+from kit.core.tables import vllm_model
 from kit.core.units import ram_in_bytes
 from kit.core.versions import version_or_oldest
 
@@ -372,7 +373,6 @@ def driver_target(preset: Preset, image: ImageFacts | None) -> DriverTarget:
     """The CUDA and minimum driver the host's driver must meet. An image's labels (kit/deploy/deployment.py
     CUDA_LABEL, MIN_DRIVER_LABEL) are what its wheels were built for; a label missing (an image built by an older
     kit) or the image not on the engine falls back to the preset's declared CUDA build, and says so."""
-    from kit.core.datafiles import vllm_table
     from kit.deploy.deployment import CUDA_LABEL, MIN_DRIVER_LABEL
 
     base = strategy_of(preset).base(preset)
@@ -387,8 +387,8 @@ def driver_target(preset: Preset, image: ImageFacts | None) -> DriverTarget:
     if not cuda:
         return replace(declared, source=f"; from the preset (image {image.ref} carries no {CUDA_LABEL} label: an "
                                         "older kit built it)")
-    known = vllm_table()["cuda"].get(cuda) or {}
-    min_driver = image.labels.get(MIN_DRIVER_LABEL) or known.get("min_driver")
+    known = vllm_model().cuda.get(cuda)
+    min_driver = image.labels.get(MIN_DRIVER_LABEL) or (known.min_driver if known is not None else None)
     if not min_driver:
         return replace(declared, source=f"; from the preset (image {image.ref} is labelled CUDA {cuda}, whose minimum "
                                         "driver the kit's table does not list)")
@@ -399,22 +399,20 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
     """What runs on a driver older than the image's CUDA needs, read from the tables: another CUDA build of the
     release, CUDA forward compatibility (datacenter GPUs), or the newest older pin whose build the driver runs.
     Returns the options and a note on what does not apply to these GPUs."""
-    from kit.core.datafiles import vllm_table
-
-    table, img = vllm_table(), preset.image
+    table, img = vllm_model(), preset.image
     on_vllm_image = strategy_of(preset).vllm_image
     have = version_key(driver)
 
     def runs(build_cuda: str) -> bool:
-        return have >= version_key(table["cuda"][build_cuda]["min_driver"])
+        return have >= version_key(table.cuda[build_cuda].min_driver)
 
-    release = table["versions"][img.vllm_version]
+    release = table.versions[img.vllm_version]
     options: list[str] = []
-    for other, ref in (release.get("official_variants") or {}).items():
+    for other, ref in release.official_variants.items():
         if other != cuda and runs(other):
             switch = "" if on_vllm_image else "image.strategy=official "  # overrides, as typed
             options.append(f"{switch}image.cuda={other} (the {ref} image, driver >= "
-                           f"{table['cuda'][other]['min_driver']})")
+                           f"{table.cuda[other].min_driver})")
     note = None
     compat = host_table()["cuda_forward_compat"]
     rule = compat.get(cuda)
@@ -437,18 +435,18 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
             note = (f"CUDA forward compatibility ({compat['env']}={compat['value']}) works on datacenter GPUs only, "
                     f"not on {names}")
     current = version_key(img.vllm_version)
-    for version in sorted(table["versions"], key=version_key, reverse=True):
+    for version in sorted(table.versions, key=version_key, reverse=True):
         if options or version_key(version) >= current:
             continue  # a build of the pinned release beats going back a release
-        older = table["versions"][version]
-        builds = [older["cuda"]] + list(older.get("official_variants") or {})
+        older = table.versions[version]
+        builds = [older.cuda, *older.official_variants]
         usable = [b for b in builds if runs(b)]
         if usable:
             build = usable[0]
-            extra = "" if build == older["cuda"] else (
+            extra = "" if build == older.cuda else (
                 f" image.cuda={build}" + ("" if on_vllm_image else " image.strategy=official"))
             options.append(f"image.vllm_version={version}{extra} (its CUDA {build} build needs driver >= "
-                           f"{table['cuda'][build]['min_driver']})")
+                           f"{table.cuda[build].min_driver})")
     return options, note
 
 

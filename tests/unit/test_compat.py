@@ -231,7 +231,7 @@ def test_orin_pins_the_torch_jetson_containers_built_vllm_against():
     from kit.deploy.deployment import requirements_for
 
     build = jetson_build("0.16.0", "r36.4")
-    assert build == {"cuda": "12.6", "pip": "vllm==0.16.0", "torch": "2.11.0"}
+    assert build is not None and build.model_dump() == {"cuda": "12.6", "pip": "vllm==0.16.0", "torch": "2.11.0"}
     _, _, preset = load_preset("orin")
     assert requirements_for(preset)[:2] == ["vllm==0.16.0", "torch==2.11.0"]
 

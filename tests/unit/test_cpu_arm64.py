@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from kit.cli.main import cli
 from kit.core.datafiles import vllm_table
 from kit.core.errors import KitError
+from kit.core.tables import vllm_model
 from kit.deploy.pipeline import prepare
 
 pytestmark = pytest.mark.unit
@@ -80,11 +81,13 @@ def amd64_image_only(monkeypatch):
     """vLLM 0.32.0's row as if it had no arm64 CPU image (a release row of the user's own may lack one)."""
     from kit.config import strategy
 
-    table = vllm_table()
-    release = table["versions"]["0.32.0"]
-    images = {"amd64": release["cpu"]["official_images"]["amd64"]}
-    row = {**release, "cpu": {**release["cpu"], "official_images": images}}
-    monkeypatch.setattr(strategy, "vllm_table", lambda: {**table, "versions": {**table["versions"], "0.32.0": row}})
+    table = vllm_model()
+    release = table.versions["0.32.0"]
+    assert release.cpu is not None
+    cpu = release.cpu.model_copy(update={"official_images": {"amd64": release.cpu.official_images["amd64"]}})
+    row = release.model_copy(update={"cpu": cpu})
+    monkeypatch.setattr(strategy, "vllm_model", lambda: table.model_copy(update={"versions": {**table.versions,
+                                                                                              "0.32.0": row}}))
 
 
 def test_a_release_without_an_arm64_cpu_image_is_refused_by_name(amd64_image_only):

@@ -173,12 +173,14 @@ def test_disk_needs_image_plus_weights():
 
 def test_the_official_image_budget_follows_its_newest_published_size(monkeypatch):
     from kit.config import strategy
+    from kit.core.tables import ImageSize
 
     official = strategy.strategy_for("official")
     assert official.disk_gib() == pytest.approx(28.6e9 / (1 << 30) + 1)
-    table = strategy.vllm_table()
-    bigger = [*table["official_image_sizes"], {"image": "vllm/vllm-openai:latest", "date": "2026-11", "gb": 40.0}]
-    monkeypatch.setattr(strategy, "vllm_table", lambda: {**table, "official_image_sizes": bigger})
+    table = strategy.vllm_model()
+    newest = ImageSize(image="vllm/vllm-openai:latest", date="2026-11", gb=40.0, source="a test's")
+    bigger = table.model_copy(update={"official_image_sizes": [*table.official_image_sizes, newest]})
+    monkeypatch.setattr(strategy, "vllm_model", lambda: bigger)
     assert official.disk_gib() == pytest.approx(40e9 / (1 << 30) + 1)
     # 31 GiB free passed the old fixed 30 GiB; it is short of a 38 GiB image and a small model.
     check = check_disk(facts(disk_free={"/var/lib/docker": 31 << 30}), None)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE_BLOCKS_MAX = 4
 HIDDEN_ERRORS_MAX = 39
-ANY_ANNOTATIONS_MAX = 64
+ANY_ANNOTATIONS_MAX = 63
 OVERRIDE = re.compile(r"\[\[tool\.mypy\.overrides\]\][^\n]*\nmodule = [^\n]*\ndisable_error_code = [^\n]*\n")
 
 
@@ -53,7 +53,7 @@ def test_any_annotations_do_not_grow():
 
 
 # --------------------------------------------------------------------------- import structure (issue 38)
-FUNCTION_LEVEL_IMPORTS_MAX = 178  # 2026-12-03; lower it when you hoist one to the top of its module
+FUNCTION_LEVEL_IMPORTS_MAX = 175  # 2026-12-04 (typed tables, issue 38); lower it when you hoist one to the top of its module
 
 
 def _kit_modules() -> dict[str, Path]:
