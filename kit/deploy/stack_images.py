@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,13 +59,15 @@ def stack_images(files: dict[str, str], values: Mapping[str, str]) -> list[Stack
 
 
 def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image: str, base_given: bool,
-                 out_dir: Path, kit: str) -> str | None:
+                 out_dir: Path, kit: str, on_engine: Callable[[str], bool] | None = None) -> str | None:
     """The `note:` line after `kit render`'s `next:` on a render made for a host without a registry: one whose base
     was given (--base-image) or whose site image a variable names (VLLM_KIT_DOOR_IMAGE, kit/data/service_env.yaml
     ``images_from_environment``). It names exactly what compose would still fetch: the images it pulls that no
     variable replaces, and the kit's images it builds when the engine lacks them (which needs the package index
-    unless `kit build --wheelhouse` builds them first). None for a render with neither sign (compose fetches what it
-    needs from the registries, as before)."""
+    unless `kit build --wheelhouse` builds them first). An image ``on_engine`` says this engine has is left out (compose
+    neither pulls nor builds it: after `kit build`, a re-render that keeps the image's tag needs nothing more). None
+    for a render with neither sign (compose fetches what it needs from the registries, as before), or when nothing
+    is left to name."""
     images = stack_images(files, values)
     if not base_given and not any(i.from_variable for i in images):
         return None
@@ -74,15 +76,19 @@ def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image
     for image in images:
         if image.from_variable:
             continue  # the site's own image, which the variable names for this host
+        if on_engine is not None and on_engine(image.ref):
+            continue  # already here: compose uses it as it is
         services = ", ".join(image.services)
         if image.built:
-            needs.append(f"{image.ref} ({services}; `{kit} build --out {folder} --wheelhouse WHEELHOUSE` builds it "
-                         f"without a registry from base {base_image} on this engine and the wheels `{kit} wheelhouse "
-                         f"--out {folder} --wheelhouse WHEELHOUSE` fetched on a connected host)")
+            needs.append(f"{image.ref} ({services}; `{kit} wheelhouse --out {folder} --wheelhouse WHEELHOUSE` fetches "
+                         f"its wheels on a connected host, then `{kit} build --out {folder} --wheelhouse WHEELHOUSE` "
+                         f"builds it without a registry from base {base_image} on this engine)")
         elif image.variable:
             needs.append(f"{image.ref} ({services}; or {image.variable}=IMAGE in {out_dir / '.env'}, an image this "
                          "engine has)")
         else:
             needs.append(f"{image.ref} ({services}; `docker load` it from a connected host)")
+    if not needs:
+        return None
     return ("note: on a host without a registry, the line above needs on this engine first (compose pulls or builds "
             "what it lacks): " + "; ".join(needs))

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
+from kit.cli.render import image_on_engine as engine_check  # the real one (the fixture below stands in for it)
 from kit.core.envfile import read_env_file
 from kit.deploy.door import IMAGE_ENV, image_ref as door_pinned
 from kit.deploy.stack_images import stack_images
@@ -28,6 +29,9 @@ STANDIN = "vllm-kit/standin-haproxy:local"
 @pytest.fixture(autouse=True)
 def _kit_on_path(monkeypatch):
     monkeypatch.setenv("VLLM_KIT_PROG", "kit")  # how the printed commands name the kit
+    # An engine without the stack's images, whatever this host's holds (the test after the next says what one with
+    # them changes).
+    monkeypatch.setattr("kit.cli.render.image_on_engine", lambda ref: False)
 
 
 def render(out, *args):
@@ -65,10 +69,38 @@ def test_the_shells_door_image_goes_into_env_and_the_printed_line_needs_no_prefi
     image = json.loads(render(tmp_path, "--json").stdout)["data"]["image"]
     assert note == (
         "note: on a host without a registry, the line above needs on this engine first (compose pulls or builds what "
-        f"it lacks): {image} (model-make, model-fetch, vllm; `kit build --out {tmp_path} --wheelhouse WHEELHOUSE` "
-        f"builds it without a registry from base {LOCAL_BASE} on this engine and the wheels `kit wheelhouse --out "
-        f"{tmp_path} --wheelhouse WHEELHOUSE` fetched on a connected host)")
+        f"it lacks): {image} (model-make, model-fetch, vllm; `kit wheelhouse --out {tmp_path} --wheelhouse WHEELHOUSE` "
+        f"fetches its wheels on a connected host, then `kit build --out {tmp_path} --wheelhouse WHEELHOUSE` builds it "
+        f"without a registry from base {LOCAL_BASE} on this engine)")
     assert "haproxy" not in note and "debian" not in note
+
+
+def test_after_kit_build_the_note_no_longer_names_the_image_the_engine_has(tmp_path, monkeypatch):
+    """The walk: render, `kit build` as the note says, then a tweak re-rendered (the image's tag unchanged): the note
+    named the built image as still needed, contradicting the build. An image the engine has is left out; with
+    nothing left, there is no note. What is still missing is named as before."""
+    monkeypatch.setenv(IMAGE_ENV, STANDIN)
+    render(tmp_path, "--base-image", LOCAL_BASE)
+    image = json.loads(render(tmp_path, "--json").stdout)["data"]["image"]
+    asked: list[str] = []
+
+    def built(ref: str) -> bool:
+        asked.append(ref)
+        return ref == image
+
+    monkeypatch.setattr("kit.cli.render.image_on_engine", built)
+    tweaked = render(tmp_path, "engine.max_num_seqs=4")
+    assert image in asked
+    assert not lines(tweaked, "note: on a host without a registry")
+    assert lines(tweaked, "next: ")
+    with_monitoring = render(tmp_path, "--with", "monitoring")
+    [note] = lines(with_monitoring, "note: on a host without a registry")
+    assert image not in note and "prometheus" in note and "`docker load` it from a connected host" in note
+
+
+def test_the_engine_check_says_no_where_there_is_no_engine(monkeypatch):
+    monkeypatch.setenv("PATH", "")  # no docker CLI
+    assert engine_check("vllm-kit/cpu:0.32.0") is False
 
 
 def test_compose_itself_reads_the_door_image_from_env(tmp_path, monkeypatch):
