@@ -58,10 +58,10 @@ def fill_env_values(path: Path, values: Mapping[str, str], header: Sequence[str]
     """Give the .env at ``path`` each name of ``values`` it does not set (``is_set``); the names written, in order.
 
     A name set to nothing is given its value on its own line (the last one, the line compose reads); a missing one
-    is appended, after the ``header`` comment lines when the file is new or gains names at its end. Everything else
-    the file holds stays byte for byte. The new file replaces the old atomically (a temp file beside it, fsync,
-    rename), mode 0600; a link, FIFO or anything but a plain file there is EnvFileError and nothing is written.
-    Each value must be one line of plain characters (the caller makes them)."""
+    is appended, after the ``header`` comment lines when the file does not hold them already (a second write adds
+    names, not a second copy of the header). Everything else the file holds stays byte for byte. The new file
+    replaces the old atomically (a temp file beside it, fsync, rename), mode 0600; a link, FIFO or anything but a
+    plain file there is EnvFileError and nothing is written. Each value must be one line of plain characters (the caller makes them)."""
     text = _read_text(path)
     current = _values(text) if text is not None else {}
     wanted = {name: value for name, value in values.items() if not is_set(current.get(name))}
@@ -83,7 +83,8 @@ def fill_env_values(path: Path, values: Mapping[str, str], header: Sequence[str]
     if appended:
         if new and not new.endswith("\n"):
             new += "\n"
-        new += "".join(f"# {line}\n" if line else "#\n" for line in header) + "".join(appended)
+        block = "".join(f"# {line}\n" if line else "#\n" for line in header)
+        new += ("" if block and block in new else block) + "".join(appended)  # the header once, not once a write
     try:
         _replace(path, new)
     except OSError as exc:  # a folder the kit may not write in, a full disk: one line naming the file

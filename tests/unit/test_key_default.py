@@ -195,3 +195,22 @@ def test_a_folder_the_kit_cannot_write_env_in_is_one_line_not_a_traceback(tmp_pa
     with pytest.raises(EnvFileError, match=r"gone/\.env: cannot write \(No such file or directory\)"):
         fill_env_values(tmp_path / "gone" / ".env", {"VLLM_API_KEY": "k"})
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_second_write_adds_names_not_a_second_header(tmp_path, monkeypatch):
+    """The walk: render wrote the key under the kit's two-line header; a re-render with a site image in the shell
+    (VLLM_KIT_DOOR_IMAGE) appended that name under a second copy of the same header."""
+    from kit.deploy.door import IMAGE_ENV
+    from kit.deploy.service_env import HEADER
+
+    assert render(tmp_path).exit_code == 0
+    monkeypatch.setenv(IMAGE_ENV, "vllm-kit/standin-haproxy:local")
+    assert render(tmp_path).exit_code == 0
+    text = (tmp_path / ".env").read_text()
+    assert text.count(HEADER[0]) == 1, text
+    assert set(read_env_file(tmp_path / ".env")) == {"VLLM_API_KEY", IMAGE_ENV}
+    # A header the user removed comes back once, above what is added.
+    (tmp_path / ".env").write_text("HF_TOKEN=hf_x\n")
+    fill_env_values(tmp_path / ".env", {"VLLM_API_KEY": "k"}, HEADER)
+    assert (tmp_path / ".env").read_text() == "HF_TOKEN=hf_x\n" + "".join(f"# {line}\n" for line in HEADER) + \
+        "VLLM_API_KEY=k\n"
