@@ -113,8 +113,10 @@ def status(out_dir: Path, as_json: bool) -> None:
         data["deployment"] = dict(rows)
     healthy = data["health"] == "ok"
     if as_json:
+        import shlex
+
         problems = None if healthy else [problem_json(None, f"{data['url']}/health: {data['health']}",
-                                                      "see `kit logs --out DIR`")]
+                                                      f"see `kit logs --out {shlex.quote(str(out_dir))}`")]
         emit_json(data, ok=healthy, problems=problems)
     else:
         from kit.cli.output import key_values
@@ -122,7 +124,8 @@ def status(out_dir: Path, as_json: bool) -> None:
         kv = data["kv_cache_usage_perc"]
         key_values([
             *rows,
-            ("project", data["project"] or "(none running)"),
+            # The record's compose project, when that is what runs, is named once (the row above).
+            *(() if ("compose project", data["project"]) in rows else (("project", data["project"] or "(none running)"),)),
             ("container", f"{data['container'] or '-'} ({data['state'] or 'absent'}, health {data['container_health'] or '-'})"),
             ("url", data["url"]),
             ("health", data["health"]),

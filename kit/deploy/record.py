@@ -464,8 +464,11 @@ def describe(record: Record, out_dir: Path) -> list[tuple[str, str]]:
     found = recorded_preset_file(record, out_dir)
     if found is not None:
         now = file_sha256(found)
+        import shlex
+
+        diff = f"kit render --out {shlex.quote(str(out_dir))} --diff"  # the folder asked about, as typed to run
         rows.append(("preset file", "unchanged since the render" if now == record.preset_sha256
-                     else "changed since the render: `kit render --out DIR --diff` shows what a render would change"))
+                     else f"changed since the render: `{diff}` shows what a render would change"))
     else:
         rows.append(("preset file", "missing: the recorded preset no longer resolves"))
     rows.append(("overrides", " ".join(record.overrides) or "none"))

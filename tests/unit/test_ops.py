@@ -171,6 +171,29 @@ def test_status_json_shape_and_table(server, tmp_path, monkeypatch):
     assert down.exit_code == 1 and json.loads(down.stdout)["data"]["health"] == "unreachable"
 
 
+def test_status_of_a_rendered_folder_names_it_in_its_hints_and_its_project_once(server, tmp_path, monkeypatch):
+    """The walk: `kit status` printed the compose project twice (the record's row and the running one's), and told
+    to run `kit render --out DIR --diff` / `kit logs --out DIR` with DIR left for the user to fill in."""
+    from kit.deploy.record import compose_project
+
+    mine = tmp_path / "presets" / "mine.yaml"
+    mine.parent.mkdir()
+    mine.write_text((Path(__file__).parents[2] / "presets" / "cpu.yaml").read_text())
+    out = tmp_path / "my deploy"
+    assert invoke("render", f"preset={mine}", "--out", str(out)).exit_code == 0
+    mine.write_text(mine.read_text().replace("max_num_seqs: 8", "max_num_seqs: 6"))
+    port = int(server.rsplit(":", 1)[1])
+    rows = [{"project": compose_project(out), "service": "vllm", "container": "c-vllm-1", "state": "running",
+             "health": "healthy", "publishers": [{"URL": "127.0.0.1", "TargetPort": 8000, "PublishedPort": port}]}]
+    monkeypatch.setattr(ops, "ps", lambda _out: rows)
+    text = invoke("status", "--out", str(out)).stdout
+    assert f"`kit render --out '{out}' --diff` shows what a render would change" in text
+    assert [line.split()[-1] for line in text.splitlines() if "project" in line.split()[:2]] == [compose_project(out)]
+    rows[0]["publishers"][0]["PublishedPort"] = 9  # nothing answers there
+    down = json.loads(invoke("status", "--out", str(out), "--json").stdout)
+    assert down["problems"][0]["hint"] == f"see `kit logs --out '{out}'`"
+
+
 def test_a_stopped_single_node_stack_is_asked_on_the_port_its_file_publishes(tmp_path):
     write_files(prepare("cpu", ["runtime.port=18777"]).files, tmp_path)
     assert ops.server_url(None, tmp_path / "compose.yaml") == "http://127.0.0.1:18777"
