@@ -60,8 +60,18 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
             "total_steps": result.total_steps, "log": str(result.log_path), "command": str(result.script_path)}
     if router_ref:
         data["router_image"] = router_ref
+    # What `docker compose up` of the folder reads beside the image (the API key): written as `kit render` writes it,
+    # so the next line printed below works as printed after a build of a folder never rendered.
+    import os
+
+    from kit.deploy.service_env import fill_stack_env
+
+    env = fill_stack_env(prepared.files, prepared.preset, out_dir / ".env", os.environ)
+    from kit.cli.render import next_step
+
+    step = next_step(prepared, out_dir, env)  # the line `kit render` ends with: the build was the step before it
     if as_json:
-        emit_json(data)
+        emit_json({**data, "next": step.removeprefix("next: ")})
         return
     from kit.cli.output import key_values
 
@@ -71,6 +81,9 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
                 *(("label", f"{key}={value}") for key, value in sorted(result.labels.items())),
                 ("log", f"{result.log_path} (command: {result.script_path})"),
                 *((("router", router_ref),) if router_ref else ())])
+    for line in env.lines():
+        status(line)
+    status(step)
 
 
 def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001, ANN202

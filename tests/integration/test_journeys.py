@@ -179,6 +179,7 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         data = rebuilt["data"]
         assert data["cached_steps"] >= data["total_steps"] - 3, data
         assert data["image_id"] == cpu_image.result.image_id
+        assert data["next"] == up_line(out)  # the build names what comes after it: the render's line
         started = kit("up", "--out", str(out), "--wheelhouse", str(cpu_wheelhouse), timeout=COMPOSE_TIMEOUT_S)
         assert f"on http://127.0.0.1:{port}" in started.stdout, started.stdout
         args = server_args(out, docker_client)

@@ -1,0 +1,57 @@
+"""`kit build --out DIR` ends with the line `kit render` ends with: the journey render -> build -> start had no
+printed step after the build (the render's note said "build first", the build said nothing of what comes next), and a
+folder built without a render first had no key in .env, so `docker compose up` refused to start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kit.cli.main import cli
+from kit.core.envfile import read_env_file
+from kit.image.build import BuildResult
+from kit.run.workflow import project_for
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def no_docker_build(monkeypatch):
+    """`kit build`'s image step stands in for the Docker build (the CLI's output is what is tested)."""
+    def fake_build(prepared, out_dir, **_):
+        return BuildResult(image_id="sha256:" + "ab" * 32, tags=[prepared.image_ref], size_bytes=2**30, labels={},
+                           seconds=1.0, log_path=Path(out_dir) / ".kit" / "build.log",
+                           script_path=Path(out_dir) / ".kit" / "build.sh", cached_steps=27, total_steps=27)
+
+    monkeypatch.setattr("kit.cli.build._build", fake_build)
+    monkeypatch.setenv("VLLM_KIT_PROG", "kit")
+
+
+def test_build_prints_the_renders_next_line_and_the_key_it_needs(tmp_path, no_docker_build):
+    out = tmp_path / "never-rendered"
+    result = CliRunner().invoke(cli, ["build", "preset=cpu", "--out", str(out), "--wheelhouse", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == (f"next: cd {out} && docker compose -p {project_for(out)} up -d --wait "
+                                              "--remove-orphans")
+    assert read_env_file(out / ".env").get("VLLM_API_KEY")  # what compose refuses to start without
+    assert f"wrote VLLM_API_KEY into {out / '.env'}" in result.stderr
+    assert read_env_file(out / ".env")["VLLM_API_KEY"] not in result.output
+
+
+def test_a_rendered_folders_key_is_kept_and_json_stays_one_object(tmp_path, no_docker_build):
+    out = tmp_path / "d"
+    rendered = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(out)])
+    assert rendered.exit_code == 0, rendered.output
+    key = read_env_file(out / ".env")["VLLM_API_KEY"]
+    result = CliRunner().invoke(cli, ["build", "--out", str(out), "--wheelhouse", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.lstrip().startswith("{") and "next:" not in result.stdout
+    assert json.loads(result.stdout)["data"]["next"] == (f"cd {out} && docker compose -p {project_for(out)} up -d "
+                                                         "--wait --remove-orphans")
+    assert read_env_file(out / ".env")["VLLM_API_KEY"] == key
+    built = CliRunner().invoke(cli, ["build", "--out", str(out), "--wheelhouse", str(tmp_path)])
+    assert "wrote VLLM_API_KEY" not in built.stderr
+    assert built.stderr.splitlines()[-1].startswith(f"next: cd {out} && docker compose -p ")
