@@ -198,7 +198,7 @@ print(json.dumps({'is_aot': spec.is_aot, 'library': str(library), 'aot_dir': str
 """
 
 
-def test_the_sampler_is_compiled_into_the_image_and_flashinfer_loads_it_without_building(slim_image, docker_client):
+def test_the_sampler_is_compiled_into_the_image_and_resolves_to_the_precompiled_file(slim_image, docker_client):
     # images/flashinfer_aot.py compiled FlashInfer's sampling module for the preset's compute capability while the
     # image was built, and put it where FlashInfer looks for precompiled modules first: what vLLM calls at its first
     # sample (flashinfer/sampling.py get_sampling_module: build_and_load, which tries JitSpec.try_load on the AOT
