@@ -14,8 +14,9 @@ from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
 from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
-from kit.core.datafiles import gpu_catalog, load_yaml, vllm_table
+from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.errors import PresetError
+from kit.core.tables import vllm_model
 from kit.memory.rules import flashinfer_sampler_used, rules_for
 
 CONTAINER_PORT = 8000
@@ -304,11 +305,10 @@ def healthcheck_start_period_for(preset: Preset) -> tuple[int, str]:
 
 def requirements_for(preset: Preset) -> list[str]:
     """The pinned top-level packages the image installs from wheels."""
-    table = vllm_table()
     img, eng = preset.image, preset.engine
     reqs = strategy_of(preset).packages(preset)
     if eng.distributed_executor_backend == "ray" or preset.hardware.nodes > 1:
-        reqs.append(table["ray"]["pip"])
+        reqs.append(vllm_model().ray.pip)
     reqs += img.extra_pip
     return reqs
 
@@ -669,8 +669,7 @@ def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[s
     None without a GPU from the catalog: the image would not know which compute capability to compile for."""
     if not gpu or not gpu.get("compute_capability"):
         return []
-    release = vllm_table()["versions"][preset.image.vllm_version]
-    modules = list(release.get("flashinfer_aot") or [])
+    modules = list(vllm_model().versions[preset.image.vllm_version].flashinfer_aot or [])
     sampler = rules_for(preset.image.vllm_version)["memory_accounting"].get("sampler", {})
     if "sampling" in modules and not flashinfer_sampler_used(sampler, str(gpu["compute_capability"]),
                                                              gpu.get("sm_count")):
