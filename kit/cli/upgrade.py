@@ -16,7 +16,7 @@ def _release(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     """--to takes a release as a preset pins one (X.Y.Z): anything else is the option's grammar (exit 2)."""
     import re
 
-    from kit.config.preset import VERSION_RE
+    from kit.core.versions import VERSION_RE
 
     if value is not None and not re.match(VERSION_RE, value):
         raise click.BadParameter(f"{value!r} is not a vLLM release X.Y.Z (e.g. 0.33.0)")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from kit.config.pooling import PoolingProfile, pooling_profile
 from kit.core.docker_engine import docker_client
+from kit.core.units import ram_in_bytes
 from kit.deploy.deployment import WATCHDOG_FILE, Deployment
 from kit.deploy.pipeline import Prepared
 from kit.memory import vllmlog
@@ -135,8 +136,6 @@ def shm_kib(host) -> int:  # noqa: ANN001
 
 def expected_shm_kib(size: str) -> int:
     # Docker mounts the tmpfs with size=<bytes>; the kernel rounds that up to whole 4 KiB pages.
-    from kit.config.preset import ram_in_bytes
-
     return -(-ram_in_bytes(size) // 4096) * 4
 
 
