@@ -3,7 +3,10 @@
 Every model refuses a key it does not know (a misspelt key is an error, not a rule silently ignored), checks the
 types and requires what every reader needs. ``check_table`` turns a table into its model or a KitError whose
 problems name the file and the dotted field, as a preset's errors do (kit/config/presetload.py). The models are
-read-only: a table is shared by every caller (kit/core/datafiles.py caches it).
+read-only: a table is shared by every caller. ``compat_model()`` and ``vllm_model()`` (below) load, check and cache
+them; kit/core/datafiles.py ``vllm_table()`` is the same vllm.yaml as a mapping, checked by the same models (the
+user's rows too, kit/core/userdata.py). This module loads pydantic: the CLI's start (`kit --help`) does not import
+it.
 """
 
 from __future__ import annotations
@@ -420,14 +423,14 @@ def table_problems(exc: ValidationError, where: str, model: type[BaseModel], pre
 
 
 def check_table(model: type[M], data: object, where: str, *, error: type[KitError] = KitError,
-                prefix: str = "") -> M:
+                prefix: str = "", hint: str = "the table's comments say what each field holds") -> M:
     """``data`` as ``model``; else ``error`` listing every problem, each naming ``where`` and the field."""
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as exc:
         problems = table_problems(exc, where, model, prefix)
-        raise error(f"{where}: {len(problems)} problem(s) in the table, first: {problems[0]}",
-                    hint="the table's comments say what each field holds", problems=problems) from None
+        raise error(f"{where}: {len(problems)} problem(s) in the table, first: {problems[0]}", hint=hint,
+                    problems=problems) from None
 
 
 

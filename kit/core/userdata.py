@@ -36,6 +36,7 @@ SNAPSHOT_NAME_RE = re.compile(r"vllm-(?P<version>.+)\.json")
 # The fields of a version row (kit/data/vllm.yaml `versions`): those every row has, and those some have.
 ROW_REQUIRED = ("cuda", "torch", "python", "pip", "official_image", "official_layout", "defaults")
 ROW_OPTIONAL = ("official_variants", "jit_toolchain", "flashinfer_aot", "cpu", "jetson", "no_cpu_build")
+ROW_HINT = "a row has the fields of the kit's own rows (README: Releases the kit does not ship)"
 # The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
 # name only these, since they go into the Dockerfile's RUN line.
 FLASHINFER_AOT_MODULES = ("sampling",)
@@ -276,12 +277,10 @@ def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, dic
         if problems:
             field, message = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise UserDataError(f"{path}: {field}: {message}{more}",
-                                hint="a row has the fields of the kit's own rows (README: Releases the kit does "
-                                     "not ship)")
+            raise UserDataError(f"{path}: {field}: {message}{more}", hint=ROW_HINT)
         from kit.core.tables import VersionRow, check_table  # pydantic: not at import (`kit --help` stays light)
 
-        check_table(VersionRow, row, str(path), error=UserDataError, prefix=f"versions.{version}")
+        check_table(VersionRow, row, str(path), error=UserDataError, prefix=f"versions.{version}", hint=ROW_HINT)
         found[str(version)] = row
     return found
 

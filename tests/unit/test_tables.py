@@ -123,6 +123,7 @@ def test_a_users_row_is_checked_by_the_same_models_naming_the_users_file(tmp_pat
         user_version_rows(folder, load_yaml("vllm.yaml"))
     first = caught.value.lines()[0]
     assert first.startswith(f"{folder / 'vllm.yaml'}: {field}: {message}"), first
+    assert "Releases the kit does not ship" in (caught.value.hint or "")  # where the README says what a row holds
 
 
 def test_a_users_row_joins_the_typed_table(tmp_path):
