@@ -284,12 +284,18 @@ def allowance_report(cases: list[dict], version: str = "0.34.0") -> None:
     header = f"{'family':<10}{'case':<36}{'shortfall':>10}{'from others':>12}{'planned':>9}{'vLLM':>8}{'error':>9}"
     print(header)
     print("-" * len(header))
+    errors = []
     for family, case_id, before, actual in runs:
         others = [b - a for f, _, b, a in runs if f != family]
         held = max(max(others, default=0.0), 0.0)
         planned = before - held
+        errors.append((pct(planned, actual), family))
         print(f"{family:<10}{case_id:<36}{before - actual:>+9.2f} {held:>11.2f}{planned:>9.2f}{actual:>8.2f}"
               f"{pct(planned, actual):>+8.2f}%")
+    over = sorted({family for error, family in errors if error > 0})
+    print(f"{version} allowance, family held out: KV GiB error {min(errors)[0]:+.2f}% to {max(errors)[0]:+.2f}% "
+          f"(n={len(errors)}); over vLLM: "
+          f"{', '.join(over) or 'none'}")
 
 
 def verdict_report(cases: list[dict]) -> bool:

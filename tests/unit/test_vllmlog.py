@@ -3,6 +3,7 @@ planner against what those logs say. Figures come from parsing the logs here, ne
 
 from __future__ import annotations
 
+import json
 import lzma
 import statistics
 from pathlib import Path
@@ -258,10 +259,16 @@ CASES_034 = [c for c in ALL_CASES if str(c["inputs"].get("vllm_version")) == "0.
 
 
 def test_034_runs_on_the_h200_read_as_vllm_sized_them() -> None:
-    """The five 0.34.0 start-ups (kit/data/calibration/h200-vllm-0.34.0): with the extensible cache the KV cache is
-    what fitted after warm-up; Gemma-2's refusal is read with the room it had (2.38 GiB for 2.64 GiB needed)."""
+    """The fourteen 0.34.0 start-ups (kit/data/calibration/h200-vllm-0.34.0): with the extensible cache the KV cache
+    is what fitted after warm-up; Gemma-2's refusals are read with the room they had (2.38 and 2.58 GiB for 2.64 GiB
+    needed); vLLM keeps the larger of the allocated peak and torch's reservation growth."""
     logs = {c["id"]: vllmlog.parse(text_of(c)) for c in CASES_034}
-    assert len(logs) == 5
+    assert len(logs) == 14
+    gemma64 = logs["h200-034-gemma2-9b-24g-64seqs"]
+    assert not gemma64.ready and gemma64.kv_fit_after_warmup_gib == 2.58 and "2.64 GiB KV cache is needed" in gemma64.fatal
+    moe = logs["h200-034-qwen3-30b-a3b-moe-80g"]  # the allocated peak outgrew the reservation growth
+    assert (moe.transient_peak_gib, moe.torch_reserve_growth_gib, moe.kept_for_transients_gib) == (2.07, 0.67, 2.07)
+    assert (moe.kv_cache_tokens, moe.kv_cache_gib) == (136192, 12.47)
     llama = logs["h200-034-llama3.1-8b-24g"]
     assert (llama.kv_fit_after_warmup_gib, llama.kv_cache_gib, llama.kv_capacity_gib) == (5.75, 5.75, 6.08)
     assert (llama.transient_peak_gib, llama.torch_reserve_growth_gib, llama.free_at_start_gib) == (0.45, 0.5, 139.1)
@@ -269,6 +276,20 @@ def test_034_runs_on_the_h200_read_as_vllm_sized_them() -> None:
     assert not gemma.ready and gemma.kv_fit_after_warmup_gib == 2.38 and "2.64 GiB KV cache is needed" in gemma.fatal
     off = logs["h200-034-qwen3-8b-24g-noext"]
     assert off.free_after_warmup_gib is None and off.kv_cache_tokens == 41536  # 0.33's estimate path
+
+
+def test_034_round_two_was_planned_before_it_ran_and_every_verdict_held() -> None:
+    """The second round's plans, committed before any of its engines ran (preregistered-plans-round2.json): every
+    verdict is vLLM's (Gemma-2 at 64 sequences refused, the rest served) and no KV figure is above vLLM's."""
+    plans = json.loads((DATA / "calibration" / "h200-vllm-0.34.0" / "preregistered-plans-round2.json").read_text())["plans"]
+    by_log = {Path(c["log"]).name.removesuffix(".log.xz"): c for c in CASES_034}
+    ran = {name: plan for name, plan in plans.items() if name in by_log}
+    assert len(ran) == 9 and "dsv2lite-48g" not in ran  # DeepSeek did not reach /health within the call
+    for name, plan in ran.items():
+        log = vllmlog.parse(text_of(by_log[name]))
+        assert plan["fits"] == bool(log.ready), name
+        room = log.kv_fit_after_warmup_gib
+        assert room is not None and plan["kv_cache_gib"] <= room + 0.01, name
 
 
 def test_034_plans_are_never_above_what_vllm_found_room_for() -> None:
