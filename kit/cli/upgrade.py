@@ -214,24 +214,44 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
 
 
 def _folder_image_tag(out_dir: Path) -> str | None:
-    """The tag of the image the folder's rendered files build, as they are now (kit/deploy/render.py image_tag);
-    None where a file the tag hashes is missing."""
+    """The image the folder's rendered files build, as they are now: its content tag (kit/deploy/render.py
+    image_tag) and the references compose.yaml runs it by (_built_images); None where a file the tag hashes is
+    missing."""
     from kit.core.write import _read_regular
     from kit.deploy.deployment import BUILD_FILES
-    from kit.deploy.render import TAGGED_FILES, image_tag
+    from kit.deploy.render import TAGGED_FILES
 
-    texts = {name: data.decode("utf-8", errors="replace") for name in (*TAGGED_FILES, *BUILD_FILES)
+    texts = {name: data.decode("utf-8", errors="replace") for name in (*TAGGED_FILES, *BUILD_FILES, "compose.yaml")
              if (data := _read_regular(out_dir / name)) is not None}
-    return image_tag(texts)
+    return _image_of(texts)
+
+
+def _image_of(files: dict[str, str]) -> str | None:
+    """The content tag of the image ``files`` build and the references compose.yaml names it by, as one string."""
+    from kit.deploy.render import image_tag
+
+    tag = image_tag(files)
+    return None if tag is None else " ".join([tag, *_built_images(files.get("compose.yaml", ""))])
+
+
+def _built_images(compose: str) -> list[str]:
+    """The image references compose.yaml's services run from a local build (pull_policy never): a repository given
+    with the command (image.repository) moves these and not the content tag."""
+    import yaml
+
+    try:
+        services = (yaml.safe_load(compose) or {}).get("services") or {}
+    except yaml.YAMLError:
+        return ["(unreadable compose.yaml)"]
+    return sorted({str(s.get("image")) for s in services.values()
+                   if isinstance(s, dict) and s.get("pull_policy") == "never" and s.get("image")})
 
 
 def _image_changed(upgrade, folder_tag: str | None) -> bool:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
-    """Whether --apply moved the folder to another image: the tag its files built before (``folder_tag``) is not the
-    tag of the render it wrote (at the same release: its vLLM part is the same). Files outside the tag's inputs
-    (.dockerignore, compose.yaml) change no image."""
-    from kit.deploy.render import image_tag
-
-    return folder_tag is None or folder_tag != image_tag(upgrade.after.files)
+    """Whether --apply moved the folder to another image: what its files built before (``folder_tag``: the content
+    tag and the references compose runs it by) is not what the render it wrote builds (at the same release: its vLLM
+    part is the same). Files outside those (.dockerignore) change no image."""
+    return folder_tag is None or folder_tag != _image_of(dict(upgrade.after.files))
 
 
 def _repin_next(upgrade, out_dir: Path | None, applied: list | None, relock: str | None) -> NextSteps:  # noqa: ANN001

@@ -320,3 +320,15 @@ def test_apply_at_the_same_release_asks_for_a_build_by_the_image_tag_not_by_what
     data = json.loads(again.stdout)["data"]
     assert data["applied"][".dockerignore"] == "create" and data["next"] == [], again.output
     assert (out / ".dockerignore").is_file()
+
+
+def test_apply_at_the_same_release_with_another_repository_asks_for_the_build(tmp_path):
+    """image.repository given with --apply at the folder's release moves compose's image reference and not the
+    content tag: compose (pull_policy never) would run an image nobody built, so the step is the build."""
+    out = tmp_path / "d"
+    assert kit("render", "preset=cpu", "--out", str(out)).exit_code == 0
+    moved = kit("upgrade", "--to", "0.32.0", "--out", str(out), "--apply", "--json", "image.repository=acme/llm")
+    assert moved.exit_code == 0, moved.output
+    [build] = json.loads(moved.stdout)["data"]["next"]
+    assert build.endswith(f"build --out {out}"), build
+    assert "acme/llm:" in (out / "compose.yaml").read_text()
