@@ -666,7 +666,7 @@ def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[s
     """The FlashInfer modules a slim image compiles for its GPU while it is built (vllm.yaml `flashinfer_aot` of the
     release): those vLLM builds at first use on that GPU. The sampler only where vLLM samples with FlashInfer
     (kit/memory/rules.py flashinfer_sampler_used, the rule the planner's sampler terms read too).
-    None without a GPU from the catalog: the image would not know which compute capability to compile for."""
+    None (empty) without a catalog GPU: the image would not know which compute capability to compile for."""
     if not gpu or not gpu.get("compute_capability"):
         return []
     modules = list(vllm_model().versions[preset.image.vllm_version].flashinfer_aot or [])
