@@ -125,13 +125,19 @@ def plan_inputs_from_options(
 
 def plan_heading(result: Plan) -> list[str]:
     i = result.inputs
-    where = i["gpu_name"] or ("cpu" if i["device"] == "cpu" else "GPU")
-    memory = f"{i['gpu_memory_gib']:.2f} GiB" if i["gpu_memory_gib"] else "-"
+    cpu = i["device"] == "cpu"
+    where = i["gpu_name"] or ("cpu" if cpu else "GPU")
+    if cpu:  # the CPU backend's KV cache is a fixed reservation; no GPU memory, no utilization applies
+        space = i.get("cpu_kvcache_space_gib")
+        memory = "-" if space is None else f"KV cache space {space:g} GiB, VLLM_CPU_KVCACHE_SPACE"
+    else:
+        memory = f"{i['gpu_memory_gib']:.2f} GiB" if i["gpu_memory_gib"] else "-"
+    utilization = "" if cpu else f"utilization {i['gpu_memory_utilization']}, "
     return [
         f"{i['model']} on {where} ({memory}), TP={i['tensor_parallel_size']} PP={i['pipeline_parallel_size']}, "
         f"vLLM {i['vllm_version']}",
         f"dtype {i['dtype']}, quantization {i['quantization'] or 'none'}, KV cache {i['kv_cache_dtype']}, "
-        f"utilization {i['gpu_memory_utilization']}, max_model_len {i['max_model_len']}, "
+        f"{utilization}max_model_len {i['max_model_len']}, "
         f"max_num_seqs {i['max_num_seqs']}, max_num_batched_tokens {i['max_num_batched_tokens']}",
     ]
 
@@ -144,7 +150,8 @@ def plan_rows(result: Plan) -> list[tuple[str, str, str]]:
     kv = (gib(result.kv_cache_gib), "") if result.kv_cache_gib >= 0 else \
         ("none", f"does not fit by {-result.kv_cache_gib:.2f} GiB")
     rows = [("weights", gib(result.weights_gib), ""), ("peak activation", gib(result.activation_gib), ""),
-            ("non-torch", gib(result.non_torch_gib), ""), ("CUDA graphs", gib(result.cuda_graph_gib), ""),
+            ("non-torch", gib(result.non_torch_gib), ""),
+            *((("CUDA graphs", gib(result.cuda_graph_gib), ""),) if i["device"] != "cpu" else ()),
             ("KV cache", *kv), ("KV cache tokens", f"{result.kv_cache_tokens:,}", ""),
             ("max concurrency", f"{result.max_concurrency:.2f} x", f"at {i['max_model_len']:,} tokens"),
             ("fits", "yes" if result.fits else "no", "")]

@@ -295,6 +295,21 @@ def test_cpu_tokens_round_down_to_whole_blocks():
     assert result.kv_cache_tokens == 174_720  # 2 GiB / 12 KiB = 174,762.7 -> 1,365 blocks of 128
 
 
+def test_a_cpu_plan_names_its_kv_reservation_not_gpu_settings():
+    """The walk's `kit plan preset=cpu` said "on cpu (-)", "utilization 0.92" and "CUDA graphs 0.00 GiB": none of
+    them applies to the CPU backend, whose KV cache is the fixed VLLM_CPU_KVCACHE_SPACE reservation."""
+    from kit.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["plan", "preset=cpu"])
+    assert result.exit_code == 0, result.output
+    heading, settings = result.stdout.splitlines()[:2]
+    assert heading.startswith("tiny-llama on cpu (KV cache space 1 GiB, VLLM_CPU_KVCACHE_SPACE), TP=1 PP=1")
+    assert "utilization" not in settings and "max_model_len 1024" in settings
+    assert "CUDA graphs" not in result.stdout and "KV cache tokens" in result.stdout
+    gpu = CliRunner().invoke(cli, ["plan", "preset=rtx4090-awq"])
+    assert "utilization 0.9," in gpu.stdout and "CUDA graphs" in gpu.stdout
+
+
 def test_cpu_auto_size_needs_host_memory():
     with pytest.raises(PlanError, match="host memory"):
         plan(PlanInputs(model=tiny_spec(), device="cpu", vllm_version="0.19.0"))
