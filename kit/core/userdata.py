@@ -39,7 +39,7 @@ ROW_OPTIONAL = ("official_variants", "jit_toolchain", "flashinfer_aot", "cpu", "
 ROW_HINT = "a row has the fields of the kit's own rows (README: Releases the kit does not ship)"
 # The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
 # name only these, since they go into the Dockerfile's RUN line.
-FLASHINFER_AOT_MODULES = ("sampling",)
+FLASHINFER_AOT_MODULES = ("sampling", "rope")
 # The fields of a flag snapshot the kit reads (kit/config/flags.py FlagSnapshot.from_dict), and argparse's kinds.
 SNAPSHOT_FORMAT = 1
 FLAG_KINDS = ("store", "store_true", "store_false", "store_const", "boolean_optional", "append", "count", "other")

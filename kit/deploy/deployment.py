@@ -10,14 +10,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from kit.config.modelinfo import load_model_spec
 from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
 from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml
-from kit.core.errors import PresetError
+from kit.core.errors import KitError, PresetError
 from kit.core.tables import vllm_model
-from kit.memory.rules import flashinfer_sampler_used, rules_for
+from kit.memory.rules import flashinfer_rope_used, flashinfer_sampler_used, rules_for
 
 CONTAINER_PORT = 8000
 # Kubernetes: the server listens on the pod's loopback here, and the front door (a sidecar, kit/deploy/k8s.py) on
@@ -147,7 +148,8 @@ class ClusterPlan:
 class ImageSpec:
     """What the image is made of. Two deployments whose specs are equal run from one build (side by side): the
     compared fields are the image's inputs (the Dockerfile, requirements and build files follow from them, never
-    from the model or the flags); the others only describe the build (its labels, comments and repository)."""
+    from the flags, and from the model only where FlashInfer's `rope` is compiled for it: flashinfer_aot); the others
+    only describe the build (its labels, comments and repository)."""
 
     strategy: str
     vllm_version: str
@@ -664,9 +666,11 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
 
 def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[str]:
     """The FlashInfer modules a slim image compiles for its GPU while it is built (vllm.yaml `flashinfer_aot` of the
-    release): those vLLM builds at first use on that GPU. The sampler only where vLLM samples with FlashInfer
-    (kit/memory/rules.py flashinfer_sampler_used, the rule the planner's sampler terms read too).
-    None (empty) without a catalog GPU: the image would not know which compute capability to compile for."""
+    release): those vLLM builds at first use on that GPU for this model. The sampler only where vLLM samples with
+    FlashInfer (kit/memory/rules.py flashinfer_sampler_used, the rule the planner's sampler terms read too); `rope`
+    only for a model whose RoPE vLLM applies with FlashInfer (flashinfer_rope_used: DeepSeek's scaled RoPE), so only
+    those models' images depend on the model. None (empty) without a catalog GPU: the image would not know which
+    compute capability to compile for."""
     if not gpu or not gpu.get("compute_capability"):
         return []
     modules = list(vllm_model().versions[preset.image.vllm_version].flashinfer_aot or [])
@@ -674,4 +678,17 @@ def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[s
     if "sampling" in modules and not flashinfer_sampler_used(sampler, str(gpu["compute_capability"]),
                                                              gpu.get("sm_count")):
         modules.remove("sampling")
+    if "rope" in modules and not _model_uses_flashinfer_rope(preset):
+        modules.remove("rope")
     return modules
+
+
+def _model_uses_flashinfer_rope(preset: Preset) -> bool:
+    """flashinfer_rope_used for the preset's model, read as the planner reads it (the catalog, a local folder, the
+    Hugging Face cache; no hub look-up while rendering). A model the kit cannot read gets no `rope`: its first start
+    compiles it, as before."""
+    try:
+        spec = load_model_spec(preset.model.local_path or preset.model.id)
+    except (KitError, OSError, ValueError):
+        return False
+    return flashinfer_rope_used(spec.architecture, spec.rope_scaling, spec.qk_rope_head_dim)

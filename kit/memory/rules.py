@@ -96,6 +96,25 @@ def flashinfer_sampler_used(sampler: dict[str, Any], compute_capability: str | N
     return sm_count is None or int(sm_count) > int(when["more_than_sms"])
 
 
+# vLLM's DeepSeek attention (vllm/model_executor/models/deepseek_v2.py, the classes registered to it) turns a
+# rope_scaling other than the default into `deepseek_yarn` or `deepseek_llama_scaling`, which get_rope builds as
+# DeepseekScalingRotaryEmbedding; that calls FlashInfer's rope module (flashinfer/jit/rope.py gen_rope_module) where
+# `use_flashinfer` holds (deepseek_scaling_rope.py: fp16 or bf16 on CUDA, a rotary head of 64, 128, 256 or 512, the
+# custom op enabled, as in eager mode). Read in 0.33.0 and 0.34.0; seen building at first start on the H200
+# (kit/data/calibration/h200-vllm-0.34.0/flashinfer-aot.txt, DeepSeek-V2-Lite).
+DEEPSEEK_ROPE_ARCHITECTURES = frozenset({"DeepseekForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                                         "GlmMoeDsaForCausalLM"})
+FLASHINFER_ROPE_HEADS = (64, 128, 256, 512)
+
+
+def flashinfer_rope_used(architecture: str, rope_scaling: dict[str, Any] | None, rope_head_dim: int | None) -> bool:
+    """Whether vLLM applies a model's RoPE with FlashInfer's rope module (DEEPSEEK_ROPE_ARCHITECTURES above): in eager
+    mode; a compiled start takes the native path, so there the module is compiled and not used."""
+    kind = (rope_scaling or {}).get("rope_type") or (rope_scaling or {}).get("type")
+    return (architecture in DEEPSEEK_ROPE_ARCHITECTURES and kind not in (None, "default")
+            and rope_head_dim in FLASHINFER_ROPE_HEADS)
+
+
 def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_name: str,
                    entrypoint: str, world_size: int = 1) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them: on the CPU backend

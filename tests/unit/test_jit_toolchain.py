@@ -164,3 +164,35 @@ def test_the_image_compiles_the_sampler_exactly_where_the_planner_charges_flashi
     assert not flashinfer_sampler_used(when, "7.5", 40) and not flashinfer_sampler_used(when, "12.2", 40)
     assert not flashinfer_sampler_used(when, "8.7", 16)  # the floor itself: not more than 16 SMs
     assert flashinfer_sampler_used(when, None, 16) and flashinfer_sampler_used({}, "7.0", 1)  # unknown: taken to
+
+
+def test_deepseeks_scaled_rope_is_compiled_into_its_image_and_no_other_models():
+    """vLLM applies DeepSeek's scaled RoPE with FlashInfer's rope module (kit/memory/rules.py flashinfer_rope_used,
+    read in 0.33.0 and 0.34.0): a DeepSeek-V2-Lite preset's slim image compiles it beside the sampler; the same
+    preset with a Llama or Qwen model does not, and its image is the one it was."""
+    from kit.memory.rules import flashinfer_rope_used
+
+    base = ["hardware.gpu=h100-80gb", "image.leave_out=[]"]
+    deepseek = prepare("rtx4090-awq", overrides=[*base, "model.id=deepseek-ai/DeepSeek-V2-Lite-Chat",
+                                                 "engine.quantization=null", "engine.dtype=bfloat16"])
+    assert deepseek.deployment.image.flashinfer_aot == ["sampling", "rope"]
+    assert "/tmp/kit-aot/flashinfer_aot.py --arch 9.0 sampling rope" in deepseek.files["Dockerfile"]
+    qwen = prepare("rtx4090-awq", overrides=base)
+    assert qwen.deployment.image.flashinfer_aot == ["sampling"] and qwen.image_ref != deepseek.image_ref
+    yarn = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}
+    assert flashinfer_rope_used("DeepseekV2ForCausalLM", yarn, 64)
+    assert flashinfer_rope_used("DeepseekV3ForCausalLM", {"rope_type": "yarn", "factor": 40}, 64)
+    assert not flashinfer_rope_used("DeepseekV2ForCausalLM", None, 64)  # unscaled: the plain rotary embedding
+    assert not flashinfer_rope_used("DeepseekV2ForCausalLM", {"rope_type": "default"}, 64)
+    assert not flashinfer_rope_used("DeepseekV2ForCausalLM", yarn, 96)  # a head FlashInfer's rope does not take
+    assert not flashinfer_rope_used("LlamaForCausalLM", {"rope_type": "llama3", "factor": 8.0}, 128)
+
+
+def test_a_model_the_kit_cannot_read_gets_no_rope_module(tmp_path):
+    """The rope module follows the model the planner reads; a model id that is nowhere the kit looks (no catalog
+    entry, no folder, no cache) leaves the image as before, and its first start compiles what it needs."""
+    preset = prepare("rtx4090-awq").preset
+    model = preset.model.model_copy(update={"id": "nobody/no-such-model", "local_path": None})
+    unknown = preset.model_copy(update={"model": model})
+    gpu = {"compute_capability": "9.0", "sm_count": 132}
+    assert dep.flashinfer_aot_modules(unknown, gpu) == ["sampling"]

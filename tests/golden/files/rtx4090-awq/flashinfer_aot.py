@@ -1,7 +1,7 @@
 """Compile FlashInfer's JIT modules while the image is built, so a first start on the GPU compiles nothing.
 
 Run by the image's own Python in the runtime stage (vllm-kit renders it beside the Dockerfile):
-    python flashinfer_aot.py --arch 8.9 sampling
+    python flashinfer_aot.py --arch 8.9 sampling [rope]
 For each module it builds what FlashInfer's JIT builds at first use (flashinfer/jit/core.py JitSpec.build: nvcc and
 g++ from CUDA_HOME, for the compute capability in FLASHINFER_CUDA_ARCH_LIST) in a scratch workspace, then installs the
 library where FlashInfer looks for precompiled modules before it compiles (flashinfer/jit/env.py get_aot_artifacts:
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 # module name -> (module, generator) of its JitSpec in flashinfer/jit/
-GENERATORS = {"sampling": ("flashinfer.jit.sampling", "gen_sampling_module")}
+GENERATORS = {"sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),
+              "rope": ("flashinfer.jit.rope", "gen_rope_module")}
 
 
 def main() -> int:
