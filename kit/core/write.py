@@ -630,18 +630,29 @@ def _folders_to_remove(removals: list[tuple[str, str]], files: dict[str, str], k
     return sorted(candidates, key=lambda folder: (-folder.count("/"), folder))
 
 
-def _refuse_conflicts(results: list[FileResult], out_dir: Path) -> None:
+def _refuse_conflicts(results: list[FileResult], out_dir: Path, files: dict[str, str]) -> None:
     conflicts = [r for r in results if r.status == "conflict"]
     if conflicts:
+        manifest = read_manifest(out_dir)
         raise KitError(
             f"{out_dir}: files changed since the kit wrote them",
-            problems=[
-                Problem(str(out_dir / r.path),
-                        "changed since the kit wrote it (or not written by the kit); not overwritten",
-                        "keep your edit in the preset instead, or re-run with --force to overwrite")
-                for r in conflicts
-            ],
+            problems=[_conflict(out_dir, r.path, manifest.get(r.path) == sha256_text(files[r.path]))
+                      for r in conflicts],
         )
+
+
+def _conflict(out_dir: Path, rel: str, same_as_before: bool) -> Problem:
+    """One refused file. ``same_as_before``: this write's text is what the kit wrote there last, so the user's edit
+    is the whole difference and --force would only undo it (said, so the choice is made knowing it)."""
+    import shlex
+
+    diff = f"`kit render --out {shlex.quote(str(out_dir))} --diff` shows it"
+    if same_as_before:
+        return Problem(str(out_dir / rel), "changed since the kit wrote it; not overwritten (this render writes it as "
+                       "before: your edit is all that differs, and --force would undo it)",
+                       f"keep your edit in the preset instead ({diff}), or re-run with --force to overwrite")
+    return Problem(str(out_dir / rel), "changed since the kit wrote it (or not written by the kit); not overwritten",
+                   f"keep your edit in the preset instead ({diff}), or re-run with --force to overwrite")
 
 
 def _check_out_dir(out_dir: Path) -> bool:
@@ -677,7 +688,7 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
                 if journal:  # a committed write is completed first, or the plan would be against a mix
                     _say(notify, recover(out_dir))
                 results = plan_writes(files, out_dir, force, remove_stale)
-            _refuse_conflicts(results, out_dir)
+            _refuse_conflicts(results, out_dir, files)
             return results
         if not exists:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -686,7 +697,7 @@ def write_files(files: dict[str, str], out_dir: Path, *, force: bool = False, dr
             steps()
             _say(notify, recover(out_dir, steps))
             plan = _plan(files, out_dir, force, remove_stale)
-            _refuse_conflicts(plan.results, out_dir)
+            _refuse_conflicts(plan.results, out_dir, files)
             _check_target(out_dir, PurePosixPath(MANIFEST))  # a folder there would block the commit for good
             text = manifest_text(plan.files, plan.kept)
             changes = [(r.path, files[r.path]) for r in plan.results
