@@ -406,9 +406,13 @@ def _check_recorded_preset(recorded: Record, out_dir: Path, accept_change: bool)
     # A preset elsewhere is read only while it is the very file rendered (its sha256 as recorded): a record that
     # names another file of this host gets nothing read from it.
     if problem and (found is None or not recorded.preset_sha256 or file_sha256(found) != recorded.preset_sha256):
-        raise RecordError(f"{where}: {problem}, and it is not the file this folder was rendered from (sha256)",
-                          hint="name the preset on the command line (preset=PATH --replace), or move it into one of "
-                               "those folders")
+        # Your own preset kept beside the folder and edited since looks the same as a record pointed elsewhere: the
+        # way on names the file on the command line, which keeps what the folder records (--replace would drop it).
+        raise RecordError(f"{where}: {problem}, and it is not the file this folder was rendered from (sha256: "
+                          "another file, or yours edited since)",
+                          hint="if it is your preset, edited: name it on the command line (preset=PATH; the folder's "
+                               "recorded overrides, add-ons and base image carry over), or move it into one of those "
+                               "folders")
     change = preset_change(recorded, out_dir)
     if change and not accept_change:
         raise PresetChanged(f"{out_dir / RECORD_FILE}: preset.sha256: {recorded.preset} changed since this folder "

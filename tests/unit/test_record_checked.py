@@ -110,3 +110,27 @@ def test_a_record_larger_than_the_cap_is_refused_before_it_is_read(project):
     assert f"{out / RECORD_FILE}: " in result.output
     assert "larger than the 65536 bytes a deployment record may have" in result.output
     assert time.monotonic() - started < 5
+
+
+def test_a_preset_kept_beside_the_folder_and_edited_is_rendered_by_naming_it(tmp_path):
+    """The walk: a copy of presets/cpu.yaml in the working folder (not ./presets), rendered with an override and a
+    base image, then edited. Re-rendering from the record is refused (a file outside the presets folders is read only
+    while it is the very text rendered), and the hint said `preset=PATH --replace`, which drops what the folder
+    records. Naming the file alone renders it as it is now and keeps the override and the base image."""
+    mine = tmp_path / "mine.yaml"
+    shutil.copy(PRESETS_DIR / "cpu.yaml", mine)
+    out = tmp_path / "deploy"
+    first = kit("render", "preset=mine.yaml", "engine.max_num_seqs=2", "--base-image", "vllm-kit/base:bookworm",
+                "--out", str(out), cwd=tmp_path)
+    assert first.exit_code == 0, first.output
+    mine.write_text(mine.read_text().replace("max_model_len: 1024", "max_model_len: 1536"))
+    refused = kit("render", "--out", str(out), "--accept-preset-change", cwd=tmp_path)
+    assert refused.exit_code == 1
+    assert "another file, or yours edited since" in refused.output and "--replace" not in refused.output
+    assert "name it on the command line (preset=PATH; the folder's recorded overrides" in refused.output
+    named = kit("render", "--out", str(out), "preset=mine.yaml", cwd=tmp_path)
+    assert named.exit_code == 0, named.output
+    record = read_record(out)
+    assert list(record.overrides) == ["engine.max_num_seqs=2"]
+    assert record.base_image == "vllm-kit/base:bookworm"
+    assert '"1536"' in (out / "compose.yaml").read_text()
