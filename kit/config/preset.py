@@ -11,10 +11,10 @@ import os
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from kit.config.flags import UnreadInteger, read_engine_integers
-from kit.config.strategy import strategy_for
+from kit.config.strategy import StrategyName, strategy_for
 from kit.config.vllmint import AUTO
 from kit.core.datafiles import load_yaml, prune_rules
 from kit.core.gpus import gpu_key, unknown_gpu_hint
@@ -315,7 +315,9 @@ class Engine(BaseModel):
 
 class Image(Strict):
     vllm_version: str = Field(..., pattern=VERSION_RE, description="Pinned vLLM release, X.Y.Z (never latest)")
-    strategy: Literal["slim", "official", "cpu", "jetson"] = Field(
+    # The schema spells the names out, as presets/schema.json always has (no $ref to the enum's own definition).
+    strategy: Annotated[StrategyName, WithJsonSchema({"enum": [s.value for s in StrategyName], "title": "Strategy",
+                                                      "type": "string"})] = Field(
         ...,
         description="slim: CUDA base + pinned wheels; official: the official vLLM image, pinned, plus what it "
         "lacks; cpu: vLLM's CPU build; jetson: an L4T base for Jetson boards",

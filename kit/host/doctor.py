@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.config.strategy import strategy_for, strategy_of
+from kit.config.strategy import StrategyName, strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.docker_engine import docker_client
 from kit.core.gpus import gpu_key
@@ -562,7 +562,7 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
     """Disk wanted for the image and the weights, with how it was reckoned."""
     table = host_table()
     if preset is None:
-        official = strategy_for("official").disk_gib()
+        official = strategy_for(StrategyName.OFFICIAL).disk_gib()
         return (official + float(table["default_model_gib"]),
                 f"an official image (~{official:.0f} GiB, its newest published size) and a small model")
     strategy = strategy_of(preset)

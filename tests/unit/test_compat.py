@@ -8,7 +8,8 @@ from kit.config.preset_files import preset_names
 from kit.config.presetload import load_preset
 from kit.core.datafiles import gpu_catalog, vllm_table
 from kit.deploy.checks import check_preset
-from kit.deploy.compat import cc_floor, check_compat, gpu_rules, jetson_build, jetson_index_path, versioned
+from kit.config.strategy import jetson_build, jetson_index_path
+from kit.deploy.compat import cc_floor, check_compat, gpu_rules, versioned
 
 WHERE = "presets/x.yaml"
 
@@ -274,3 +275,21 @@ def test_registry_lists_are_the_releases():
     assert quantization_method_gone("hqq", "0.26.0") is None  # 0.26.0's registry was not read: no list
 
 
+
+
+def test_compat_holds_no_jetson_rule():
+    """The Jetson rules (the L4T table, the wheel index, jetson-containers' builds) are the Jetson strategy's
+    (kit/config/strategy.py); compat.py only asks the strategy for its board rows."""
+    import ast
+    from pathlib import Path
+
+    import kit.deploy.compat as module
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute | ast.Name)}
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and id(n) not in docstrings]  # messages and keys, not what the docstrings say
+    assert not {n for n in names if "jetson" in n.lower() or "l4t" in n.lower()}
+    assert not [s for s in strings if "jetpack" in s.lower() or "l4t" in s.lower() or "jetson" in s.lower()]

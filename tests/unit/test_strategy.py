@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import typing
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,23 @@ import kit
 from kit.config.preset import Image
 from kit.config.preset_files import preset_names
 from kit.config.presetload import load_preset
-from kit.config.strategy import STRATEGIES, strategy_for, strategy_of
+from kit.config.strategy import STRATEGIES, StrategyName, strategy_for, strategy_of
 from kit.deploy.deployment import plan_deployment
 
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(kit.__file__).resolve().parent
 STRATEGY_MODULE = PACKAGE / "config" / "strategy.py"
-NAMES = set(typing.get_args(Image.model_fields["strategy"].annotation))
+NAMES = {s.value for s in StrategyName}
 
 
 def _literals(node: ast.expr) -> set[str]:
-    """The string constants a comparison operand is, or holds (a tuple, list or set of them)."""
+    """The strategy names a comparison operand is, or holds (a tuple, list or set of them): string constants, and
+    members of the enum (StrategyName.CPU, as "cpu")."""
     items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
-    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+    members = {i.attr.lower() for i in items if isinstance(i, ast.Attribute) and isinstance(i.value, ast.Name)
+               and i.value.id == StrategyName.__name__}
+    return members | {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
 
 
 def _names_strategy(node: ast.expr) -> bool:
@@ -37,8 +39,9 @@ def _is_switch(node: ast.AST) -> bool:
         operands = [node.left, *node.comparators]
         named = [o for o in operands if _literals(o) & NAMES]
         return bool(named) and any(_names_strategy(o) for o in operands if o not in named)
-    if isinstance(node, ast.Subscript):  # table["image_gib"][strategy]
-        return _names_strategy(node.slice) and not _names_strategy(node.value)
+    if isinstance(node, ast.Subscript):  # table["image_gib"][strategy]; Annotated[StrategyName, ...] is a type
+        typing_form = isinstance(node.value, ast.Name) and node.value.id == "Annotated"
+        return _names_strategy(node.slice) and not _names_strategy(node.value) and not typing_form
     # rules["cap_add"].get(preset.image.strategy, [])
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
             and bool(node.args) and _names_strategy(node.args[0]))
@@ -59,8 +62,11 @@ x = table["image_gib"][strategy]
 y = rules["cap_add"].get(preset.image.strategy, [])
 if inputs.device == "cpu": pass  # a device, not a strategy
 z = strategy.name
+if preset.image.strategy is StrategyName.JETSON: pass
+if d.image.strategy in (StrategyName.CPU, StrategyName.SLIM): pass
+strategy: Annotated[StrategyName, WithJsonSchema({})] = Field(...)  # the preset's field: a type, not a lookup
 """
-    assert [line for line, _ in strategy_switches(source)] == [2, 3, 4, 5, 6]
+    assert [line for line, _ in strategy_switches(source)] == [2, 3, 4, 5, 6, 9, 10]
 
 
 def test_no_strategy_name_is_compared_outside_the_strategy_module():
@@ -68,6 +74,37 @@ def test_no_strategy_name_is_compared_outside_the_strategy_module():
                 for path in sorted(PACKAGE.rglob("*.py")) if path != STRATEGY_MODULE
                 for line, code in strategy_switches(path.read_text(encoding="utf-8"))]
     assert switches == [], "ask the strategy object (kit/config/strategy.py) instead"
+
+
+def test_the_enum_names_exactly_the_strategies_registered():
+    assert list(STRATEGIES) == list(StrategyName)  # one class per member, in the enum's order
+    assert all(type(s.name) is StrategyName and STRATEGIES[s.name] is s for s in STRATEGIES.values())
+    assert all(isinstance(name, str) and str(name) == name.value and f"{name}" == name.value for name in StrategyName)
+
+
+def test_the_preset_admits_exactly_the_enum_and_its_schema_spells_the_names():
+    from kit.config.schema import preset_schema
+
+    assert Image.model_fields["strategy"].annotation is StrategyName
+    field = preset_schema()["$defs"]["Image"]["properties"]["strategy"]
+    assert field["enum"] == [s.value for s in StrategyName] and field["type"] == "string"
+    preset = Image.model_validate({"vllm_version": "0.33.0", "strategy": "jetson"})
+    assert preset.strategy is StrategyName.JETSON
+
+
+def test_a_preset_file_with_an_unknown_strategy_names_the_file_and_the_field(tmp_path):
+    from kit.core.datafiles import PRESETS_DIR
+    from kit.core.errors import PresetError
+
+    text = (PRESETS_DIR / "cpu.yaml").read_text()
+    assert "strategy: cpu" in text
+    path = tmp_path / "mine.yaml"
+    path.write_text(text.replace("strategy: cpu", "strategy: fat", 1))
+    with pytest.raises(PresetError) as refused:
+        load_preset(str(path))
+    [problem] = refused.value.problems
+    assert problem.where.endswith("mine.yaml: image.strategy")
+    assert problem.message == "Input should be 'slim', 'official', 'cpu' or 'jetson' (got 'fat')"
 
 
 def test_every_strategy_the_preset_admits_has_one_class():
