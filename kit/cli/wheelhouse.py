@@ -55,3 +55,10 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
     click.echo(f"{result.directory}: {len(result.packages)} wheels, {result.total_bytes / 2**20:.0f} MiB, "
                f"lock {result.lock_path.name}; left out: {', '.join(result.excluded) or 'nothing'} "
                f"({result.seconds:.0f} s)")
+    if out_dir is not None:  # the offline route render's note names: the wheels, then the build from them
+        import shlex
+
+        from kit.cli.common import kit_command
+
+        status(f"next: {kit_command()} build --out {shlex.quote(str(out_dir))} --wheelhouse "
+               f"{shlex.quote(str(result.directory))}")

