@@ -13,7 +13,7 @@ from typing import Any
 from kit.config.modelinfo import load_model_spec
 from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
-from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, strategy_of
+from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, StrategyName, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.errors import KitError, PresetError
@@ -151,7 +151,7 @@ class ImageSpec:
     from the flags, and from the model only where FlashInfer's `rope` is compiled for it: flashinfer_aot); the others
     only describe the build (its labels, comments and repository)."""
 
-    strategy: str
+    strategy: StrategyName
     vllm_version: str
     platform: str  # linux/amd64 | linux/arm64
     base_image: str  # FROM reference, with digest when pinned
@@ -599,7 +599,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         "org.opencontainers.image.base.name": base,
         "io.vllm-kit.preset": name,
         "io.vllm-kit.vllm-version": img.vllm_version,
-        "io.vllm-kit.strategy": img.strategy,
+        "io.vllm-kit.strategy": str(img.strategy),  # a label is a plain string
     }
     if cuda:
         # The CUDA the image's vLLM and torch wheels are built for (the table's build of the release; the strategies
