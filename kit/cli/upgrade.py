@@ -135,10 +135,10 @@ def upgrade(args: tuple[str, ...], preset_option: str | None, to: str, out_dir: 
     for note in shadowed_user_files([to]):
         status(f"note: {note}")
     result = plan_upgrade(Request(preset=ref, overrides=tuple(overrides)), out_dir, to)
-    folder_tag = _folder_image_tag(out_dir) if apply and out_dir is not None else None  # read before --apply writes
+    folder_image = _folder_image(out_dir) if apply and out_dir is not None else None  # read before --apply writes
     applied = _apply(result, out_dir, force) if apply else None
     given = (*(("--preset", preset_option) if preset_option else ()), *args)
-    steps = next_steps(result, out_dir, applied, given, folder_tag=folder_tag) if result.writable else NextSteps()
+    steps = next_steps(result, out_dir, applied, given, folder_image=folder_image) if result.writable else NextSteps()
     if as_json:
         data = result.as_data()
         data["applied"] = None if applied is None else {r.path: r.status for r in applied}
@@ -172,12 +172,12 @@ class NextSteps:
 
 
 def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN001 - Upgrade
-               given: tuple[str, ...] = (), *, folder_tag: str | None = None) -> NextSteps:
+               given: tuple[str, ...] = (), *, folder_image: str | None = None) -> NextSteps:
     """The steps after a writable upgrade. A locked folder (kit lock wrote its lock) that the render at the target no
     longer matches: the locked build refuses until `kit lock` runs again, so that is the first step. ``given`` is
     what the user typed after the command (--preset, preset=, overrides): the clean step repeats it, so what it
-    writes is what was just shown. ``folder_tag``: the image tag of the folder's files before --apply wrote
-    (_folder_image_tag)."""
+    writes is what was just shown. ``folder_image``: the image the folder's files built before --apply wrote
+    (_folder_image)."""
     to = upgrade.target
     kit = kit_command()
     relock = (relock_command(out_dir, upgrade.after.prepared)
@@ -187,7 +187,7 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
     commands: list[str] = []
     lines: list[str] = []
     build = f"{kit} build --out {shlex.quote(str(out_dir))}"
-    if upgrade.current == to and applied is not None and _image_changed(upgrade, folder_tag):
+    if upgrade.current == to and applied is not None and _image_changed(upgrade, folder_image):
         # the same release, another image (an override given with it): built before compose runs it
         commands = [*([relock] if relock else []), build]
         first = f"`{relock}` (the folder's lock no longer matches), then " if relock else ""
@@ -213,45 +213,42 @@ def next_steps(upgrade, out_dir: Path | None, applied: list | None,  # noqa: ANN
     return NextSteps(tuple(commands), tuple(lines))
 
 
-def _folder_image_tag(out_dir: Path) -> str | None:
-    """The image the folder's rendered files build, as they are now: its content tag (kit/deploy/render.py
-    image_tag) and the references compose.yaml runs it by (_built_images); None where a file the tag hashes is
-    missing."""
+def _folder_image(out_dir: Path) -> str | None:
+    """The image the folder's rendered files build, as they are now (_image_of); None where a file the tag hashes is
+    missing or a compose file does not read."""
     from kit.core.write import _read_regular
     from kit.deploy.deployment import BUILD_FILES
     from kit.deploy.render import TAGGED_FILES
 
-    texts = {name: data.decode("utf-8", errors="replace") for name in (*TAGGED_FILES, *BUILD_FILES, "compose.yaml")
+    names = (*TAGGED_FILES, *BUILD_FILES, *(path.name for path in sorted(out_dir.glob("compose*.yaml"))))
+    texts = {name: data.decode("utf-8", errors="replace") for name in names
              if (data := _read_regular(out_dir / name)) is not None}
     return _image_of(texts)
 
 
 def _image_of(files: dict[str, str]) -> str | None:
-    """The content tag of the image ``files`` build and the references compose.yaml names it by, as one string."""
-    from kit.deploy.render import image_tag
-
-    tag = image_tag(files)
-    return None if tag is None else " ".join([tag, *_built_images(files.get("compose.yaml", ""))])
-
-
-def _built_images(compose: str) -> list[str]:
-    """The image references compose.yaml's services run from a local build (pull_policy never): a repository given
-    with the command (image.repository) moves these and not the content tag."""
+    """The image rendered ``files`` build, as one string: its content tag (kit/deploy/render.py image_tag) and the
+    references the compose files run their local builds by (kit/deploy/stack_images.py; a repository given with the
+    command, image.repository, moves these and not the tag). None without the tag's files or with a compose file
+    that does not read."""
     import yaml
 
+    from kit.deploy.render import image_tag
+    from kit.deploy.stack_images import stack_images
+
+    tag = image_tag(files)
     try:
-        services = (yaml.safe_load(compose) or {}).get("services") or {}
+        built = sorted(image.ref for image in stack_images(files, {}) if image.built)
     except yaml.YAMLError:
-        return ["(unreadable compose.yaml)"]
-    return sorted({str(s.get("image")) for s in services.values()
-                   if isinstance(s, dict) and s.get("pull_policy") == "never" and s.get("image")})
+        return None
+    return None if tag is None else " ".join([tag, *built])
 
 
-def _image_changed(upgrade, folder_tag: str | None) -> bool:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
-    """Whether --apply moved the folder to another image: what its files built before (``folder_tag``: the content
-    tag and the references compose runs it by) is not what the render it wrote builds (at the same release: its vLLM
-    part is the same). Files outside those (.dockerignore) change no image."""
-    return folder_tag is None or folder_tag != _image_of(dict(upgrade.after.files))
+def _image_changed(upgrade, folder_image: str | None) -> bool:  # noqa: ANN001 - kit.deploy.upgrade.Upgrade
+    """Whether --apply moved the folder to another image: what its files built before (``folder_image``,
+    _folder_image) is not what the render it wrote builds (at the same release: its vLLM part is the same). Files
+    outside those (.dockerignore) change no image."""
+    return folder_image is None or folder_image != _image_of(dict(upgrade.after.files))
 
 
 def _repin_next(upgrade, out_dir: Path | None, applied: list | None, relock: str | None) -> NextSteps:  # noqa: ANN001
