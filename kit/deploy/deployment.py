@@ -10,13 +10,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from kit.config.modelinfo import load_model_spec
+from kit.config.modelinfo import ModelSpec, load_model_spec
 from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
 from kit.config.strategy import APP_HOME, VLLM_CACHE, RunUser, StrategyName, strategy_of
 from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the image layout, as render.py reads it (dep.X)
 from kit.core.datafiles import gpu_catalog, load_yaml
-from kit.core.errors import KitError, PresetError
+from kit.core.errors import PresetError
 from kit.core.tables import vllm_model
 from kit.memory.rules import flashinfer_rope_used, flashinfer_sampler_used, rules_for
 
@@ -269,17 +269,19 @@ def shm_size_for(preset: Preset) -> ShmDecision:
     return ShmDecision(mib(size), rt.ipc, reason)
 
 
+def _model_spec(preset: Preset) -> ModelSpec | None:
+    """The preset's model as the planner reads it (the catalog, a local folder, the Hugging Face cache; no hub look-up
+    while rendering); None where the kit cannot read it: what is derived from it here falls back."""
+    try:
+        return load_model_spec(preset.model.local_path or preset.model.id)
+    except Exception:  # noqa: BLE001 - unknown or unreadable model: the render goes on without its figures
+        return None
+
+
 def weights_gib_estimate(preset: Preset) -> float | None:
     """Rough on-disk weight size, for timing the healthcheck (the planner does the exact arithmetic)."""
-    try:
-        from kit.config.modelinfo import load_model_spec  # the planner's catalog; optional here
-    except ImportError:  # pragma: no cover - planner not installed
-        return None
-    try:
-        spec = load_model_spec(preset.model.local_path or preset.model.id)
-    except Exception:  # noqa: BLE001 - unknown model: fall back to the default window
-        return None
-    weight_bytes = getattr(spec, "weights_bytes", None)
+    spec = _model_spec(preset)
+    weight_bytes = spec.weights_bytes if spec is not None else None
     return weight_bytes / 2**30 if weight_bytes else None
 
 
@@ -684,11 +686,7 @@ def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[s
 
 
 def _model_uses_flashinfer_rope(preset: Preset) -> bool:
-    """flashinfer_rope_used for the preset's model, read as the planner reads it (the catalog, a local folder, the
-    Hugging Face cache; no hub look-up while rendering). A model the kit cannot read gets no `rope`: its first start
-    compiles it, as before."""
-    try:
-        spec = load_model_spec(preset.model.local_path or preset.model.id)
-    except (KitError, OSError, ValueError):
-        return False
-    return flashinfer_rope_used(spec.architecture, spec.rope_scaling, spec.qk_rope_head_dim)
+    """flashinfer_rope_used for the preset's model (_model_spec). A model the kit cannot read gets no `rope`: its
+    first start compiles it, as before."""
+    spec = _model_spec(preset)
+    return spec is not None and flashinfer_rope_used(spec.architecture, spec.rope_scaling, spec.qk_rope_head_dim)
