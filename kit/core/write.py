@@ -646,12 +646,11 @@ def _conflict(out_dir: Path, rel: str, same_as_before: bool) -> Problem:
     is the whole difference and --force would only undo it (said, so the choice is made knowing it)."""
     import shlex
 
+    message = ("changed since the kit wrote it; not overwritten (this render writes it as before: your edit is all "
+               "that differs, and --force would undo it)" if same_as_before else
+               "changed since the kit wrote it (or not written by the kit); not overwritten")
     diff = f"`kit render --out {shlex.quote(str(out_dir))} --diff` shows it"
-    if same_as_before:
-        return Problem(str(out_dir / rel), "changed since the kit wrote it; not overwritten (this render writes it as "
-                       "before: your edit is all that differs, and --force would undo it)",
-                       f"keep your edit in the preset instead ({diff}), or re-run with --force to overwrite")
-    return Problem(str(out_dir / rel), "changed since the kit wrote it (or not written by the kit); not overwritten",
+    return Problem(str(out_dir / rel), message,
                    f"keep your edit in the preset instead ({diff}), or re-run with --force to overwrite")
 
 
