@@ -182,6 +182,7 @@ CASES_033: dict[str, dict] = {
 # compute capability 8.x card takes (calibration.yaml plans them as that card: `gpu_name`). Every case is held out:
 # bench/plan_accuracy.py reports these families with the fitted constants refit without them (leave-one-family-out).
 C12, C32 = 11.64, 31.36
+C40 = 39.39  # A100 40GB (kit/data/gpus.yaml a100-40gb)
 NO_MACHETE = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel"}
 CASES_033_FAMILIES: dict[str, dict] = {
     "q32awq-4090": dict(model="Qwen/Qwen2.5-32B-Instruct-AWQ", env=NO_MACHETE,
@@ -249,6 +250,13 @@ CASES_034: dict[str, dict] = {
     "llama8b-24g-8ktokens": dict(model="meta-llama/Llama-3.1-8B-Instruct",
                                  flags=dict(dtype="bfloat16", max_model_len=8192,
                                             **{**_card(C24), "max_num_batched_tokens": 8192})),
+    # MLA at 0.34 (round three): with FlashInfer's rope compiled ahead of time (images/flashinfer_aot.py rope), as a
+    # slim image of a DeepSeek model now ships it. An A100 40GB's budget (39.39 GiB, kit/data/gpus.yaml) leaves about
+    # 5 GiB of cache beside the 29 GiB of weights; the 80 GB case compiles and captures graphs, as at 0.33.
+    "dsv2lite-40g": dict(model="deepseek-ai/DeepSeek-V2-Lite-Chat", timeout=330,
+                         flags=dict(dtype="bfloat16", max_model_len=8192, **_card(C40))),
+    "dsv2lite-80g-graphs": dict(model="deepseek-ai/DeepSeek-V2-Lite-Chat", graphs=True, timeout=330,
+                                flags=dict(dtype="bfloat16", max_model_len=16384, **_card(C80))),
 }
 MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033, "0.33.0-families": CASES_033_FAMILIES, "0.34.0": CASES_034}
 
