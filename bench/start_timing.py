@@ -72,7 +72,17 @@ CASES: dict[str, dict] = {
     "awq-restart": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=False),
     "awq-restart-dropped": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=True),
     "awq-restart-today": dict(model="awq", cache="A", volumes="today", pyc=False, plan=False, drop=False),
+    # Issue 37 at vLLM 0.34 (--vllm-version 0.34.0), FlashInfer's sampler compiled ahead of time as a slim image
+    # ships it. `vllm serve` sets VLLM_WORKER_MULTIPROC_METHOD=spawn unless the environment names a method
+    # (vllm/entrypoints/common/startup.py cli_env_setup), so the engine core process imports torch and vLLM again;
+    # `fork` (the library's default; vllm/utils/system_utils.py still forces spawn once CUDA is initialised) lets it
+    # inherit the API server's imports.
+    "q8-restart-fork": dict(model="q8", cache="Q", volumes="kit", pyc=True, plan=True, drop=False,
+                            env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
+    "awq-restart-fork": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=False,
+                             env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
 }
+VLLM_VERSION = "0.33.0"  # the release the kit's cache layout is asked for (--vllm-version)
 
 PROMPT = "The capital of France is"
 
@@ -254,10 +264,11 @@ def case_env(case: dict, work: Path, run_dir: Path) -> dict[str, str]:
     if case["volumes"] == "kit":
         from kit.deploy.startcache import cache_env
 
-        env.update(cache_env(str(cache / "vllm"), gpu=True, vllm_version="0.33.0"))
+        env.update(cache_env(str(cache / "vllm"), gpu=True, vllm_version=VLLM_VERSION))
         if case.get("flashinfer"):
             env["FLASHINFER_WORKSPACE_BASE"] = str(work / "cache" / case["flashinfer"] / "vllm")
     env["VLLM_ENABLE_STARTUP_PLAN"] = "1" if case.get("plan") else "0"
+    env.update(case.get("env", {}))
     if not case.get("pyc", True):
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONPYCACHEPREFIX"] = str(run_dir / "no-pyc")  # an empty tree: no __pycache__ is read
@@ -400,21 +411,24 @@ def pyc_bytes(site: Path) -> int:
     return sum(p.stat().st_size for p in site.rglob("*.pyc"))
 
 
-def setup(work: Path, results: dict, wheels: Path) -> None:
+def setup(work: Path, results: dict, wheels: Path, models: list[str], quick: bool = False) -> None:
+    """``quick``: no import timings without byte-code (a minute), only the byte-code and the named models."""
     if "setup" in results:
         return
     facts: dict = {"loaders": install_loaders(wheels)}
     site = venv_site()
     facts["pyc_bytes_before"] = pyc_bytes(site)
-    facts["import_s_no_pyc"] = [import_seconds(False, work), import_seconds(False, work)]
+    if not quick:
+        facts["import_s_no_pyc"] = [import_seconds(False, work), import_seconds(False, work)]
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode",
                            "unchecked-hash", str(site)], capture_output=True, text=True, timeout=400)
     facts["compileall_s"] = round(time.monotonic() - started, 1)
     facts["compileall_exit"] = done.returncode
     facts["pyc_bytes_after"] = pyc_bytes(site)
-    facts["import_s_pyc"] = [import_seconds(True, work), import_seconds(True, work)]
-    for key in MODELS:
+    facts["import_s_pyc"] = [import_seconds(True, work)] if quick else [import_seconds(True, work),
+                                                                       import_seconds(True, work)]
+    for key in models:
         facts[f"weights_{key}"] = write_hub_model(work / "hf", key)
     facts["nproc"] = os.cpu_count()
     facts["disk"] = shutil.disk_usage(work)._asdict()
@@ -438,21 +452,25 @@ def main() -> int:
     cli.add_argument("--budget", type=float, default=560)
     cli.add_argument("--cases", default="")
     cli.add_argument("--wheels", type=Path, default=ROOT / ".gpl")
+    cli.add_argument("--vllm-version", default="0.33.0", help="the release the kit's cache layout is asked for")
+    cli.add_argument("--quick-setup", action="store_true", help="skip the import timings without byte-code")
     args = cli.parse_args()
+    global VLLM_VERSION
+    VLLM_VERSION = args.vllm_version
     started = time.monotonic()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     results_path = work / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    names = [n for n in (args.cases.split(",") if args.cases else CASES) if n]
     try:
-        setup(work, results, args.wheels)
+        setup(work, results, args.wheels, sorted({CASES[n]["model"] for n in names}), quick=args.quick_setup)
     finally:
         results_path.write_text(json.dumps(results, indent=2, default=str))
         pack(work, args.out)
     print("setup:", json.dumps({k: v for k, v in results.get("setup", {}).items() if not k.startswith("weights")}),
           flush=True)
-    names = [n for n in (args.cases.split(",") if args.cases else CASES) if n]
     for name in names:
         if results.get(name, {}).get("ready_s"):
             continue

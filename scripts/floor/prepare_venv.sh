@@ -37,7 +37,7 @@ mkdir -p "$work/wheels"
 grep -v '^#' "$lock" | sed 's/ .*//' | grep -vE "^(${left_out}|${machine_cuda})==" > "$work/reqs.txt"
 python3 -m pip download -q --no-deps "${plat[@]}" --find-links "$(dirname "$lock")" -d "$work/wheels" -r "$work/reqs.txt"
 rm -rf "$work/site"
-python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$work/site" "$work"/wheels/*.whl
+python3 -m pip install -q --no-deps --no-compile --ignore-requires-python "${plat[@]}" --target "$work/site" "$work"/wheels/*.whl
 "$kit_python" -c "
 import json, sys
 from kit.core.datafiles import prune_rules
