@@ -185,6 +185,15 @@ def _notes(ctx: RenderContext) -> list[str]:
     return ([f"Host: {note}." for note in ctx.d.image.notes] + [f"Plan: {line}" for line in ctx.plan_lines])
 
 
+def start_lines(project: str) -> list[str]:
+    """How the stack starts and stops, as commands that run as printed from the folder this file is in (no name to
+    fill in: the kit's commands take the folder as `--out .`, and compose reads the project from `name:` below)."""
+    named = f" (compose project {project}: the name below)" if project else ""
+    return ["Start, from this folder: kit up --out .    Stop: kit down --out .",
+            "Or with compose: kit build --out . (when this engine lacks the image), then "
+            f"docker compose up -d --wait --remove-orphans{named}"]
+
+
 SECRETS_LINE = "Secrets (HF_TOKEN, VLLM_API_KEY) go in .env beside this file (see .env.example), never here."
 
 
@@ -276,10 +285,9 @@ def compose_file(ctx: RenderContext) -> str:
         first = ("services", replica_service(serve, 1))
         comments = {(first + k[2:] if k[:2] == ("services", serve) else k): v for k, v in comments.items()}
         comments.update(replica_comments)
-    start = (f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."
-             if ctx.included_by else "Start: kit up --out DIR, or docker compose -p PROJECT up -d --wait (PROJECT: "
-             "vllm-kit.yaml's project, one per folder)    Stop: kit down --out DIR")
-    header = [*_header(ctx), start, SECRETS_LINE, *_notes(ctx)]
+    start = ([f"Runs beside the server of {ctx.included_by}, which includes this file: start and stop the stack from there."]
+             if ctx.included_by else start_lines(ctx.project))
+    header = [*_header(ctx), *start, SECRETS_LINE, *_notes(ctx)]
     return dump_with_comments(doc, header, comments)
 
 

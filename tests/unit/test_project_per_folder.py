@@ -53,6 +53,26 @@ def test_render_records_the_project_and_prints_it_in_the_next_line(tmp_path):
     assert record is not None and ("compose project", name) in describe(record, out)  # `kit status` rows
 
 
+def test_compose_files_header_commands_run_as_printed_from_the_folder(tmp_path):
+    """The walk: compose.yaml's header said `kit up --out DIR` and `docker compose -p PROJECT up`, words to replace.
+    Its commands are the folder's own now: `--out .`, and compose in the folder takes the recorded project from
+    `name:` (what `docker compose config` reports from there, with no -p)."""
+    out = tmp_path / "deploy"
+    render(out)
+    name = compose_project(out)
+    header = [line for line in (out / "compose.yaml").read_text().splitlines() if line.startswith("#")][:4]
+    text = "\n".join(header)
+    assert not re.search(r"\b(DIR|PROJECT)\b", text), text
+    assert "Start, from this folder: kit up --out .    Stop: kit down --out ." in text
+    assert f"docker compose up -d --wait --remove-orphans (compose project {name}" in text
+    docker = require_tool("docker")
+    if subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        done = subprocess.run([docker, "compose", "config", "--format", "json"], cwd=out, capture_output=True,
+                              text=True, env={**os.environ, "VLLM_API_KEY": "x"})
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["name"] == name
+
+
 class Container:
     def __init__(self, name: str, labels: dict[str, str]):
         self.name, self.labels = name, labels
