@@ -59,12 +59,14 @@ def _defaults(version: str) -> dict[str, Any]:
     return vllm_table()["versions"][version].setdefault("defaults", {})
 
 
-def _get(tree: dict[str, Any], path: tuple[str, ...], fallback: float) -> float:
+def _get(rules_at: object, path: tuple[str, ...], fallback: float) -> float:
+    """The folded rule at ``path`` (kit/core/tables.py Rules, attribute by attribute); ``fallback`` where unset."""
+    node = rules_at
     for key in path:
-        if not isinstance(tree, dict) or key not in tree:
+        node = getattr(node, key, None)
+        if node is None:
             return fallback
-        tree = tree[key]
-    return float(tree)  # type: ignore[arg-type]
+    return float(node)  # type: ignore[arg-type]
 
 
 def committed(version: str) -> np.ndarray:

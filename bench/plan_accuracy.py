@@ -268,7 +268,8 @@ def allowance_report(cases: list[dict], version: str = "0.34.0") -> None:
     family: each run's shortfall is the plan's KV cache before the allowance less what vLLM found room for after
     warm-up ("N KV cache blocks (X GiB) fit"); each family is then planned with the largest shortfall of the other
     families. Reported, not targeted: the committed allowance is in-sample (the largest shortfall of all the runs)."""
-    allowance = float(rules.rules_for(version).get("kv_sizing", {}).get("post_warmup_allowance_gib") or 0.0)
+    sizing = rules.rules_for(version).kv_sizing
+    allowance = float((sizing.post_warmup_allowance_gib if sizing else None) or 0.0)
     runs = []
     for case in cases:
         if case_version(case) != version or case.get("start_failed"):

@@ -229,6 +229,59 @@ class RuleChange(Table):
     model_runner_v2: ModelRunnerV2 | None = None
 
 
+# The rules of one release, every change folded over the releases (kit/memory/rules.py ``rules_for``): the same
+# fields, those the oldest entry (`rule_changes.0.0.0`) sets for every release now required, so a reader gets a value
+# of the field's type, not an optional one.
+
+
+class FoldedGraphEstimate(CudaGraphEstimate):
+    base_gib: float
+    per_graph_gib: float
+
+
+class FoldedMemoryAccounting(MemoryAccounting):
+    hidden_buffers: int
+    activation_fixed_gib: float
+    sampler: SamplerRule
+    sampler_state_bytes_per_vocab_entry: float
+    compile_cold_gib: float
+    moe_cache_scale: float
+    non_torch_gib_single: float
+    non_torch_gib_tp: float
+    non_torch_gib_pp_only: float
+    cuda_graph_estimate: FoldedGraphEstimate
+
+
+class FoldedKVSizing(KVSizing):
+    extensible_default: bool
+    utilization_when_off: float
+    margin_floor_gib: float
+    margin_fraction: float
+
+
+class FoldedGraphCapture(CudaGraphCapture):
+    max_size: int
+    max_num_seqs_factor: int
+
+
+class Rules(RuleChange):
+    """The planner's rules of one release (kit/memory/rules.py ``rules_for``)."""
+
+    gpu_memory_utilization: float
+    block_size: int
+    cpu_block_size: int
+    cuda_graph_memory_profiled: bool
+    batch_tiers: list[BatchTier]
+    lora_defaults: LoraDefaults
+    cpu_fp8_kv_falls_back: bool
+    cpu_process_overhead_gib: float
+    kv_error_wording: str
+    kv_sizing: FoldedKVSizing | None = None  # its fields: all of them, from the first release that has it
+    machete_awq_residual_bytes_per_param: float
+    memory_accounting: FoldedMemoryAccounting
+    cuda_graph_capture: FoldedGraphCapture
+
+
 class Server(Table):
     """How the server starts: the argv before the flags, and the model as the positional or as --model."""
 

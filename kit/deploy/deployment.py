@@ -676,7 +676,7 @@ def flashinfer_aot_modules(preset: Preset, gpu: dict[str, Any] | None) -> list[s
     if not gpu or not gpu.get("compute_capability"):
         return []
     modules = list(vllm_model().versions[preset.image.vllm_version].flashinfer_aot or [])
-    sampler = rules_for(preset.image.vllm_version)["memory_accounting"].get("sampler", {})
+    sampler = rules_for(preset.image.vllm_version).memory_accounting.sampler
     if "sampling" in modules and not flashinfer_sampler_used(sampler, str(gpu["compute_capability"]),
                                                              gpu.get("sm_count")):
         modules.remove("sampling")

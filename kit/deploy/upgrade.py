@@ -314,11 +314,11 @@ def _meaning_changes(engine: Mapping[str, Any], current: str, target: str) -> li
     from kit.memory.rules import rules_for
 
     util = engine.get("gpu_memory_utilization")
-    before = rules_for(current).get("kv_sizing") or {}
-    sizing = rules_for(target).get("kv_sizing") or {}
+    before = rules_for(current).kv_sizing
+    sizing = rules_for(target).kv_sizing
     off = engine.get("enable_extensible_kv_cache") is False or engine.get("kv_cache_memory_bytes") is not None \
         or engine.get("num_gpu_blocks_override") is not None
-    if util is None or off or not sizing.get("extensible_default") or before.get("extensible_default") \
+    if util is None or off or not (sizing and sizing.extensible_default) or (before and before.extensible_default) \
             or not 0.7 < float(util) < 1.0:
         return []
     return [FlagChange(

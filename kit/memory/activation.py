@@ -14,9 +14,8 @@ the forward holds, which buffers the sampler keeps, the residuals the source can
 
 from __future__ import annotations
 
-from typing import Any
-
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.core.tables import FoldedMemoryAccounting, MLAProfileWorkspace, SamplerRule
 from kit.memory.inputs import GIB, Resolved
 from kit.memory.rules import flashinfer_sampler_used, rules_for
 from kit.memory.shape import moe_layers_in, padded_vocab
@@ -25,23 +24,23 @@ from kit.memory.terms import Term, peak_bytes
 RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 
 
-def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> list[Term]:
+def _sampler_terms(r: Resolved, model: ModelSpec, sampler: SamplerRule) -> list[Term]:
     """The dummy sampler run's [rows, vocab] buffers (rows: one per dummy request, `_dummy_run`'s
     min(num_tokens, max_num_reqs))."""
     rows = min(r.max_num_seqs, r.max_num_batched_tokens)
     logits = rows * model.vocab_size
     terms = []
-    if sampler.get("logits_in_model_dtype"):
+    if sampler.logits_in_model_dtype:
         terms.append(Term(figure="activation", name="logits", phase="sampler",
                           bytes=logits * DTYPE_BYTES[r.dtype],
                           source=f"{RUNNER} _dummy_sampler_run: model.compute_logits(hidden_states), [rows, vocab] in "
                                  "the model dtype, held through both sampler passes"))
-    if sampler.get("fp32_copy"):
+    if sampler.fp32_copy:
         terms.append(Term(figure="activation", name="logits fp32 copy", phase="sampler", bytes=logits * 4,
                           source="vllm/v1/worker/gpu/sample/sampler.py apply_sampling_params: 'Copy logits to a new "
                                  "FP32 tensor' (the warm-up pass, SamplingParams.for_sampler_warmup, needs logits "
                                  "processing)"))
-    if sampler.get("flashinfer_topk_mask_and_probs") and flashinfer_sampler_used(sampler, r.compute_capability,
+    if sampler.flashinfer_topk_mask_and_probs and flashinfer_sampler_used(sampler, r.compute_capability,
                                                                                  r.gpu_sm_count):
         # vllm/v1/worker/gpu/sample/sampler.py _sample_random -> vllm/v1/sample/ops/topk_topp_sampler.py
         # flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits (flashinfer-python 0.7.2.post1,
@@ -55,26 +54,26 @@ def _sampler_terms(r: Resolved, model: ModelSpec, sampler: dict[str, Any]) -> li
                  source="flashinfer/sampling.py top_k_top_p_sampling_from_logits: torch.softmax(masked_logits), fp32 "
                         "[rows, vocab]"),
         ]
-    residual = float(sampler.get("residual_bytes_per_logit", 0.0))
+    residual = float(sampler.residual_bytes_per_logit or 0.0)
     if residual:
         terms.append(Term(figure="activation", name="sampler buffers (fitted)", phase="sampler",
                           bytes=logits * residual, fitted=True,
                           source=f"kit/data/vllm.yaml memory_accounting.sampler.residual_bytes_per_logit "
-                                 f"({residual:g} B per logit): {sampler.get('residual_is', 'the rest of the sampler')}"))
+                                 f"({residual:g} B per logit): {sampler.residual_is or 'the rest of the sampler'}"))
     return terms
 
 
 def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -> list[Term]:
     """The profile run's activation on one rank of the pipeline stage holding ``layers``, as named terms (a term of
     figure "non_torch" is a buffer the profile run leaves allocated: the plan moves it to that figure)."""
-    rule = rules_for(r.vllm_version)["memory_accounting"]
+    rule = rules_for(r.vllm_version).memory_accounting
     tokens = r.max_num_batched_tokens
     tp = r.tensor_parallel_size
     act = DTYPE_BYTES[r.dtype]
     h = model.hidden_size
     moe_layers = moe_layers_in(model, layers)
     has_dense, has_moe = moe_layers < len(layers), moe_layers > 0
-    buffers = rule["hidden_buffers"]
+    buffers = rule.hidden_buffers
     terms: list[Term] = []
     if has_dense:
         inter = model.intermediate_size / tp
@@ -99,17 +98,17 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
              source=f"3 x [tokens, heads / TP x head_dim] (qkv_proj output; {RUNNER} profile_run skips the attention "
                     "kernel itself, skip_attn=True)"),
     ]
-    mla = rule.get("mla_profile_workspace")
+    mla = rule.mla_profile_workspace
     if model.is_mla and mla:
         terms.append(_mla_profile_workspace(r, model, mla, q_heads, act))
     if has_moe:
         n = (model.moe_intermediate_size or model.intermediate_size) / tp
         topk = model.num_experts_per_tok or 1
-        scale = rule["moe_cache_scale"]
+        scale = rule.moe_cache_scale
         # memory_accounting.moe_workspace "persistent": allocated at the first forward and kept, so vLLM's profile
         # counts them in the memory consumed (the plan's non-torch figure), not in the transient peak; absent: alive
         # through the whole profile run and on the peak (the 0.26 rule). Either way they are charged once.
-        persistent = rule.get("moe_workspace") == "persistent"
+        persistent = rule.moe_workspace == "persistent"
         terms += [
             Term(figure="non_torch" if persistent else "activation", name="fused-MoE workspaces",
                  bytes=tokens * topk * (3 * n + h) * act * scale, fitted=scale != 1.0,
@@ -121,8 +120,8 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
     # A pooling runner profiles with a dummy pooler run ([tokens, hidden] at most), not the sampler, so no
     # vocabulary-wide logits (vllm/v1/worker/gpu_model_runner.py at 0.32.0: _dummy_pooler_run vs _dummy_sampler_run).
     if last and r.runner != "pooling":
-        terms += _sampler_terms(r, model, rule["sampler"])
-    fixed = rule["activation_fixed_gib"]
+        terms += _sampler_terms(r, model, rule.sampler)
+    fixed = rule.activation_fixed_gib
     if fixed:
         terms.append(Term(figure="activation", name="fixed (fitted)", bytes=fixed * GIB, fitted=True,
                           source="memory_accounting.activation_fixed_gib: small buffers of the profile run"))
@@ -131,12 +130,13 @@ def activation_terms(r: Resolved, model: ModelSpec, layers: range, last: bool) -
     return terms
 
 
-def _mla_profile_workspace(r: Resolved, model: ModelSpec, rule: dict[str, Any], q_heads: float, act: int) -> Term:
+def _mla_profile_workspace(r: Resolved, model: ModelSpec, rule: MLAProfileWorkspace, q_heads: float,
+                           act: int) -> Term:
     """The worst-case `kv_b_proj` output latent attention allocates in the profile run (memory_accounting
     `mla_profile_workspace`, cited in kit/data/vllm.yaml)."""
     block = r.block_size
-    rows = min(max(int(rule["rows_per_max_model_len"]) * r.max_model_len,
-                   int(rule["blocks_per_seq"]) * r.max_num_seqs * block), int(rule["max_rows"]))
+    rows = min(max(int(rule.rows_per_max_model_len) * r.max_model_len,
+                   int(rule.blocks_per_seq) * r.max_num_seqs * block), int(rule.max_rows))
     rows = -(-max(rows, block) // block) * block
     per_head = (model.qk_nope_head_dim or 0) + (model.v_head_dim or 0)
     return Term(figure="activation", name="MLA prefill workspace (profile run)", phase="attention",
@@ -146,7 +146,7 @@ def _mla_profile_workspace(r: Resolved, model: ModelSpec, rule: dict[str, Any], 
                        f"v_head_dim] in the model dtype, allocated when the profile run has no attention metadata")
 
 
-def _cold_compile_terms(r: Resolved, model: ModelSpec, rule: dict[str, Any], tokens: int,
+def _cold_compile_terms(r: Resolved, model: ModelSpec, rule: FoldedMemoryAccounting, tokens: int,
                         has_dense: bool) -> list[Term]:
     """What a first profile run on a cold compile cache holds beyond the warm one (the plan charges the first start;
     a warm cache gives it back). From 0.33 both parts are sized from the model's shapes (kit/data/vllm.yaml
@@ -157,8 +157,8 @@ def _cold_compile_terms(r: Resolved, model: ModelSpec, rule: dict[str, Any], tok
     terms: list[Term] = []
     # memory_accounting.compile_cold_phase "forward": the buffers live beside the forward pass's (the sampler phase
     # after it does not see them); absent: on top of the whole peak (the 0.26 fit).
-    phase = ("mlp" if has_dense else "moe") if rule.get("compile_cold_phase") == "forward" else None
-    buffers = float(rule.get("compile_cold_mlp_buffers") or 0.0)
+    phase = ("mlp" if has_dense else "moe") if rule.compile_cold_phase == "forward" else None
+    buffers = float(rule.compile_cold_mlp_buffers or 0.0)
     if buffers:
         inter = (model.intermediate_size if has_dense else
                  (model.moe_intermediate_size or model.intermediate_size) * (model.num_experts_per_tok or 1)) / tp
@@ -168,14 +168,14 @@ def _cold_compile_terms(r: Resolved, model: ModelSpec, rule: dict[str, Any], tok
             source=f"memory_accounting.compile_cold_mlp_buffers ({buffers:g}) x [tokens, intermediate / TP] in the "
                    "model dtype: inductor's first run keeps the MLP's gate_up and activation outputs apart from the "
                    "eager ones (measured at 2048-8192 tokens on Qwen3, Llama and Phi-3.5)"))
-    constant = float(rule.get("compile_cold_gib") or 0.0)
+    constant = float(rule.compile_cold_gib or 0.0)
     if constant:
         terms.append(Term(figure="activation", name="torch.compile, cold cache (fitted)", bytes=constant * GIB,
                           fitted=True, phase=phase,
                           source="memory_accounting.compile_cold_gib: inductor's buffers in the first profile run on "
                                  "a cold compile cache"))
-    copies = float(rule.get("compile_cold_floor_vocab_copies") or 0.0)
-    floor = float(rule.get("compile_cold_floor_gib") or 0.0)
+    copies = float(rule.compile_cold_floor_vocab_copies or 0.0)
+    floor = float(rule.compile_cold_floor_gib or 0.0)
     if copies or floor:
         # measured at TP 1 only; with TP > 1 the whole vocabulary's size is charged, not the rank's shard (the safe
         # side until a tensor-parallel cold start is measured)
@@ -201,7 +201,7 @@ def activation_bytes(r: Resolved, model: ModelSpec, layers: range, last: bool) -
 
 def sampler_bytes_per_logit(vllm_version: str, dtype: str) -> float:
     """Bytes the dummy sampler run holds per element of its [rows, vocab] logits at ``vllm_version`` in ``dtype``."""
-    sampler = rules_for(vllm_version)["memory_accounting"]["sampler"]
-    return (DTYPE_BYTES[dtype] * bool(sampler.get("logits_in_model_dtype")) + 4 * bool(sampler.get("fp32_copy"))
-            + 8 * bool(sampler.get("flashinfer_topk_mask_and_probs"))
-            + float(sampler.get("residual_bytes_per_logit", 0.0)))
+    sampler = rules_for(vllm_version).memory_accounting.sampler
+    return (DTYPE_BYTES[dtype] * bool(sampler.logits_in_model_dtype) + 4 * bool(sampler.fp32_copy)
+            + 8 * bool(sampler.flashinfer_topk_mask_and_probs)
+            + float(sampler.residual_bytes_per_logit or 0.0))

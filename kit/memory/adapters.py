@@ -20,8 +20,9 @@ def _lora_embedding_modules() -> dict[str, list[str]]:
 
 def resolved_lora(lora: LoraInputs, vllm_version: str) -> LoraInputs:
     """``lora`` with vLLM's defaults of the release filled in where a field was not given."""
-    defaults = rules_for(vllm_version)["lora_defaults"]
-    return lora.model_copy(update={k: v for k, v in defaults.items() if getattr(lora, k) is None})
+    defaults = rules_for(vllm_version).lora_defaults
+    filled = {"max_loras": defaults.max_loras, "max_lora_rank": defaults.max_lora_rank}
+    return lora.model_copy(update={k: v for k, v in filled.items() if getattr(lora, k) is None})
 
 
 def lora_buffer_bytes(model: ModelSpec, r: Resolved, lora: LoraInputs, layers: int, first: bool, last: bool) -> float:

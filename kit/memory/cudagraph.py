@@ -22,18 +22,18 @@ def cuda_graph_counts(max_num_seqs: int, vllm_version: str, max_num_batched_toke
     max_num_seqs. The largest size is min(max_size, factor x max_num_seqs), capped by max_num_batched_tokens where the
     release does; interactivity mode captures every size up to `interactivity_up_to`; a release may add
     max_num_batched_tokens and max_num_seqs themselves to the list."""
-    capture = rules_for(vllm_version)["cuda_graph_capture"]
-    largest = min(int(capture["max_size"]), int(capture["max_num_seqs_factor"]) * max_num_seqs)
+    capture = rules_for(vllm_version).cuda_graph_capture
+    largest = min(int(capture.max_size), int(capture.max_num_seqs_factor) * max_num_seqs)
     decode_fits = max_num_seqs <= largest  # before the token cap: vLLM's uniform decode size test
-    if capture.get("capped_by_batched_tokens") and max_num_batched_tokens is not None:
+    if capture.capped_by_batched_tokens and max_num_batched_tokens is not None:
         largest = min(largest, max_num_batched_tokens)
-    interactive = capture.get("interactivity_up_to") if performance_mode == "interactivity" else None
+    interactive = capture.interactivity_up_to if performance_mode == "interactivity" else None
     sizes = set(range(1, min(largest, int(interactive)) + 1)) if interactive else {s for s in (1, 2, 4) if s <= largest}
     sizes |= set(range(8, min(largest + 1, 256), 8)) | set(range(256, largest + 1, 16))
     if max_num_batched_tokens is not None:
-        if capture.get("adds_max_num_batched_tokens") and max_num_batched_tokens <= largest:
+        if capture.adds_max_num_batched_tokens and max_num_batched_tokens <= largest:
             sizes.add(max_num_batched_tokens)
-        if capture.get("adds_max_num_seqs") and decode_fits and max_num_seqs <= max_num_batched_tokens:
+        if capture.adds_max_num_seqs and decode_fits and max_num_seqs <= max_num_batched_tokens:
             sizes.add(max_num_seqs)
     piecewise = sorted(sizes)
     full = [s for s in piecewise if s <= max_num_seqs]
@@ -54,35 +54,35 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
     max_num_seqs as the count does. A stage with fused-MoE layers takes `moe_scale` times the dense figure."""
     if not r.cuda_graph_charged:
         return []
-    estimate = rules_for(r.vllm_version)["memory_accounting"]["cuda_graph_estimate"]
+    estimate = rules_for(r.vllm_version).memory_accounting.cuda_graph_estimate
     piecewise, full = cuda_graph_counts(r.max_num_seqs, r.vllm_version, r.max_num_batched_tokens, r.performance_mode)
     moe = model is not None and layers is not None and moe_layers_in(model, layers) > 0
-    scale = float(estimate.get("moe_scale", 1.0)) if moe else 1.0
+    scale = float(estimate.moe_scale if estimate.moe_scale is not None else 1.0) if moe else 1.0
     scaled = f" x moe_scale {scale:g} (fused-MoE layers)" if scale != 1.0 else ""
-    reference = estimate.get("reference_layers")
+    reference = estimate.reference_layers
     if reference and not moe and layers is not None:
         # a piecewise graph is one piece per decoder layer (torch.compile splits at each attention op), and a full
         # graph holds each layer's kernels: both grow with the layers of the stage
         scale = len(layers) / float(reference)
         scaled = f" x {len(layers)} layers / {reference} (the layers the rates were measured on)"
-    terms = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate["base_gib"] * GIB,
-                  fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate["base_gib"] else []
-    if "per_full_graph_gib" in estimate:
+    terms = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate.base_gib * GIB,
+                  fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate.base_gib else []
+    if estimate.per_full_graph_gib is not None:
         return [
             *terms,
             Term(figure="cuda_graph", name=f"graph pool, {piecewise} piecewise graphs (fitted)",
-                 bytes=estimate["per_graph_gib"] * scale * piecewise * GIB, fitted=True,
+                 bytes=estimate.per_graph_gib * scale * piecewise * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_graph_gib x the piecewise graphs captured by "
                         f"default (every capture size up to min(512, 2 x max_num_seqs)){scaled}"),
             Term(figure="cuda_graph", name=f"graph pool, {full} full graphs (fitted)",
-                 bytes=estimate["per_full_graph_gib"] * scale * full * GIB, fitted=True,
+                 bytes=estimate.per_full_graph_gib * scale * full * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_full_graph_gib x the full graphs captured by "
                         f"default (the capture sizes up to max_num_seqs){scaled}"),
         ]
     return [
         *terms,
         Term(figure="cuda_graph", name=f"graph pool, {piecewise + full} graphs (fitted)",
-             bytes=estimate["per_graph_gib"] * scale * (piecewise + full) * GIB, fitted=True,
+             bytes=estimate.per_graph_gib * scale * (piecewise + full) * GIB, fitted=True,
              source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "
                     f"(piecewise up to 512 tokens, full up to max_num_seqs){scaled}"),
     ]

@@ -283,15 +283,16 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
             )
     dtype = _resolve_dtype(inputs, gpu, QUANT_FAMILY.get(quant or "", quant))
     kv_dtype = inputs.kv_cache_dtype
-    if inputs.device == "cpu" and kv_dtype.startswith("fp8") and rules["cpu_fp8_kv_falls_back"]:
+    if inputs.device == "cpu" and kv_dtype.startswith("fp8") and rules.cpu_fp8_kv_falls_back:
         kv_dtype = "auto"  # "CPU backend doesn't support KV cache quantization fallback to auto."
         notes.append("the CPU backend ignores an fp8 KV cache and falls back to the model dtype")
     kv_bytes = 1 if kv_dtype.startswith("fp8") else DTYPE_BYTES[dtype if kv_dtype == "auto" else kv_dtype]
-    sizing = rules.get("kv_sizing") or {}
-    wanted = sizing.get("extensible_default") if inputs.extensible_kv_cache is None else inputs.extensible_kv_cache
+    sizing = rules.kv_sizing
+    wanted = (sizing.extensible_default if sizing else None) if inputs.extensible_kv_cache is None \
+        else inputs.extensible_kv_cache
     # vllm/config/vllm.py `_resolve_extensible_kv_cache` (0.34): CUDA (and ROCm) only
-    extensible = inputs.device == "cuda" and bool(sizing) and bool(wanted)
-    default_util = rules["gpu_memory_utilization"] if extensible or not sizing else sizing["utilization_when_off"]
+    extensible = inputs.device == "cuda" and sizing is not None and bool(wanted)
+    default_util = rules.gpu_memory_utilization if extensible or sizing is None else sizing.utilization_when_off
     util = inputs.gpu_memory_utilization or float(default_util)
     derived = derived_max_model_len(inputs.model)
     max_len = inputs.max_model_len or derived
@@ -306,12 +307,12 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
                                                  gpu.name if gpu else inputs.gpu_name or "", inputs.entrypoint,
                                                  inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
     if inputs.device == "cpu":
-        block = inputs.block_size or int(rules["cpu_block_size"])
+        block = inputs.block_size or int(rules.cpu_block_size)
     else:
-        block = inputs.block_size or int(rules["block_size"])
+        block = inputs.block_size or int(rules.block_size)
     cpu_space = inputs.cpu_kvcache_space_gib
     if inputs.device == "cpu" and cpu_space is None:
-        cpu_space = rules["cpu_kvcache_space_default_gib"]  # None: sized from host RAM
+        cpu_space = rules.cpu_kvcache_space_default_gib  # None: sized from host RAM
     charged = inputs.device == "cuda" and not inputs.enforce_eager and cuda_graphs_charged_by(inputs.model, version)
     from kit.config.pooling import pooling_profile
 

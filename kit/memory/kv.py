@@ -39,7 +39,7 @@ def kv_error_text(vllm_version: str, max_len: int, needed: float, available: flo
                   extensible_utilization: float | None = None) -> str:
     """vLLM's refusal when one request of ``max_len`` tokens needs more KV cache than the budget holds
     (``extensible_utilization``: the utilization, where the release's extensible KV cache sized the budget)."""
-    wording = rules_for(vllm_version)["kv_error_wording"]
+    wording = rules_for(vllm_version).kv_error_wording
     new = wording in ("model-s", "extensible")
     based = f"Based on the available memory, the estimated maximum model length is {estimate}. " if estimate > 0 else ""
     if wording == "extensible":
@@ -81,7 +81,7 @@ def cpu_kv_bytes(r: Resolved, weights: float) -> float:
             f"vLLM {r.vllm_version} sizes the CPU KV cache from host memory, and none was given",
             hint="give --cpu-kvcache-space-gib G (VLLM_CPU_KVCACHE_SPACE) or the host RAM as --gpu-memory-gib",
         )
-    overhead = rules_for(r.vllm_version)["cpu_process_overhead_gib"]
+    overhead = rules_for(r.vllm_version).cpu_process_overhead_gib
     return r.gpu_memory_gib * GIB * r.gpu_memory_utilization - weights - overhead * GIB
 
 
@@ -128,7 +128,7 @@ def kv_layout(model: ModelSpec, r: Resolved, per_token_per_layer: int, layers: i
         return None
     if "sliding" not in kinds:
         return full_attention_layout(block, per_token_per_layer * layers, max_len)
-    batches = rules_for(r.vllm_version).get("kv_in_flight_batches")
+    batches = rules_for(r.vllm_version).kv_in_flight_batches
     if not batches or r.pipeline_parallel_size > 1 or layers != model.num_layers or not model.sliding_window:
         return None
     counts = {kind: kinds.count(kind) for kind in ("full", "sliding") if kind in kinds}

@@ -18,28 +18,28 @@ from kit.memory.weights import machete_runs
 
 def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
     """The non-torch figure of one rank, as named terms."""
-    rule = rules_for(r.vllm_version)["memory_accounting"]
+    rule = rules_for(r.vllm_version).memory_accounting
     tp, pp = r.tensor_parallel_size, r.pipeline_parallel_size
     if tp > 1:
         base = Term(figure="non_torch", name="NCCL and custom all-reduce buffers (fitted)",
-                    bytes=rule["non_torch_gib_tp"] * GIB, fitted=True,
+                    bytes=rule.non_torch_gib_tp * GIB, fitted=True,
                     source="memory_accounting.non_torch_gib_tp (TP > 1; v0.19 logs: 2.06-2.17 GiB)")
     elif pp > 1:
         base = Term(figure="non_torch", name="CUDA context and pipeline buffers (fitted)",
-                    bytes=rule["non_torch_gib_pp_only"] * GIB, fitted=True,
+                    bytes=rule.non_torch_gib_pp_only * GIB, fitted=True,
                     source="memory_accounting.non_torch_gib_pp_only (PP without TP; v0.19 logs: 0.07 GiB)")
     else:
         base = Term(figure="non_torch", name="CUDA context and cuBLAS workspaces (fitted)",
-                    bytes=rule["non_torch_gib_single"] * GIB, fitted=True,
+                    bytes=rule.non_torch_gib_single * GIB, fitted=True,
                     source="memory_accounting.non_torch_gib_single (one GPU, measured per release)")
     terms = [base]
-    marlin = float(rule.get("non_torch_marlin_gib") or 0.0)
+    marlin = float(rule.non_torch_marlin_gib or 0.0)
     if marlin and r.device == "cuda" and QUANT_FAMILY.get(r.quantization or "", r.quantization) in ("awq", "gptq") \
             and not machete_runs(r):
         terms.append(Term(figure="non_torch", name="Marlin kernels (fitted)", bytes=marlin * GIB, fitted=True,
                           source="memory_accounting.non_torch_marlin_gib: AWQ/GPTQ on Marlin (compute capability 8.x; "
                                  "Machete only runs on 9.0) leaves this much more after the profile run"))
-    per_entry = rule["sampler_state_bytes_per_vocab_entry"]
+    per_entry = rule.sampler_state_bytes_per_vocab_entry
     if per_entry and r.runner != "pooling" and r.device == "cuda":
         terms.append(Term(
             figure="non_torch", name="sampler per-request state", bytes=r.max_num_seqs * model.vocab_size * per_entry,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.core.errors import PlanError
 from kit.core.releaserules import quantization_min_cc
+from kit.core.tables import FoldedKVSizing
 from kit.core.versions import cc_tuple
 from kit.memory.activation import activation_terms
 from kit.memory.adapters import draft_terms, lora_buffer_bytes, lora_notes, resolved_lora
@@ -139,8 +140,8 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     check_parallelism(model, tp, pp, group if r.quantization and model.quantization else None)
     stages: list[_Stage] = []
     ranges = pp_layer_ranges(model.num_layers, pp)
-    # the release's KV sizing rules, read once for every stage (rules_for copies the table)
-    sizing = rules_for(r.vllm_version)["kv_sizing"] if r.extensible_kv_cache else {}
+    # the release's KV sizing rules, read once for every stage
+    sizing = rules_for(r.vllm_version).kv_sizing if r.extensible_kv_cache else None
     for i, layers in enumerate(ranges):
         first, last = i == 0, i == len(ranges) - 1
         terms = weight_terms(r, model, layers, first, last)
@@ -174,7 +175,7 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
         kv = requested - weights - figures[0] - figures[1] - figures[2]
         reserve = 0.0
-        if r.extensible_kv_cache:
+        if sizing is not None:
             sizing_peak = _sizing_logprobs_peak(r, model, sizing) if last else 0.0
             kv, reserve, reserve_terms = _extensible_kv(r, sizing, requested, weights + figures[1] + figures[2],
                                                         figures[0], sizing_peak)
@@ -187,7 +188,7 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     return r, stages, notes
 
 
-def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: dict[str, Any]) -> float:
+def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: FoldedKVSizing) -> float:
     """The allocated peak of 0.34's sizing warm-up step with prompt logprobs (vllm/v1/worker/gpu/warmup.py
     run_kv_cache_sizing_warmup: one prompt of min(max_num_batched_tokens, max_model_len) tokens asking for
     max_logprobs, 20 by default): the prompt's hidden states, and one chunk of its logits at a time
@@ -195,7 +196,7 @@ def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: dict[str, Any])
     model's dtype, two of them alive at once where the model caps its logits (LogitsProcessor.forward: divide, tanh,
     multiply). 0 where the release has no such step (``sizing``, the release's kv_sizing: prompt_logprobs_chunk_rows
     unset)."""
-    rows = int(sizing.get("prompt_logprobs_chunk_rows") or 0)
+    rows = int(sizing.prompt_logprobs_chunk_rows or 0)
     if not rows:
         return 0.0
     act = DTYPE_BYTES[r.dtype]
@@ -204,7 +205,7 @@ def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: dict[str, Any])
     return prompt * model.hidden_size * act + min(rows, prompt) * padded_vocab(model.vocab_size) * act * copies
 
 
-def _extensible_kv(r: Resolved, sizing: dict[str, Any], requested: float, non_kv: float, profiled: float,
+def _extensible_kv(r: Resolved, sizing: FoldedKVSizing, requested: float, non_kv: float, profiled: float,
                    sizing_peak: float = 0.0) -> tuple[float, float, list[Term]]:
     """(KV bytes, margin kept free, its terms) where vLLM sizes an extensible KV cache after warm-up (0.34:
     vllm/v1/worker/extensible_kv_cache.py `measure_kv_cache_bytes`): the least of the utilization's budget and the
@@ -213,14 +214,14 @@ def _extensible_kv(r: Resolved, sizing: dict[str, Any], requested: float, non_kv
     The transient peak is the larger of the profile run's (``profiled``) and the sizing warm-up's (``sizing_peak``:
     gpu_worker.py seeds reserved_headroom_bytes with the profile's peak, each sizing step raises it)."""
     peak = max(profiled, sizing_peak)
-    margin = max(float(sizing["margin_floor_gib"]) * GIB, float(sizing["margin_fraction"]) * peak)
-    baseline = float(sizing.get("startup_baseline_gib") or 0.0) * GIB
+    margin = max(float(sizing.margin_floor_gib) * GIB, float(sizing.margin_fraction) * peak)
+    baseline = float(sizing.startup_baseline_gib or 0.0) * GIB
     budget = requested - non_kv
     device = r.gpu_memory_gib * GIB - baseline - non_kv - margin
     # What warm-up leaves beyond the terms above, measured at 0.34 and not modelled term by term (kit/data/vllm.yaml
     # kv_sizing.post_warmup_allowance_gib): torch's reservation growth beyond the allocated peak and non-KV memory
     # still resident after warm-up. Charged in full: the plan stays on the side where vLLM gives at least as much.
-    allowance = float(sizing.get("post_warmup_allowance_gib") or 0.0) * GIB
+    allowance = float(sizing.post_warmup_allowance_gib or 0.0) * GIB
     kv = min(budget, device) - peak - allowance
     # what the device's bound (the margin, the baseline) takes beyond the budget, the sizing step's peak beyond the
     # profile's, and the post-warm-up allowance
@@ -304,7 +305,8 @@ def _approximate(model: ModelSpec, r: Resolved, gpu_unified: bool, notes: list[s
         reasons.append("unified memory: the CPU shares this memory, and vLLM refuses to start when free memory "
                        "is below the requested fraction")
     if r.extensible_kv_cache:
-        uncalibrated = (rules_for(r.vllm_version)["kv_sizing"].get("uncalibrated") or [])
+        sizing = rules_for(r.vllm_version).kv_sizing
+        uncalibrated = (sizing.uncalibrated if sizing is not None else None) or []
         if uncalibrated:
             reasons.append(f"vLLM {r.vllm_version} sizes the KV cache from the memory free after warm-up and CUDA-graph "
                            "capture (the extensible KV cache); not calibrated at this release: "

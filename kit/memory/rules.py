@@ -2,8 +2,9 @@
 
 A release's rules fold, oldest first, every `rule_changes` entry (releases the kit does not pin) and every pinned
 release's `versions.X.defaults` at or below it: a later entry overrides an earlier one key by key, mappings merge,
-lists and values replace. The term modules (weights, activation, cudagraph, nontorch, kv) read what they need from
-the folded mapping; none keeps a per-release constant of its own.
+lists and values replace. The folded mapping is checked as kit/core/tables.py ``Rules`` (the fields every release
+has are required there), and the term modules (weights, activation, cudagraph, nontorch, kv) read what they need from
+its attributes; none keeps a per-release constant of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kit.core.errors import PlanError
+from kit.core.tables import FoldedMemoryAccounting, Rules, SamplerRule, check_table
 from kit.core.versions import cc_tuple, version as version_of
 
 DEFAULT_VLLM_VERSION = "0.33.0"
@@ -59,41 +61,42 @@ def _entries(user_folder: Any = None) -> tuple[tuple[Version, str, dict[str, Any
 
 
 @lru_cache(maxsize=64)
-def _rules_at(version: Version, user_folder: Any = None) -> dict[str, Any]:
-    rules: dict[str, Any] = {}
+def _rules_at(version: Version, user_folder: Any = None) -> Rules:
+    folded: dict[str, Any] = {}
     for release, _, change in _entries(user_folder):
         if release <= version:
-            rules = _merge(rules, change)
-    return rules
+            folded = _merge(folded, change)
+    return check_table(Rules, folded, f"kit/data/vllm.yaml (the rules folded at vLLM {version})", error=PlanError,
+                       hint="every release needs the rules the oldest entry (rule_changes.0.0.0) sets")
 
 
-def rules_for(version: str | Version) -> dict[str, Any]:
-    """The planner's rules of vLLM ``version`` (a copy: callers may not change the table)."""
+def rules_for(version: str | Version) -> Rules:
+    """The planner's rules of vLLM ``version`` (read-only: the model is frozen and shared)."""
     ver = parse_version(version) if isinstance(version, str) else version
-    return copy.deepcopy(_rules_at(ver, _user_folder()))
+    return _rules_at(ver, _user_folder())
 
 
 def default_gpu_memory_utilization(vllm_version: str) -> float:
-    return float(rules_for(vllm_version)["gpu_memory_utilization"])
+    return float(rules_for(vllm_version).gpu_memory_utilization)
 
 
-def memory_accounting(version: Version) -> dict[str, Any]:
+def memory_accounting(version: Version) -> FoldedMemoryAccounting:
     """The profile run's accounting at ``version`` (`memory_accounting`, folded over the releases)."""
-    return rules_for(version)["memory_accounting"]
+    return rules_for(version).memory_accounting
 
 
-def flashinfer_sampler_used(sampler: dict[str, Any], compute_capability: str | None,
+def flashinfer_sampler_used(sampler: SamplerRule | None, compute_capability: str | None,
                             sm_count: int | None) -> bool:
     """Whether vLLM samples with FlashInfer on a GPU (``sampler``: a release's `memory_accounting.sampler`): a
     compute capability in the range of its `flashinfer_when` and more SMs than its floor. The one rule the planner's
     sampler terms and a slim image's FlashInfer modules (kit/deploy/deployment.py) both read. A GPU outside the
     catalog (no compute capability), an unknown SM count or a release without the rule: taken to."""
-    when = sampler.get("flashinfer_when")
+    when = sampler.flashinfer_when if sampler is not None else None
     if not when or compute_capability is None:
         return True
-    if not cc_tuple(when["min_cc"]) <= cc_tuple(compute_capability) <= cc_tuple(when["max_cc"]):
+    if not cc_tuple(when.min_cc) <= cc_tuple(compute_capability) <= cc_tuple(when.max_cc):
         return False
-    return sm_count is None or int(sm_count) > int(when["more_than_sms"])
+    return sm_count is None or int(sm_count) > int(when.more_than_sms)
 
 
 # vLLM's DeepSeek attention (vllm/model_executor/models/deepseek_v2.py, the classes registered to it) turns a
@@ -120,24 +123,25 @@ def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_
     """(max_num_batched_tokens, max_num_seqs) as vLLM's EngineArgs.get_batch_defaults picks them: on the CPU backend
     its `cpu_batch` (times the world size) where the release has one, else the first `batch_tiers` tier the GPU
     matches."""
-    cpu = rules_for(version).get("cpu_batch")
+    rules = rules_for(version)
+    cpu = rules.cpu_batch
     if device == "cpu" and cpu:
-        tokens, seqs = cpu["llm" if entrypoint == "llm" else "serve"]
-        scale = world_size if cpu.get("per_world_size") else 1
+        tokens, seqs = cpu.llm if entrypoint == "llm" else cpu.serve
+        scale = world_size if cpu.per_world_size else 1
         return int(tokens) * scale, int(seqs) * scale
     name = gpu_name.lower()
-    for tier in rules_for(version)["batch_tiers"]:
-        conditional = any(k in tier for k in ("min_memory_gib", "name_contains", "name_excludes"))
+    for tier in rules.batch_tiers:
+        conditional = any(v is not None for v in (tier.min_memory_gib, tier.name_contains, tier.name_excludes))
         if conditional:
             if device != "cuda" or memory_gib is None:
                 continue
-            if memory_gib < tier.get("min_memory_gib", 0):
+            if memory_gib < (tier.min_memory_gib or 0):
                 continue
-            if "name_contains" in tier and not any(n in name for n in tier["name_contains"]):
+            if tier.name_contains is not None and not any(n in name for n in tier.name_contains):
                 continue
-            if any(n in name for n in tier.get("name_excludes", [])):
+            if any(n in name for n in tier.name_excludes or []):
                 continue
-        tokens, seqs = tier["llm" if entrypoint == "llm" else "serve"]
+        tokens, seqs = tier.llm if entrypoint == "llm" else tier.serve
         return int(tokens), int(seqs)
     raise PlanError(f"kit/data/vllm.yaml: no batch_tiers tier matches at vLLM {version}")
 
@@ -179,23 +183,23 @@ def model_runner_for(model: Any, version: Version) -> str:
     """"V2" where vLLM picks its V2 model runner, else "V1" (kit/data/vllm.yaml `model_runner_v2`, per release).
 
     ``model`` is a kit.config.modelinfo.ModelSpec."""
-    rule = rules_for(version).get("model_runner_v2")
+    rule = rules_for(version).model_runner_v2
     if not rule:
         return "V1"
     if model.is_hybrid:
-        return "V2" if rule.get("hybrid") else "V1"
+        return "V2" if rule.hybrid else "V1"
     if model.is_moe:
-        every = rule.get("moe") == "all"
-        return "V2" if every or model.architecture in rule.get("moe_architectures", []) else "V1"
-    return "V2" if rule.get("dense") else "V1"
+        every = rule.moe == "all"
+        return "V2" if every or model.architecture in (rule.moe_architectures or []) else "V1"
+    return "V2" if rule.dense else "V1"
 
 
 def cuda_graphs_charged_by(model: Any, version: Version) -> bool:
     """Whether the model runner vLLM picks subtracts its CUDA-graph estimate from the KV budget (from 0.21): V1
     always; V2 where the release's rule says so (0.26's V2 runner estimated 0, 0.32's and 0.33's capture and charge)."""
     rules = rules_for(version)
-    if not rules["cuda_graph_memory_profiled"]:
+    if not rules.cuda_graph_memory_profiled:
         return False
     if model_runner_for(model, version) == "V1":
         return True
-    return bool((rules.get("model_runner_v2") or {}).get("charges_cuda_graphs"))
+    return bool(rules.model_runner_v2 and rules.model_runner_v2.charges_cuda_graphs)

@@ -37,7 +37,7 @@ def _linear_bytes_per_param(r: Resolved, model: ModelSpec) -> float:
             # transform_w_zp, read at 0.26.0 and 0.33.0), and holds a little more than that per weight (kit/data/vllm.yaml
             # `machete_awq_residual_bytes_per_param`, fitted)
             zero_bytes = dtype_bytes
-            residual = float(rules_for(r.vllm_version).get("machete_awq_residual_bytes_per_param") or 0.0)
+            residual = float(rules_for(r.vllm_version).machete_awq_residual_bytes_per_param or 0.0)
         per_group = (2 + zero_bytes) / group if group > 0 else 0.0
         return bits / 8 + per_group + residual
     if method == "fp8":
@@ -53,7 +53,7 @@ def machete_runs(r: Resolved) -> bool:
     """vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
     "Machete requires compute capability of 90"; kit/data/vllm.yaml `machete_capability`, per release); the H200
     logs at 0.26.0 say "Using MacheteLinearKernel"."""
-    capability = rules_for(r.vllm_version)["machete_capability"]
+    capability = rules_for(r.vllm_version).machete_capability
     return capability is not None and r.compute_capability == str(capability)
 
 
@@ -76,7 +76,7 @@ ALLOC_SEGMENT_ROUND = 2 << 20
 
 
 def load_max_split_bytes(vllm_version: str) -> int | None:
-    mib = rules_for(vllm_version)["load_max_split_mb"]
+    mib = rules_for(vllm_version).load_max_split_mb
     return None if mib is None else int(mib) * MIB
 
 

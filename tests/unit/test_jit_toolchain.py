@@ -152,18 +152,19 @@ def test_the_image_compiles_the_sampler_exactly_where_the_planner_charges_flashi
     """One rule (kit/memory/rules.py flashinfer_sampler_used) decides both: the slim image's FlashInfer modules and
     the planner's top-k sampler terms. Its edges: the compute capability range is inclusive, the SM floor is not."""
     from kit.core.datafiles import gpu_catalog
+    from kit.core.tables import SamplerRule
     from kit.memory.rules import flashinfer_sampler_used, rules_for
 
     preset = prepare("rtx4090-awq").preset
-    sampler = rules_for(preset.image.vllm_version)["memory_accounting"]["sampler"]
+    sampler = rules_for(preset.image.vllm_version).memory_accounting.sampler
     for name, gpu in gpu_catalog().items():
         used = flashinfer_sampler_used(sampler, str(gpu["compute_capability"]), gpu.get("sm_count"))
         assert ("sampling" in dep.flashinfer_aot_modules(preset, gpu)) == used, name
-    when = {"flashinfer_when": {"min_cc": "8.0", "max_cc": "12.1", "more_than_sms": 16}}
+    when = SamplerRule.model_validate({"flashinfer_when": {"min_cc": "8.0", "max_cc": "12.1", "more_than_sms": 16}})
     assert flashinfer_sampler_used(when, "8.0", 17) and flashinfer_sampler_used(when, "12.1", None)
     assert not flashinfer_sampler_used(when, "7.5", 40) and not flashinfer_sampler_used(when, "12.2", 40)
     assert not flashinfer_sampler_used(when, "8.7", 16)  # the floor itself: not more than 16 SMs
-    assert flashinfer_sampler_used(when, None, 16) and flashinfer_sampler_used({}, "7.0", 1)  # unknown: taken to
+    assert flashinfer_sampler_used(when, None, 16) and flashinfer_sampler_used(SamplerRule(), "7.0", 1)  # unknown: taken to
 
 
 def test_deepseeks_scaled_rope_is_compiled_into_its_image_and_no_other_models():

@@ -199,7 +199,7 @@ def test_machete_keeps_awq_zero_points_in_the_activation_dtype():
     dense = load_model_spec("Qwen/Qwen3-8B")
     linear = weights.stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
     group = spec.quantization.group_size
-    residual = rules.rules_for("0.26.0")["machete_awq_residual_bytes_per_param"]
+    residual = rules.rules_for("0.26.0").machete_awq_residual_bytes_per_param
     assert residual > 0
     assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(
         linear * (1.5 / group + residual), rel=1e-6)

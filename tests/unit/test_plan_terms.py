@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from pydantic import ValidationError
 
 from kit.config.modelinfo import load_model_spec
 from kit.memory import inputs as plan_inputs
@@ -48,17 +49,18 @@ def gpu_inputs(model: str, **kw) -> PlanInputs:
 def test_rules_fold_releases_oldest_first_and_merge_mappings():
     assert rules.default_gpu_memory_utilization("0.19.0") == 0.90
     assert rules.default_gpu_memory_utilization("0.21.0") == 0.92
-    assert rules.rules_for("0.19.0")["cuda_graph_memory_profiled"] is False
-    assert rules.rules_for("0.21.0")["cuda_graph_memory_profiled"] is True
+    assert rules.rules_for("0.19.0").cuda_graph_memory_profiled is False
+    assert rules.rules_for("0.21.0").cuda_graph_memory_profiled is True
     # 0.32.0 records no accounting of its own: 0.26.0's measured figures, over the base entry's keys
-    at_026, at_032 = (rules.rules_for(v)["memory_accounting"] for v in ("0.26.0", "0.32.0"))
-    assert at_032 == at_026 and at_026["hidden_buffers"] == 4
-    assert at_026["cuda_graph_estimate"] == rules.rules_for("0.19.0")["memory_accounting"]["cuda_graph_estimate"]
-    at_033 = rules.rules_for("0.33.0")["memory_accounting"]
-    assert at_033["cuda_graph_estimate"]["base_gib"] != at_026["cuda_graph_estimate"]["base_gib"]
-    # a copy: a caller's change does not reach the next reader
-    at_033["hidden_buffers"] = 99
-    assert rules.rules_for("0.33.0")["memory_accounting"]["hidden_buffers"] == 4
+    at_026, at_032 = (rules.rules_for(v).memory_accounting for v in ("0.26.0", "0.32.0"))
+    assert at_032 == at_026 and at_026.hidden_buffers == 4
+    assert at_026.cuda_graph_estimate == rules.rules_for("0.19.0").memory_accounting.cuda_graph_estimate
+    at_033 = rules.rules_for("0.33.0").memory_accounting
+    assert at_033.cuda_graph_estimate.base_gib != at_026.cuda_graph_estimate.base_gib
+    # read-only: a caller cannot change what the next reader gets
+    with pytest.raises(ValidationError):
+        at_033.hidden_buffers = 99
+    assert rules.rules_for("0.33.0").memory_accounting.hidden_buffers == 4
 
 
 @pytest.mark.parametrize(("version", "memory", "name", "expected"), [
@@ -302,7 +304,7 @@ def test_lora_sizes_default_to_the_release_rules():
     args = {"gpu_memory_gib": 47.4, "max_model_len": 8192}
     defaulted = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(), **args))
     spelled = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_loras=1, max_lora_rank=16), **args))
-    assert rules.rules_for("0.33.0")["lora_defaults"] == {"max_loras": 1, "max_lora_rank": 16}
+    assert rules.rules_for("0.33.0").lora_defaults.model_dump() == {"max_loras": 1, "max_lora_rank": 16}
     assert defaulted.inputs["lora"]["max_loras"] == 1 and defaulted.inputs["lora"]["max_lora_rank"] == 16
     assert defaulted.lora_gib == spelled.lora_gib > 0
     wider = plan(gpu_inputs("Qwen/Qwen3-8B", lora=LoraInputs(max_lora_rank=32), **args))

@@ -28,11 +28,12 @@ def test_the_release_row_says_what_the_wheel_says():
     row = load_yaml("vllm.yaml")["versions"]["0.34.0"]
     assert (row["torch"], row["cuda"], row["pip"]) == ("2.14.0", "13.0", "vllm==0.34.0")
     rules = rules_for("0.34.0")
-    assert rules["gpu_memory_utilization"] == 1.0 and rules["block_size"] == 64
-    sizing = rules["kv_sizing"]
-    assert (sizing["margin_floor_gib"], sizing["margin_fraction"], sizing["utilization_when_off"]) == (1.0, 0.75, 0.92)
+    assert rules.gpu_memory_utilization == 1.0 and rules.block_size == 64
+    sizing = rules.kv_sizing
+    assert sizing is not None
+    assert (sizing.margin_floor_gib, sizing.margin_fraction, sizing.utilization_when_off) == (1.0, 0.75, 0.92)
     # 0.33 keeps its own rules: nothing of 0.34 leaks backwards
-    assert "kv_sizing" not in rules_for("0.33.0") and rules_for("0.33.0")["block_size"] == 16
+    assert rules_for("0.33.0").kv_sizing is None and rules_for("0.33.0").block_size == 16
 
 
 def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
@@ -42,8 +43,9 @@ def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
     total = i["gpu_memory_gib"]
     peak = result.activation_gib
     margin = max(1.0, 0.75 * peak)
-    sizing = rules_for("0.34.0")["kv_sizing"]
-    baseline, allowance = sizing["startup_baseline_gib"], sizing["post_warmup_allowance_gib"]
+    sizing = rules_for("0.34.0").kv_sizing
+    assert sizing is not None
+    baseline, allowance = sizing.startup_baseline_gib, sizing.post_warmup_allowance_gib
     assert baseline > 0 and allowance > 0  # measured (kit/data/calibration/h200-vllm-0.34.0)
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
     # measure_kv_cache_bytes at utilization 1.0: the device term (free at vLLM's first snapshot) binds, the margin
@@ -57,7 +59,7 @@ def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
 def test_a_lower_utilization_binds_and_keeps_no_margin_beyond_it():
     result = plan(inputs(gpu_memory_utilization=0.9))
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
-    allowance = rules_for("0.34.0")["kv_sizing"]["post_warmup_allowance_gib"]
+    allowance = rules_for("0.34.0").kv_sizing.post_warmup_allowance_gib
     # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term; only the measured
     # post-warm-up allowance is kept beyond it
     assert result.kv_cache_gib == pytest.approx(0.9 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib
@@ -77,7 +79,9 @@ def test_turned_off_it_plans_as_0_33_did_with_the_0_92_default():
 def test_the_plan_is_approximate_and_names_what_is_not_calibrated():
     reason = plan(inputs()).approximate
     assert reason["value"] is True
-    for term in rules_for("0.34.0")["kv_sizing"]["uncalibrated"]:
+    sizing = rules_for("0.34.0").kv_sizing
+    assert sizing is not None and sizing.uncalibrated
+    for term in sizing.uncalibrated:
         assert term in reason["reason"]
     assert "extensible KV cache" in reason["reason"]
     # 0.33 stays confident where it was

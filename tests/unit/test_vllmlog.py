@@ -201,7 +201,7 @@ def test_033_sampler_state_is_non_torch_memory_that_grows_with_max_num_seqs() ->
     assert big.non_torch_gib - small.non_torch_gib == pytest.approx(state_big - state_small, abs=0.05)
     rule = rules.memory_accounting(rules.parse_version("0.33.0"))
     for log, state in ((small, state_small), (big, state_big)):
-        assert log.non_torch_gib == pytest.approx(rule["non_torch_gib_single"] + state, abs=0.03)
+        assert log.non_torch_gib == pytest.approx(rule.non_torch_gib_single + state, abs=0.03)
 
 
 def _inputs_033(entry: dict, log: vllmlog.StartupLog) -> planner.PlanInputs:
