@@ -10,6 +10,7 @@ import click
 from kit.cli.common import PathOption, deployment_options, emit_json, preset_arguments, resolve_deployment, \
     standard_options, status
 from kit.cli.completion import complete_preset_name
+from kit.core import docker_engine
 
 STATUS_COLOURS = {"create": "green", "changed": "yellow", "forced": "red", "identical": None, "removed": "cyan",
                   "kept": "magenta"}
@@ -109,24 +110,7 @@ def offline_step(prepared, out_dir: Path) -> str | None:  # noqa: ANN001 - Prepa
     values.update({k: v for k, v in os.environ.items() if v})  # compose: the shell's value over .env's
     base_given = prepared.resolved is not None and prepared.resolved.base_image is not None
     return offline_note(files, values, base_image=prepared.deployment.image.base_image, base_given=base_given,
-                        out_dir=out_dir, kit=kit_command(), on_engine=image_on_engine)
-
-
-def image_on_engine(ref: str) -> bool:
-    """Whether this host's Docker engine has ``ref`` (`docker image inspect`), so the offline note need not name it:
-    False when there is no docker CLI or no engine answers (the note then names it, as it would without the check)."""
-    import shutil
-    import subprocess
-
-    docker = shutil.which("docker")
-    if docker is None:
-        return False
-    try:
-        done = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", "--", ref], capture_output=True,
-                              text=True, timeout=15)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+                        out_dir=out_dir, kit=kit_command(), on_engine=docker_engine.image_on_engine)
 
 
 @click.command()

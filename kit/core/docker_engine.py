@@ -30,11 +30,30 @@ class ImageNotFound(KitError):
 
 
 LOCAL_IMAGE_HINT = "`docker images` lists the images on this engine; pull or build the one you mean first"
+# How long a yes/no question to the engine may wait (image_on_engine): a note, not a command, waits on the answer.
+ENGINE_QUESTION_TIMEOUT_S = 15
+
+
+def image_on_engine(ref: str) -> bool:
+    """Whether this host's Docker engine has ``ref`` (`docker image inspect`): the one yes/no question about an image
+    (`kit render`'s offline note leaves out what the engine has). False when there is no docker CLI or no engine
+    answers within ENGINE_QUESTION_TIMEOUT_S: the caller then does what it would without the check. The docker CLI,
+    not the SDK (docker_client): a render loads no SDK and never waits on a hung engine past the bound."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    try:
+        done = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", "--", ref], capture_output=True,
+                              text=True, timeout=ENGINE_QUESTION_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def local_image(ref: str, *, hint: str = LOCAL_IMAGE_HINT):  # noqa: ANN201 - docker.models.images.Image
-    """The image ``ref`` on this engine. Missing, or not a valid reference: one error the user can act on (exit 1),
-    never the SDK's exception."""
+    """The image ``ref`` on this engine, for a command that goes on to use it (its attributes, a container from it).
+    Missing, or not a valid reference: one error the user can act on (exit 1), never the SDK's exception. Only asking
+    whether the engine has it: image_on_engine."""
     from docker.errors import APIError
     from docker.errors import ImageNotFound as SdkImageNotFound
 

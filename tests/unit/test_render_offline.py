@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli.main import cli
-from kit.cli.render import image_on_engine as engine_check  # the real one (the fixture below stands in for it)
+from kit.core.docker_engine import image_on_engine as engine_check  # the real one (the fixture stands in for it)
 from kit.core.envfile import read_env_file
 from kit.deploy.door import IMAGE_ENV, image_ref as door_pinned
 from kit.deploy.stack_images import stack_images
@@ -31,7 +31,7 @@ def _kit_on_path(monkeypatch):
     monkeypatch.setenv("VLLM_KIT_PROG", "kit")  # how the printed commands name the kit
     # An engine without the stack's images, whatever this host's holds (the test after the next says what one with
     # them changes).
-    monkeypatch.setattr("kit.cli.render.image_on_engine", lambda ref: False)
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: False)
 
 
 def render(out, *args):
@@ -88,7 +88,7 @@ def test_after_kit_build_the_note_no_longer_names_the_image_the_engine_has(tmp_p
         asked.append(ref)
         return ref == image
 
-    monkeypatch.setattr("kit.cli.render.image_on_engine", built)
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", built)
     tweaked = render(tmp_path, "engine.max_num_seqs=4")
     assert image in asked
     assert not lines(tweaked, "note: on a host without a registry")
