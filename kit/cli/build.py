@@ -84,6 +84,10 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     for line in env.lines():
         status(line)
     status(step)
+    from kit.cli.render import offline_step
+
+    for line in offline_step(prepared, out_dir, built=(*result.tags, *((router_ref,) if router_ref else ()))):
+        status(line)
 
 
 def _build(prepared, out_dir: Path, *, locked: bool, lock_path: Path | None, wheelhouse: Path | None,  # noqa: ANN001, ANN202

@@ -65,12 +65,20 @@ def refuse_target_switch(resolved, out_dir: Path) -> None:  # noqa: ANN001 - kit
         raise refusal
 
 
-def next_step(prepared, out_dir: Path, env=None) -> str:  # noqa: ANN001 - Prepared, service_env.EnvFill
+def compose_route(prepared) -> bool:  # noqa: ANN001 - Prepared
+    """Whether the next line is the folder's `docker compose up` (not Kubernetes, a cluster or a dropped pin)."""
+    files = prepared.files
+    return not (prepared.dropped_pin is not None or "k8s/kustomization.yaml" in files or prepared.deployment.serve.cluster)
+
+
+def next_step(prepared, out_dir: Path, env=None, *, build_first: bool = False) -> str:  # noqa: ANN001
     """The line `kit render` ends with: what to run next, exactly as it works from the current directory. ``env``
-    (what the render wrote into .env): a required name the kit cannot make is named first, as the thing to set."""
+    (what the render wrote into .env, a service_env.EnvFill): a required name the kit cannot make is named first, as
+    the thing to set. ``build_first``: this engine lacks an image of the kit's (compose never pulls those), so the
+    line starts with the `kit build` that makes it."""
     import shlex
 
-    from kit.cli.common import relock_step, repin_steps
+    from kit.cli.common import kit_command, relock_step, repin_steps
 
     where = shlex.quote(str(out_dir))
     if prepared.dropped_pin is not None:
@@ -90,27 +98,48 @@ def next_step(prepared, out_dir: Path, env=None) -> str:  # noqa: ANN001 - Prepa
     from kit.run.workflow import project_for
 
     # --remove-orphans: the services of an add-on or a preset beside that this render took out (--without) stop too.
-    return f"next: {first}cd {where} && docker compose -p {project_for(out_dir)} up -d --wait --remove-orphans"
+    build = f"{kit_command()} build --out {where} && " if build_first else ""
+    return (f"next: {first}{build}cd {where} && docker compose -p {project_for(out_dir)} up -d --wait "
+            "--remove-orphans")
 
 
-def offline_step(prepared, out_dir: Path) -> str | None:  # noqa: ANN001 - Prepared
-    """The note after a `docker compose up` next line of a render made for a host without a registry (a --base-image,
-    or a site image such as VLLM_KIT_DOOR_IMAGE in .env or this shell): what compose would still fetch, exactly."""
-    from kit.cli.common import kit_command
+def compose_values(out_dir: Path) -> dict[str, str]:
+    """What compose interpolates in the folder: its .env under this shell's environment."""
     from kit.core.envfile import EnvFileError, read_env_file
-    from kit.deploy.stack_images import offline_note
 
-    files = prepared.files
-    if prepared.dropped_pin is not None or "k8s/kustomization.yaml" in files or prepared.deployment.serve.cluster:
-        return None
     try:
         values = {k: v for k, v in read_env_file(out_dir / ".env").items() if v is not None}
     except EnvFileError:
         values = {}
     values.update({k: v for k, v in os.environ.items() if v})  # compose: the shell's value over .env's
+    return values
+
+
+def images_to_build(prepared, out_dir: Path) -> list[str]:  # noqa: ANN001 - Prepared
+    """The kit's images of the folder's compose stack that this engine lacks: `kit build` makes them (compose never
+    pulls them: pull_policy never)."""
+    if not compose_route(prepared):
+        return []
+    from kit.deploy.stack_images import stack_images
+
+    return [i.ref for i in stack_images(prepared.files, compose_values(out_dir))
+            if i.built and not docker_engine.image_on_engine(i.ref)]
+
+
+def offline_step(prepared, out_dir: Path, built: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001 - Prepared
+    """The notes after a `docker compose up` next line: what compose would pull that this engine lacks (and what
+    stands in for it without a registry), and for a render made for a host without a registry (a --base-image, or a
+    site image such as VLLM_KIT_DOOR_IMAGE in .env or this shell) the build from wheels. ``built``: images the
+    command just built (`kit build`), here whatever the engine says."""
+    from kit.cli.common import kit_command
+    from kit.deploy.stack_images import offline_note
+
+    if not compose_route(prepared):
+        return []
     base_given = prepared.resolved is not None and prepared.resolved.base_image is not None
-    return offline_note(files, values, base_image=prepared.deployment.image.base_image, base_given=base_given,
-                        out_dir=out_dir, kit=kit_command(), on_engine=docker_engine.image_on_engine)
+    return offline_note(prepared.files, compose_values(out_dir), base_image=prepared.deployment.image.base_image,
+                        base_given=base_given, out_dir=out_dir, kit=kit_command(),
+                        on_engine=lambda ref: ref in built or docker_engine.image_on_engine(ref))
 
 
 @click.command()
@@ -205,7 +234,6 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
         return
     for line in env.lines():
         status(line)
-    status(next_step(prepared, out_dir, env))
-    note = offline_step(prepared, out_dir)
-    if note:
-        status(note)
+    status(next_step(prepared, out_dir, env, build_first=bool(images_to_build(prepared, out_dir))))
+    for line in offline_step(prepared, out_dir):
+        status(line)

@@ -2,7 +2,7 @@
 line `kit render` prints (issue 36: every printed step works as printed).
 
 Public entry points: ``stack_images(files, values)`` (each image the compose files name, as compose resolves it, and
-whether compose pulls or builds it when the engine lacks it) and ``offline_note(...)``. Read from the rendered
+whether compose pulls it or the kit builds it) and ``offline_note(...)``. Read from the rendered
 compose files as data (the services' ``image`` and ``pull_policy``), with the values compose interpolates.
 """
 
@@ -59,20 +59,23 @@ def stack_images(files: dict[str, str], values: Mapping[str, str]) -> list[Stack
 
 
 def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image: str, base_given: bool,
-                 out_dir: Path, kit: str, on_engine: Callable[[str], bool] | None = None) -> str | None:
-    """The `note:` line after `kit render`'s `next:` on a render made for a host without a registry: one whose base
-    was given (--base-image) or whose site image a variable names (VLLM_KIT_DOOR_IMAGE, kit/data/service_env.yaml
-    ``images_from_environment``). It names exactly what compose would still fetch: the images it pulls that no
-    variable replaces, and the kit's images it builds when the engine lacks them (which needs the package index
-    unless `kit build --wheelhouse` builds them first). An image ``on_engine`` says this engine has is left out (compose
-    neither pulls nor builds it: after `kit build`, a re-render that keeps the image's tag needs nothing more). None
-    for a render with neither sign (compose fetches what it needs from the registries, as before), or when nothing
-    is left to name."""
+                 out_dir: Path, kit: str, on_engine: Callable[[str], bool] | None = None) -> list[str]:
+    """The `note:` lines after `kit render`'s `next:` line, which builds the kit's images when the engine lacks them
+    (`kit build`) and lets compose pull the rest. An image ``on_engine`` says this engine has is left out (compose
+    neither pulls nor builds it); so is a site image a variable names (VLLM_KIT_DOOR_IMAGE, kit/data/service_env.yaml
+    ``images_from_environment``).
+
+    - The images compose pulls from a registry, each with what stands in for it on a host without one (a site image
+      in .env, or `docker load`): an upstream image is told apart from the kit's own, which are built, never pulled.
+    - On a render made for a host without a registry (its base given: --base-image, or a site image set) whose
+      image the engine lacks: the build from a wheelhouse, in place of the line's `kit build` (which installs from
+      the package index).
+    None of either when nothing is left to name."""
     images = stack_images(files, values)
-    if not base_given and not any(i.from_variable for i in images):
-        return None
+    offline = base_given or any(i.from_variable for i in images)
     folder = shlex.quote(str(out_dir))
-    needs: list[str] = []
+    pulled: list[str] = []
+    build = False
     for image in images:
         if image.from_variable:
             continue  # the site's own image, which the variable names for this host
@@ -80,15 +83,18 @@ def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image
             continue  # already here: compose uses it as it is
         services = ", ".join(image.services)
         if image.built:
-            needs.append(f"{image.ref} ({services}; `{kit} wheelhouse --out {folder} --wheelhouse WHEELHOUSE` fetches "
-                         f"its wheels on a connected host, then `{kit} build --out {folder} --wheelhouse WHEELHOUSE` "
-                         f"builds it without a registry from base {base_image} on this engine)")
+            build = True
         elif image.variable:
-            needs.append(f"{image.ref} ({services}; or {image.variable}=IMAGE in {out_dir / '.env'}, an image this "
-                         "engine has)")
+            pulled.append(f"{image.ref} ({services}; or {image.variable}=IMAGE in {out_dir / '.env'}, an image this "
+                          "engine has)")
         else:
-            needs.append(f"{image.ref} ({services}; `docker load` it from a connected host)")
-    if not needs:
-        return None
-    return ("note: on a host without a registry, the line above needs on this engine first (compose pulls or builds "
-            "what it lacks): " + "; ".join(needs))
+            pulled.append(f"{image.ref} ({services}; `docker load` it from a connected host)")
+    notes = []
+    if pulled:
+        notes.append("note: compose pulls from a registry what this engine lacks; on a host without a registry, "
+                     "it needs here first: " + "; ".join(pulled))
+    if build and offline:
+        notes.append(f"note: on a host without a package index, build from wheels in place of the line's `{kit} build`: "
+                     f"`{kit} wheelhouse --out {folder} --wheelhouse WHEELHOUSE` fetches them on a connected host, then "
+                     f"`{kit} build --out {folder} --wheelhouse WHEELHOUSE` builds from base {base_image} on this engine")
+    return notes

@@ -30,12 +30,17 @@ def no_docker_build(monkeypatch):
     monkeypatch.setenv("VLLM_KIT_PROG", "kit")
 
 
+def next_line(result) -> str:
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("next: ")]
+    return line
+
+
 def test_build_prints_the_renders_next_line_and_the_key_it_needs(tmp_path, no_docker_build):
     out = tmp_path / "never-rendered"
     result = CliRunner().invoke(cli, ["build", "preset=cpu", "--out", str(out), "--wheelhouse", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[-1] == (f"next: cd {out} && docker compose -p {project_for(out)} up -d --wait "
-                                              "--remove-orphans")
+    assert next_line(result) == (f"next: cd {out} && docker compose -p {project_for(out)} up -d --wait "
+                                 "--remove-orphans")
     assert read_env_file(out / ".env").get("VLLM_API_KEY")  # what compose refuses to start without
     assert f"wrote VLLM_API_KEY into {out / '.env'}" in result.stderr
     assert read_env_file(out / ".env")["VLLM_API_KEY"] not in result.output
@@ -54,7 +59,7 @@ def test_a_rendered_folders_key_is_kept_and_json_stays_one_object(tmp_path, no_d
     assert read_env_file(out / ".env")["VLLM_API_KEY"] == key
     built = CliRunner().invoke(cli, ["build", "--out", str(out), "--wheelhouse", str(tmp_path)])
     assert "wrote VLLM_API_KEY" not in built.stderr
-    assert built.stderr.splitlines()[-1].startswith(f"next: cd {out} && docker compose -p ")
+    assert next_line(built).startswith(f"next: cd {out} && docker compose -p ")
 
 
 def test_wheelhouse_for_a_folder_names_the_build_that_comes_next(tmp_path, monkeypatch):
@@ -75,3 +80,15 @@ def test_wheelhouse_for_a_folder_names_the_build_that_comes_next(tmp_path, monke
     assert result.stderr.splitlines()[-1] == f"next: kit build --out '{out}' --wheelhouse {wheels}"
     plain = CliRunner().invoke(cli, ["wheelhouse", "preset=cpu", "--wheelhouse", str(wheels)])
     assert plain.exit_code == 0 and "next:" not in plain.output  # no folder named: no build line to print
+
+
+def test_after_the_build_the_next_line_builds_nothing(tmp_path, no_docker_build, monkeypatch):
+    """The image the build just made is not built again by the printed line, nor named as missing (whatever the
+    engine says: here it says it has nothing)."""
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: False)
+    out = tmp_path / "d"
+    result = CliRunner().invoke(cli, ["build", "preset=cpu", "--out", str(out), "--wheelhouse", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert next_line(result).startswith(f"next: cd {out} && ")
+    err = result.stderr.splitlines()
+    assert not [line for line in err if "vllm-kit/cpu" in line and line.startswith("note: ")]

@@ -34,6 +34,10 @@ def _kit_on_path(monkeypatch):
     monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: False)
 
 
+PULLS = "note: compose pulls from a registry what this engine lacks"
+WHEELS = "note: on a host without a package index, build from wheels"
+
+
 def render(out, *args):
     result = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(out), *args])
     assert result.exit_code == 0, result.output
@@ -52,8 +56,9 @@ def test_the_shells_door_image_goes_into_env_and_the_printed_line_needs_no_prefi
     monkeypatch.setenv(IMAGE_ENV, STANDIN)
     result = render(tmp_path, "--base-image", LOCAL_BASE)
     [step] = lines(result, "next: ")
-    assert step == f"next: cd {shlex.quote(str(tmp_path))} && docker compose -p {project_for(tmp_path)} up -d --wait " \
-                   "--remove-orphans"
+    # The engine lacks the kit's image (compose never pulls it): the line builds it first.
+    assert step == f"next: kit build --out {tmp_path} && cd {shlex.quote(str(tmp_path))} && docker compose -p " \
+                   f"{project_for(tmp_path)} up -d --wait --remove-orphans"
     assert read_env_file(tmp_path / ".env")[IMAGE_ENV] == STANDIN
     assert f"wrote {IMAGE_ENV}={STANDIN} into {tmp_path / '.env'}" in result.stderr
     # The rendered files are the same as without it: the site's image lives in .env, and the base in the Dockerfile.
@@ -64,14 +69,13 @@ def test_the_shells_door_image_goes_into_env_and_the_printed_line_needs_no_prefi
     monkeypatch.delenv(IMAGE_ENV)
     images = {i.services[0]: i for i in stack_images(rendered(tmp_path), read_env_file(tmp_path / ".env"))}
     assert images["door"].ref == STANDIN and images["door"].from_variable
-    # Only the kit's own image is left to name: no registry image is pulled by this stack.
-    [note] = lines(result, "note: on a host without a registry")
-    image = json.loads(render(tmp_path, "--json").stdout)["data"]["image"]
+    # No registry image is pulled by this stack; only the build's other route is left to name, from wheels.
+    assert not lines(result, PULLS)
+    [note] = lines(result, WHEELS)
     assert note == (
-        "note: on a host without a registry, the line above needs on this engine first (compose pulls or builds what "
-        f"it lacks): {image} (model-make, model-fetch, vllm; `kit wheelhouse --out {tmp_path} --wheelhouse WHEELHOUSE` "
-        f"fetches its wheels on a connected host, then `kit build --out {tmp_path} --wheelhouse WHEELHOUSE` builds it "
-        f"without a registry from base {LOCAL_BASE} on this engine)")
+        f"{WHEELS} in place of the line's `kit build`: `kit wheelhouse --out {tmp_path} --wheelhouse WHEELHOUSE` "
+        f"fetches them on a connected host, then `kit build --out {tmp_path} --wheelhouse WHEELHOUSE` builds from base "
+        f"{LOCAL_BASE} on this engine")
     assert "haproxy" not in note and "debian" not in note
 
 
@@ -91,11 +95,13 @@ def test_after_kit_build_the_note_no_longer_names_the_image_the_engine_has(tmp_p
     monkeypatch.setattr("kit.core.docker_engine.image_on_engine", built)
     tweaked = render(tmp_path, "engine.max_num_seqs=4")
     assert image in asked
-    assert not lines(tweaked, "note: on a host without a registry")
-    assert lines(tweaked, "next: ")
+    assert not lines(tweaked, "note: ")
+    [step] = lines(tweaked, "next: ")
+    assert step.startswith(f"next: cd {tmp_path} && ")  # nothing to build first
     with_monitoring = render(tmp_path, "--with", "monitoring")
-    [note] = lines(with_monitoring, "note: on a host without a registry")
+    [note] = lines(with_monitoring, PULLS)
     assert image not in note and "prometheus" in note and "`docker load` it from a connected host" in note
+    assert not lines(with_monitoring, WHEELS)
 
 
 def test_the_engine_check_says_no_where_there_is_no_engine(monkeypatch):
@@ -114,16 +120,32 @@ def test_compose_itself_reads_the_door_image_from_env(tmp_path, monkeypatch):
     assert STANDIN in done.stdout.split() and door_pinned() not in done.stdout
 
 
-def test_a_render_with_no_sign_of_an_offline_host_prints_as_before(tmp_path):
+def test_a_render_with_no_sign_of_an_offline_host_builds_first_and_names_what_compose_pulls(tmp_path):
+    """The walk's first render on a host without a registry: the printed compose line failed at the door's pull (and
+    the kit's image was never built), with no note. The line builds the kit's image first; the note tells the image
+    compose pulls (the door's upstream one) from the kit's own, with what stands in for it without a registry."""
     result = render(tmp_path)
-    assert result.stderr.splitlines()[-1].startswith("next: cd ")
-    assert not lines(result, "note: on a host without a registry")
+    [step] = lines(result, "next: ")
+    assert step.startswith(f"next: kit build --out {tmp_path} && cd {tmp_path} && docker compose -p ")
+    [note] = lines(result, PULLS)
+    assert note == (f"{PULLS}; on a host without a registry, it needs here first: {door_pinned()} (door; or "
+                    f"{IMAGE_ENV}=IMAGE in {tmp_path / '.env'}, an image this engine has)")
+    assert "vllm-kit/" not in note  # the kit's image is built by the line, never pulled
+    assert not lines(result, WHEELS)  # no sign of a host without a package index
     assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
+
+
+def test_an_engine_with_every_image_gets_the_plain_line_and_no_note(tmp_path, monkeypatch):
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: True)
+    result = render(tmp_path)
+    [step] = lines(result, "next: ")
+    assert step == f"next: cd {tmp_path} && docker compose -p {project_for(tmp_path)} up -d --wait --remove-orphans"
+    assert not lines(result, "note: ")
 
 
 def test_the_note_names_every_image_compose_would_still_pull(tmp_path):
     result = render(tmp_path, "--base-image", LOCAL_BASE, "--with", "monitoring")
-    [note] = lines(result, "note: on a host without a registry")
+    [note] = lines(result, PULLS)
     assert f"{door_pinned()} (door; or {IMAGE_ENV}=IMAGE in {tmp_path / '.env'}, an image this engine has)" in note
     files = rendered(tmp_path)
     pulled = [i for i in stack_images(files, {}) if not i.built]
@@ -141,7 +163,8 @@ def test_an_env_that_names_another_door_image_is_kept_and_said(tmp_path, monkeyp
     assert read_env_file(tmp_path / ".env")[IMAGE_ENV] == "mirror.example/haproxy:3.4.5"
     assert f"note: {tmp_path / '.env'} sets {IMAGE_ENV} to another image than this shell's; kept" in result.stderr
     # The shell's value is what compose uses where it is set: the door is the site's, so the note leaves it out.
-    [note] = lines(result, "note: on a host without a registry")
+    assert not lines(result, PULLS)
+    [note] = lines(result, WHEELS)
     assert "haproxy" not in note and "debian:bookworm-slim" in note
 
 
@@ -156,4 +179,4 @@ def test_kubernetes_reads_no_door_variable_so_none_is_written(tmp_path, monkeypa
     monkeypatch.setenv(IMAGE_ENV, STANDIN)
     result = render(tmp_path, "--target", "k8s")
     assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
-    assert not lines(result, "note: on a host without a registry")
+    assert not lines(result, "note: ")
