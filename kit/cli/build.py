@@ -84,9 +84,10 @@ def build(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_
     for line in env.lines():
         status(line)
     status(step)
-    from kit.cli.render import offline_step
+    from kit.cli.render import offline_step, try_step
 
-    for line in offline_step(prepared, out_dir, built=(*result.tags, *((router_ref,) if router_ref else ()))):
+    for line in [*offline_step(prepared, out_dir, built=(*result.tags, *((router_ref,) if router_ref else ()))),
+                 *try_step(prepared, out_dir)]:
         status(line)
 
 

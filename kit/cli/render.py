@@ -126,6 +126,19 @@ def images_to_build(prepared, out_dir: Path) -> list[str]:  # noqa: ANN001 - Pre
             if i.built and not docker_engine.image_on_engine(i.ref)]
 
 
+def try_step(prepared, out_dir: Path) -> list[str]:  # noqa: ANN001 - Prepared
+    """After the compose route's next line (which leaves the shell in the folder): how to reach the server from there,
+    the key read from ./.env by the lines themselves (never printed, never in a rendered file)."""
+    if not compose_route(prepared):
+        return []
+    from kit.cli.up import _has_api_key, try_lines
+
+    keyed = _has_api_key(out_dir)
+    head = (f"then try it from {out_dir}, where that line leaves you"
+            + (" (the key is VLLM_API_KEY in its .env; these lines read it from there):" if keyed else ":"))
+    return [head, *(f"  {line}" for line in try_lines(prepared, Path(".env") if keyed else None))]
+
+
 def offline_step(prepared, out_dir: Path, built: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001 - Prepared
     """The notes after a `docker compose up` next line: what compose would pull that this engine lacks (and what
     stands in for it without a registry), and for a render made for a host without a registry (a --base-image, or a
@@ -235,5 +248,5 @@ def render(args: tuple[str, ...], preset_option: str | None, out_dir: Path, forc
     for line in env.lines():
         status(line)
     status(next_step(prepared, out_dir, env, build_first=bool(images_to_build(prepared, out_dir))))
-    for line in offline_step(prepared, out_dir):
+    for line in [*offline_step(prepared, out_dir), *try_step(prepared, out_dir)]:
         status(line)

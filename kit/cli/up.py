@@ -50,12 +50,10 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
     import shlex
 
     click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on {url}")
-    auth = auth_header_option(out_dir) if keyed else ""
-    if auth:
+    if keyed:
         click.echo(f"  (the key is VLLM_API_KEY in {out_dir / '.env'}; these lines read it from there)")
-    click.echo(f"  curl -s {url}/v1/models{auth}")
-    body = shlex.quote(f'{{"model": "{name}", "prompt": "Hello", "max_tokens": 16}}')
-    click.echo(f"  curl -s {url}/v1/completions -H 'Content-Type: application/json'{auth} -d {body}")
+    for line in try_lines(prepared, out_dir / ".env" if keyed else None):
+        click.echo(f"  {line}")
     from kit.cli.common import kit_command
 
     click.echo(f"stop it with: {kit_command()} down --out {shlex.quote(str(out_dir))}")
@@ -67,13 +65,43 @@ def _has_api_key(out_dir: Path) -> bool:
     return env_value(out_dir / ".env", "VLLM_API_KEY") is not None
 
 
-def auth_header_option(out_dir: Path) -> str:
-    """A curl header option that sends the folder's key as printed, in any POSIX shell in the current directory: the
-    .env is read by a subshell (never this process's output: the key's value is not printed), as compose reads it
-    for the simple NAME=value lines the kit writes."""
+def try_lines(prepared, env_file: Path | None) -> list[str]:  # noqa: ANN001 - Prepared
+    """The curl lines that try a started stack through its front door: the model list, then one request of what the
+    server runs (a completion, or an embedding for a pooling server). ``env_file``: the .env that holds the key, as
+    a path from where the lines run (None: the stack needs no key)."""
     import shlex
 
-    env_file = str(out_dir / ".env")
+    from kit.deploy.door import client_host, door_routes
+
+    rt, name = prepared.preset.runtime, prepared.deployment.serve.served_model_name
+    url = f"http://{client_host(rt.bind_address)}:{rt.port}"  # one the front door answers to, never 0.0.0.0
+    auth = env_auth_option(env_file) if env_file is not None else ""
+    lines = [f"curl -s {url}/v1/models{auth}"]
+    paths = {route.path for route in door_routes(prepared.preset)}
+    if "/v1/completions" in paths:
+        path, body = "/v1/completions", {"model": name, "prompt": "Hello", "max_tokens": 16}
+    elif "/v1/embeddings" in paths:
+        path, body = "/v1/embeddings", {"model": name, "input": "Hello"}
+    else:
+        return lines
+    import json
+
+    lines.append(f"curl -s {url}{path} -H 'Content-Type: application/json'{auth} -d {shlex.quote(json.dumps(body))}")
+    return lines
+
+
+def auth_header_option(out_dir: Path) -> str:
+    """A curl header option that sends the folder's key as printed, in any POSIX shell in the current directory."""
+    return env_auth_option(out_dir / ".env")
+
+
+def env_auth_option(env_path: Path) -> str:
+    """A curl header option that sends the key in ``env_path`` (a folder's .env, as a path from where the line runs):
+    the .env is read by a subshell (never this process's output: the key's value is not printed), as compose reads
+    it for the simple NAME=value lines the kit writes."""
+    import shlex
+
+    env_file = str(env_path)
     if "/" not in env_file:  # `. .env` would search PATH first
         env_file = f"./{env_file}"
     return f' -H "Authorization: Bearer $(. {shlex.quote(env_file)} && echo "$VLLM_API_KEY")"'

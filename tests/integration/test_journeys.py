@@ -145,6 +145,13 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
     try:
         up = shell(next_step, timeout=COMPOSE_TIMEOUT_S)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+        # The curl lines render prints after it, run where that line leaves the shell (the folder): the key from .env.
+        tries = [line.strip() for line in rendered.stderr.splitlines() if line.startswith("  curl ")]
+        assert len(tries) == 2 and key not in "".join(tries)
+        for line in tries:
+            answer = shell(line, timeout=120, cwd=out)
+            assert answer.returncode == 0 and ('"tiny-llama"' in answer.stdout or '"choices"' in answer.stdout), \
+                answer.stdout + answer.stderr
         # Made by the stack's model-make service, as the server's uid, in the stack's models volume (not in the folder).
         # typed in the folder without -p, as a user would: compose.yaml names the folder's project
         owner = shell(f"cd {shlex.quote(str(out))} && docker compose exec -T vllm "

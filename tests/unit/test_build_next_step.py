@@ -82,9 +82,9 @@ def test_wheelhouse_for_a_folder_names_the_build_that_comes_next(tmp_path, monke
     assert plain.exit_code == 0 and "next:" not in plain.output  # no folder named: no build line to print
 
 
-def test_after_the_build_the_next_line_builds_nothing(tmp_path, no_docker_build, monkeypatch):
+def test_after_the_build_the_next_line_builds_nothing_and_the_try_lines_follow(tmp_path, no_docker_build, monkeypatch):
     """The image the build just made is not built again by the printed line, nor named as missing (whatever the
-    engine says: here it says it has nothing)."""
+    engine says: here it says it has nothing); the curl lines to try the stack follow, as `kit render`'s do."""
     monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: False)
     out = tmp_path / "d"
     result = CliRunner().invoke(cli, ["build", "preset=cpu", "--out", str(out), "--wheelhouse", str(tmp_path)])
@@ -92,3 +92,5 @@ def test_after_the_build_the_next_line_builds_nothing(tmp_path, no_docker_build,
     assert next_line(result).startswith(f"next: cd {out} && ")
     err = result.stderr.splitlines()
     assert not [line for line in err if "vllm-kit/cpu" in line and line.startswith("note: ")]
+    assert err[-3].startswith(f"then try it from {out}, where that line leaves you")
+    assert err[-2].startswith("  curl -s http://127.0.0.1:8000/v1/models -H ")
