@@ -6,11 +6,14 @@ import functools
 from importlib import resources
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kit.core.userdata import user_config_dir, user_version_rows
+
+if TYPE_CHECKING:
+    from kit.core.tables import VersionRow
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kit/, above this core/ package
 DATA_DIR = PACKAGE_DIR / "data"
@@ -59,14 +62,20 @@ def vllm_table() -> dict[str, Any]:
 
 
 @functools.cache
+def user_rows_with(user_folder: Path | None) -> dict[str, VersionRow]:
+    """The user's `versions` rows in ``user_folder`` (releases the shipped table lacks), each checked into its model
+    (kit/core/userdata.py, errors naming the user's file): read and checked once per folder in a process, so an edit
+    shows at the next command. vllm_table() and kit.core.tables ``vllm_model()`` both take them from here."""
+    return {} if user_folder is None else user_version_rows(user_folder, load_yaml("vllm.yaml"))
+
+
+@functools.cache
 def _vllm_table_with(user_folder: Path | None) -> dict[str, Any]:
     from kit.core.tables import shipped_vllm_model
 
     shipped = load_yaml("vllm.yaml")
     shipped_vllm_model()  # checked: a table of the wrong shape is a KitError naming the file and the field
-    if user_folder is None:
-        return shipped
-    rows = user_version_rows(user_folder, shipped)  # each row checked against VersionRow, naming the user's file
+    rows = {version: row.model_dump(exclude_unset=True) for version, row in user_rows_with(user_folder).items()}
     return {**shipped, "versions": {**shipped["versions"], **rows}} if rows else shipped
 
 

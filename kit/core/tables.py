@@ -19,7 +19,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core.datafiles import _vllm_table_with, load_yaml
+from kit.core.datafiles import load_yaml, user_rows_with
 from kit.core.errors import KitError, Problem, shown
 from kit.core.userdata import user_config_dir
 
@@ -415,6 +415,7 @@ class VllmTable(Table):
 # --------------------------------------------------------------------------------------------- checking
 
 M = TypeVar("M", bound=BaseModel)
+FIELD_UNKNOWN = "is not a field the kit knows"
 # How pydantic names a member of a union in an error's location: `str`, `list[Since]`
 _UNION_TAG = re.compile(r"(str|int|float|bool)|\w+\[.*\]")
 
@@ -460,7 +461,7 @@ def table_problems(exc: ValidationError, where: str, model: type[BaseModel], pre
         field = f"{prefix}.{path}" if prefix and path else prefix or path or "(top level)"
         hint = None
         if err["type"] == "extra_forbidden":
-            message = "is not a field the kit knows"
+            message = FIELD_UNKNOWN
             close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc[:-1]), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else None
         elif err["type"] == "missing":
@@ -471,7 +472,7 @@ def table_problems(exc: ValidationError, where: str, model: type[BaseModel], pre
                 message += f" (got {shown(err['input'])})"
             if err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
                 hint = "YAML reads an unquoted number or true/false as one: quote the value"
-        problems.append(Problem(f"{where}: {field}", message, hint))
+        problems.append(Problem(f"{where}: {field}" if where else field, message, hint))
     return problems
 
 
@@ -509,7 +510,7 @@ def vllm_model() -> VllmTable:
 
 @functools.cache
 def vllm_model_with(user_folder: Path | None) -> VllmTable:
+    """The shipped model with the user's rows in ``user_folder`` (datafiles.user_rows_with: checked there, once)."""
     shipped = shipped_vllm_model()
-    rows = _vllm_table_with(user_folder)["versions"]
-    extra = {name: VersionRow.model_validate(row) for name, row in rows.items() if name not in shipped.versions}
+    extra = user_rows_with(user_folder)
     return shipped.model_copy(update={"versions": {**shipped.versions, **extra}}) if extra else shipped

@@ -23,20 +23,21 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kit.core.errors import KitError
+from kit.core.errors import KitError, Problem
 from kit.core.versions import VERSION_RE
+
+if TYPE_CHECKING:
+    from kit.core.tables import VersionRow
 
 APP_FOLDER = "vllm-kit"
 FLAGS_FOLDER = "flags"
 VERSIONS_FILE = "vllm.yaml"
 SNAPSHOT_NAME_RE = re.compile(r"vllm-(?P<version>.+)\.json")
 
-# The fields of a version row (kit/data/vllm.yaml `versions`): those every row has, and those some have.
-ROW_REQUIRED = ("cuda", "torch", "python", "pip", "official_image", "official_layout", "defaults")
-ROW_OPTIONAL = ("official_variants", "jit_toolchain", "flashinfer_aot", "cpu", "jetson", "no_cpu_build")
 ROW_HINT = "a row has the fields of the kit's own rows (README: Releases the kit does not ship)"
+RULE_UNKNOWN = "is not a planner rule the kit knows (kit/data/vllm.yaml rule_changes)"
 # The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
 # name only these, since they go into the Dockerfile's RUN line.
 FLASHINFER_AOT_MODULES = ("sampling", "rope")
@@ -166,75 +167,85 @@ def load_user_snapshot_data(path: Path, version: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- version rows
 
 
-def _rule_keys(table: Mapping[str, Any]) -> set[str]:
-    """Every planner rule a row's `defaults` may set: those the shipped table names somewhere."""
-    keys = {str(k) for change in (table.get("rule_changes") or {}).values() for k in (change or {})}
-    for row in (table.get("versions") or {}).values():
-        keys |= {str(k) for k in (row.get("defaults") or {})}
-    return keys
-
-
-def _image_problems(where: str, row: dict[Any, Any], cudas: set[str]) -> list[tuple[str, str]]:
+def _image_problems(where: str, row: dict[Any, Any], cudas: set[str]) -> list[Problem]:
     """The row's official image and CUDA variants: image references the kit can render, for CUDA it knows."""
     from kit.core.safevalue import UnsafeValue, check_image_ref
 
-    problems: list[tuple[str, str]] = []
+    problems: list[Problem] = []
     images = [("official_image", row.get("official_image"))] if "official_image" in row else []
     variants = row.get("official_variants", {})
     if not isinstance(variants, dict):
-        problems.append((f"{where}.official_variants", "is not a mapping of CUDA release to image"))
-        variants = {}
+        variants = {}  # the row model says what it should be
     for cuda, image in variants.items():
         if str(cuda) not in cudas:
-            problems.append((f"{where}.official_variants.{cuda}", "is not a CUDA release the kit knows"))
+            problems.append(Problem(f"{where}.official_variants.{cuda}", "is not a CUDA release the kit knows"))
         images.append((f"official_variants.{cuda}", image))
     for field, image in images:
         try:
             check_image_ref(image, f"{where}.{field}")
         except UnsafeValue as exc:
-            problems.append((f"{where}.{field}", str(exc).replace(f"{where}.{field} ", "")))
+            problems.append(Problem(f"{where}.{field}", str(exc).replace(f"{where}.{field} ", "")))
     return problems
+
+
+def _table_problems(where: str, row: dict[Any, Any], table: Mapping[str, Any]) -> list[Problem]:
+    """What the row model cannot see: the row against the rest of the shipped ``table`` (its CUDA rows and image
+    layouts), its release (the pip pin) and what the kit can build (FlashInfer modules, the CPU build or why not)."""
+    version = where.removeprefix("versions.")
+    problems: list[Problem] = []
+    cudas = {str(c) for c in table.get("cuda") or {}}
+    if "cuda" in row and str(row["cuda"]) not in cudas:
+        problems.append(Problem(f"{where}.cuda", f"{row['cuda']!r} is not a CUDA release the kit knows "
+                                f"({', '.join(sorted(cudas))})"))
+    for key in ("torch", "python"):
+        if isinstance(row.get(key), str) and not re.fullmatch(r"\d+\.\d+(\.\d+)?(\S*)", row[key]):
+            problems.append(Problem(f"{where}.{key}", "is not a version in quotes (\"2.14.0\")"))
+    if isinstance(row.get("pip"), str) and row["pip"] != f"vllm=={version}":
+        problems.append(Problem(f"{where}.pip", f"is {row['pip']!r}, not vllm=={version}"))
+    problems += _image_problems(where, row, cudas)
+    layouts = table.get("official_layouts") or {}
+    if isinstance(row.get("official_layout"), str) and row["official_layout"] not in layouts:
+        problems.append(Problem(f"{where}.official_layout",
+                                f"{row['official_layout']!r} is not one of: {', '.join(layouts)}"))
+    aot = row.get("flashinfer_aot", [])
+    if aot is None or (isinstance(aot, list) and not all(m in FLASHINFER_AOT_MODULES for m in aot)):
+        problems.append(Problem(f"{where}.flashinfer_aot", "is not a list of FlashInfer modules the kit compiles into "
+                                f"an image ({', '.join(FLASHINFER_AOT_MODULES)})"))
+    reason = row.get("no_cpu_build", "given")
+    if reason is None or (isinstance(reason, str) and not reason.strip()):  # another type: the row model says so
+        problems.append(Problem(f"{where}.no_cpu_build", "is not a sentence saying why the release has no CPU build"))
+    if "no_cpu_build" in row and "cpu" in row:
+        problems.append(Problem(f"{where}.no_cpu_build", "goes with no `cpu` build: give one or the other"))
+    return problems
+
+
+def _row_problems(version: object, row: object, table: Mapping[str, Any]) -> tuple[list[Problem], VersionRow | None]:
+    """The problems of one `versions` row (each naming the dotted field, not yet the file), and the row as its model
+    when there are none: kit/core/tables.py VersionRow checks the fields and their types, then ``_table_problems``
+    what the model cannot see."""
+    where = f"versions.{version}"
+    if not isinstance(version, str) or not re.match(VERSION_RE, version):
+        return [Problem(where, "is not a release X.Y.Z (quote it: \"0.34.0\")")], None
+    if not isinstance(row, dict):
+        return [Problem(where, "is not a mapping of the release's fields")], None
+    from kit.core.tables import FIELD_UNKNOWN, VersionRow, check_table  # pydantic: not at import (`kit --help`)
+
+    model = None
+    try:
+        model = check_table(VersionRow, row, "", error=UserDataError, prefix=where)
+        problems = []
+    except UserDataError as exc:
+        # a key of `defaults` the model does not know is a planner rule the kit does not have
+        problems = [Problem(p.where, RULE_UNKNOWN, p.hint) if p.where.rpartition(".")[0] == f"{where}.defaults"
+                    and p.message == FIELD_UNKNOWN else p for p in exc.problems]
+    problems += _table_problems(where, row, table)
+    return problems, (model if not problems else None)
 
 
 def version_row_problems(version: object, row: object, table: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field, what is wrong) of one `versions` row against the shipped ``table`` (its CUDA rows, image layouts and
     rule names): the one check of every row, shipped (tests/unit/test_userdata.py) or the user's."""
-    where = f"versions.{version}"
-    if not isinstance(version, str) or not re.match(VERSION_RE, version):
-        return [(where, "is not a release X.Y.Z (quote it: \"0.34.0\")")]
-    if not isinstance(row, dict):
-        return [(where, "is not a mapping of the release's fields")]
-    problems = [(f"{where}.{key}", "is required") for key in ROW_REQUIRED if key not in row]
-    problems += [(f"{where}.{key}", f"is not a field of a release (fields: {', '.join(ROW_REQUIRED + ROW_OPTIONAL)})")
-                 for key in row if key not in ROW_REQUIRED + ROW_OPTIONAL]
-    cudas = {str(c) for c in table.get("cuda") or {}}
-    if "cuda" in row and str(row["cuda"]) not in cudas:
-        problems.append((f"{where}.cuda", f"{row['cuda']!r} is not a CUDA release the kit knows ({', '.join(sorted(cudas))})"))
-    for key in ("torch", "python"):
-        if key in row and not (isinstance(row[key], str) and re.fullmatch(r"\d+\.\d+(\.\d+)?(\S*)", row[key])):
-            problems.append((f"{where}.{key}", "is not a version in quotes (\"2.14.0\")"))
-    if "pip" in row and row["pip"] != f"vllm=={version}":
-        problems.append((f"{where}.pip", f"is {row['pip']!r}, not vllm=={version}"))
-    problems += _image_problems(where, row, cudas)
-    layouts = table.get("official_layouts") or {}
-    if "official_layout" in row and row["official_layout"] not in layouts:
-        problems.append((f"{where}.official_layout", f"{row['official_layout']!r} is not one of: {', '.join(layouts)}"))
-    for key in ("defaults", "jit_toolchain", "cpu", "jetson"):
-        if key in row and not isinstance(row[key], dict):
-            problems.append((f"{where}.{key}", "is not a mapping"))
-    aot = row.get("flashinfer_aot")
-    if "flashinfer_aot" in row and not (isinstance(aot, list) and all(m in FLASHINFER_AOT_MODULES for m in aot)):
-        problems.append((f"{where}.flashinfer_aot", f"is not a list of FlashInfer modules the kit compiles into an "
-                         f"image ({', '.join(FLASHINFER_AOT_MODULES)})"))
-    if "no_cpu_build" in row and not (isinstance(row["no_cpu_build"], str) and row["no_cpu_build"].strip()):
-        problems.append((f"{where}.no_cpu_build", "is not a sentence saying why the release has no CPU build"))
-    if "no_cpu_build" in row and "cpu" in row:
-        problems.append((f"{where}.no_cpu_build", "goes with no `cpu` build: give one or the other"))
-    if isinstance(row.get("defaults"), dict):
-        known = _rule_keys(table)
-        problems += [(f"{where}.defaults.{key}", "is not a planner rule the kit knows (kit/data/vllm.yaml "
-                      "rule_changes)") for key in row["defaults"] if str(key) not in known]
-    return problems
+    return [(p.where, p.message) for p in _row_problems(version, row, table)[0]]
 
 
 @functools.lru_cache(maxsize=16)
@@ -266,22 +277,22 @@ def _user_rows(folder: Path) -> tuple[Path | None, dict[Any, Any]]:
     return path, rows
 
 
-def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The user's `versions` rows (``folder``/vllm.yaml) of releases the ``shipped`` table lacks, each checked."""
+def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, VersionRow]:
+    """The user's `versions` rows (``folder``/vllm.yaml) of releases the ``shipped`` table lacks, each checked (as
+    version_row_problems says) into its model; one UserDataError listing every problem of the first bad row, each
+    naming the user's file and the field."""
     path, rows = _user_rows(folder)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, VersionRow] = {}
     for version, row in rows.items():
         if str(version) in shipped["versions"]:
             continue  # the kit ships this release: its own row wins (shadowed_user_files says so)
-        problems = version_row_problems(version, row, shipped)
-        if problems:
-            field, message = problems[0]
+        problems, model = _row_problems(version, row, shipped)
+        if problems or model is None:
+            first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise UserDataError(f"{path}: {field}: {message}{more}", hint=ROW_HINT)
-        from kit.core.tables import VersionRow, check_table  # pydantic: not at import (`kit --help` stays light)
-
-        check_table(VersionRow, row, str(path), error=UserDataError, prefix=f"versions.{version}", hint=ROW_HINT)
-        found[str(version)] = row
+            raise UserDataError(f"{path}: {first.where}: {first.message}{more}", hint=ROW_HINT,
+                                problems=[Problem(f"{path}: {p.where}", p.message, p.hint) for p in problems])
+        found[str(version)] = model
     return found
 
 

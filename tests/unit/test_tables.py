@@ -148,12 +148,3 @@ def test_the_fp8_floor_is_read_from_the_table():
         for path in sorted((REPO / folder).rglob("*.py")):
             code = [line.split("#", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()]
             assert not [line for line in code if literal.search(line)], path
-
-
-
-def test_the_user_row_field_lists_are_the_row_models():
-    from kit.core.userdata import ROW_OPTIONAL, ROW_REQUIRED
-
-    fields = VersionRow.model_fields
-    assert set(ROW_REQUIRED) == {name for name, field in fields.items() if field.is_required()}
-    assert set(ROW_OPTIONAL) == {name for name, field in fields.items() if not field.is_required()}
