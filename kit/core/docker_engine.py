@@ -6,7 +6,7 @@ import functools
 import shutil
 import subprocess
 
-from kit.core.errors import DockerUnavailable, KitError
+from kit.core.errors import DockerUnavailable, KitError, shown
 
 HOW_TO_START = ("start one: `bash scripts/setup-host.sh` (installs Debian's docker.io and starts dockerd), "
                 "or `systemctl start docker`")
@@ -56,8 +56,6 @@ def local_image(ref: str, *, hint: str = LOCAL_IMAGE_HINT):  # noqa: ANN201 - do
     whether the engine has it: image_on_engine."""
     from docker.errors import APIError
     from docker.errors import ImageNotFound as SdkImageNotFound
-
-    from kit.core.errors import shown
 
     try:
         return docker_client().images.get(ref)

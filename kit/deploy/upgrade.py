@@ -31,8 +31,10 @@ from kit.config.flags import FlagError, FlagSnapshot, available_versions, check_
 from kit.config.preset_files import display_path
 from kit.config.presetload import load_preset
 from kit.core.errors import KitError, Problem
-from kit.core.userdata import VERSIONS_FILE
+from kit.core.filediff import diff_file_sets, diff_files
+from kit.core.userdata import VERSIONS_FILE, user_config_dir
 from kit.deploy.record import Request, Resolved, resolve
+from kit.memory.rules import rules_for
 
 if TYPE_CHECKING:
     from kit.memory.plan import Plan
@@ -184,8 +186,6 @@ def snapshot_for(version: str) -> FlagSnapshot:
     try:
         return load_snapshot(version)
     except FlagError:
-        from kit.core.userdata import user_config_dir
-
         known = ", ".join(available_versions()) or "none"
         folder = user_config_dir() or Path("~/.config/vllm-kit")
         raise NoSnapshot(
@@ -311,8 +311,6 @@ def _meaning_changes(engine: Mapping[str, Any], current: str, target: str) -> li
     """A flag the preset sets whose value means something else at ``target``: gpu_memory_utilization below 1.0 where
     the target sizes an extensible KV cache from measured memory (0.34: vllm/v1/worker/extensible_kv_cache.py
     `measure_kv_cache_blocks` warns for 0.7 < value < 1.0 when it withholds 1 GiB or more)."""
-    from kit.memory.rules import rules_for
-
     util = engine.get("gpu_memory_utilization")
     before = rules_for(current).kv_sizing
     sizing = rules_for(target).kv_sizing
@@ -373,8 +371,6 @@ def _side(resolved: Resolved, version: str) -> Side:
 
 def plan_upgrade(request: Request, out_dir: Path | None, to: str) -> Upgrade:
     """What moving the deployment of ``request`` (over the record of ``out_dir``) to vLLM ``to`` changes."""
-    from kit.core.filediff import diff_file_sets, diff_files
-
     snapshot_for(to)  # refused first: without it nothing below can be told
     before_resolved = resolve(request, out_dir)
     _, _, preset = load_preset(before_resolved.ref, before_resolved.overrides)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.core.datafiles import load_yaml
 from kit.memory.inputs import DraftInputs, LoraInputs, Resolved
 from kit.memory.kv import kv_bytes_per_token_per_layer
 from kit.memory.rules import rules_for
@@ -13,8 +14,6 @@ from kit.memory.weights import stage_counts, stage_weight_bytes
 
 @lru_cache(maxsize=1)
 def _lora_embedding_modules() -> dict[str, list[str]]:
-    from kit.core.datafiles import load_yaml
-
     return load_yaml("lora.yaml")["embedding_modules"]
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.config.modelinfo import ModelSpec
+from kit.config.modelinfo import ModelSpec, catalog_ids, load_model_spec
 from kit.core.errors import KitError, PlanError
 from kit.memory.inputs import PlanInputs, derived_max_model_len, find_gpu, resolve_gpu
 from kit.memory.plan import Plan, plan
@@ -115,8 +115,6 @@ def with_change(inputs: PlanInputs, change: dict[str, Any]) -> PlanInputs:
     """``inputs`` with ``change`` applied: planner input names, and ``model`` as a catalog id (JSON-friendly)."""
     update = dict(change)
     if isinstance(update.get("model"), str):
-        from kit.config.modelinfo import load_model_spec
-
         update["model"] = load_model_spec(update["model"])
     return inputs.model_copy(update=update)
 
@@ -230,8 +228,6 @@ def tensor_parallel_fit(inputs: PlanInputs, at: InputsAt | None = None,
 def quantized_variants(model: ModelSpec) -> list[str]:
     """Catalog checkpoints that are a quantised copy of ``model`` (its id plus a suffix: -AWQ, -FP8, -GPTQ-Int4),
     8-bit before 4-bit; none for a model that is quantised already."""
-    from kit.config.modelinfo import catalog_ids, load_model_spec
-
     if model.quantization is not None:
         return []
     found = []

@@ -13,7 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
+from kit.config.pooling import pooling_profile
+from kit.core.datafiles import gpu_catalog as raw_catalog  # the one (cached) reader of gpus.yaml
 from kit.core.errors import PlanError
+from kit.core.gpus import gpu_key, unknown_gpu_hint
+from kit.core.releaserules import quantization_method_gone, quantization_min_cc
 from kit.core.versions import cc_tuple
 from kit.memory.rules import DEFAULT_VLLM_VERSION, batch_defaults, cuda_graphs_charged_by, parse_version, rules_for, version_gate
 
@@ -44,15 +48,11 @@ class GpuInfo(BaseModel):
 
 @lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, GpuInfo]:
-    from kit.core.datafiles import gpu_catalog as raw_catalog  # the one (cached) reader of gpus.yaml
-
     return {key: GpuInfo(key=key, **entry) for key, entry in raw_catalog().items()}
 
 
 def find_gpu(name: str) -> GpuInfo:
     """Look a GPU up by key, alias or marketing name (kit/core/gpus.py normalises it)."""
-    from kit.core.gpus import gpu_key, unknown_gpu_hint
-
     key = gpu_key(name)
     if key is None:
         raise PlanError(f"unknown GPU {name!r}", hint=f"{unknown_gpu_hint(name)} (or give --gpu-memory-gib)",
@@ -139,8 +139,6 @@ QUANT_MIN_CAPABILITY = frozenset({"awq", "gptq", "fp8", "compressed-tensors"})
 
 
 def _quant_min_capability(family: str, vllm_version: str) -> int:
-    from kit.core.releaserules import quantization_min_cc
-
     major, _, minor = str(quantization_min_cc(family, vllm_version)).partition(".")
     return int(major) * 10 + int(minor or 0)
 
@@ -264,8 +262,6 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
     quant, bits, _group, _runtime = _resolve_quant(inputs)
     family = QUANT_FAMILY.get(quant or "", quant)
     if inputs.device == "cuda" and quant:
-        from kit.core.releaserules import quantization_method_gone
-
         gone = quantization_method_gone(quant, str(version), registry=False)
         if gone:
             raise PlanError(f"{gone}: vLLM {inputs.vllm_version} refuses it",
@@ -314,8 +310,6 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
     if inputs.device == "cpu" and cpu_space is None:
         cpu_space = rules.cpu_kvcache_space_default_gib  # None: sized from host RAM
     charged = inputs.device == "cuda" and not inputs.enforce_eager and cuda_graphs_charged_by(inputs.model, version)
-    from kit.config.pooling import pooling_profile
-
     pooling = pooling_profile({"runner": inputs.runner, "convert": inputs.convert}, inputs.model)
     resolved = Resolved(
         model=inputs.model.name,

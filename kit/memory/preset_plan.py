@@ -6,17 +6,18 @@ import re
 import stat
 from pathlib import Path
 
-from kit.config.preset import Preset
-from kit.core.errors import KitError, Problem
-from kit.memory.inputs import DraftInputs, LoraInputs, PlanInputs
-from kit.memory.plan import Plan, plan
+from kit.config.hubfetch import draft_model
+from kit.config.modelinfo import TINY_MODEL_PREFIX, load_model_spec
+from kit.config.preset import Engine, Preset
+from kit.core.datafiles import gpu_catalog
+from kit.core.errors import KitError, Problem, shown
+from kit.core.inputfiles import user_path
+from kit.memory.inputs import DraftInputs, LoraInputs, PlanInputs, derived_max_model_len
+from kit.memory.plan import Plan, largest_max_model_len, plan
 
 
 def model_spec_for(preset: Preset, base_dir: Path | None = None):  # noqa: ANN201 - ModelSpec | None
     """The model's shape: a local directory if it exists, the generated test model's, or the catalog's."""
-    from kit.config.modelinfo import TINY_MODEL_PREFIX, load_model_spec
-    from kit.core.inputfiles import user_path
-
     model = preset.model
     if model.generate:
         return load_model_spec(TINY_MODEL_PREFIX + model.generate)
@@ -44,9 +45,6 @@ def lora_inputs_for(preset: Preset) -> LoraInputs | None:
 
 def draft_inputs_for(preset: Preset, base_dir: Path | None = None) -> DraftInputs | None:
     """The draft checkpoint named by engine.speculative_config, with its shape when known offline."""
-    from kit.config.hubfetch import draft_model
-    from kit.config.modelinfo import load_model_spec
-
     raw = preset.engine.flags().get("speculative_config")
     draft = draft_model(raw)
     if draft is None:
@@ -102,8 +100,6 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
     if hw.gpu is None:
         inputs = PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)
     else:
-        from kit.core.datafiles import gpu_catalog
-
         inputs = PlanInputs(device="cuda", gpu_name=hw.gpu, gpu_memory_gib=gpu_catalog()[hw.gpu]["memory_gib"],
                             gpu_memory_utilization=eng.gpu_memory_utilization, **common)
     return auto_fit_max_model_len(inputs) if eng.auto_max_model_len else inputs
@@ -115,9 +111,6 @@ def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
     ``_auto_fit_max_model_len`` at v0.16.0 to v0.32.0, vllm/v1/core/kv_cache_planning.py at v0.33.0: a binary search
     over lengths whose blocks fit, capped at the derived length). Where not even one block fits, the derived length
     is kept and the plan says it does not fit (vLLM: "Cannot auto-fit max_model_len")."""
-    from kit.memory.inputs import derived_max_model_len
-    from kit.memory.plan import largest_max_model_len
-
     full = inputs.model_copy(update={"max_model_len": derived_max_model_len(inputs.model)})
     longest = largest_max_model_len(full)
     if longest <= 0 or longest >= derived_max_model_len(inputs.model):
@@ -128,8 +121,6 @@ def auto_fit_max_model_len(inputs: PlanInputs) -> PlanInputs:
 def plan_preset(where: str, preset: Preset, base_dir: Path | None = None) -> tuple[Plan | None, list[Problem]]:
     """The plan, or None with a warning when the model's shape is unknown offline."""
     from pydantic import ValidationError
-
-    from kit.core.errors import shown
 
     # Without the model's config the kit cannot tell what auto comes to: vLLM decides it when it starts.
     auto = ("; engine.max_model_len auto is then vLLM's to resolve at start (the model's length, or the longest "
@@ -163,8 +154,6 @@ def flags_as_overrides(text: str | None, fields: frozenset[str] | set[str] = fro
     """A hint for someone working in a preset: `--max-model-len 4096` becomes `engine.max_model_len=4096`, the
     override they would type (the engine section names vLLM's flags in snake_case; docs/guide/presets.md). Only the
     engine's typed fields and ``fields`` are rewritten: a hint may also name an option of the kit's own."""
-    from kit.config.preset import Engine
-
     if not text:
         return text
 

@@ -15,8 +15,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from kit.core import datafiles  # as a module: tests stand a changed table in for datafiles.vllm_table
 from kit.core.errors import PlanError
 from kit.core.tables import FoldedMemoryAccounting, Rules, SamplerRule, check_table
+from kit.core.userdata import user_config_dir
 from kit.core.versions import cc_tuple, version as version_of
 
 DEFAULT_VLLM_VERSION = "0.33.0"
@@ -41,17 +43,13 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 
 def _user_folder() -> Any:
     """What the rules depend on besides the shipped table: the user's config folder, whose rows join it."""
-    from kit.core.userdata import user_config_dir
-
     return user_config_dir()
 
 
 @lru_cache(maxsize=8)
 def _entries(user_folder: Any = None) -> tuple[tuple[Version, str, dict[str, Any]], ...]:  # noqa: ARG001
     """(release, where, change) of every entry that may set a rule, oldest first (``user_folder``: the cache key)."""
-    from kit.core.datafiles import vllm_table
-
-    table = vllm_table()
+    table = datafiles.vllm_table()
     found = [(parse_version(str(name)), f"rule_changes.{name}", dict(change or {}))
              for name, change in (table.get("rule_changes") or {}).items()]
     found += [(parse_version(str(name)), f"versions.{name}.defaults", dict(entry.get("defaults") or {}))
@@ -149,10 +147,8 @@ def batch_defaults(version: Version, device: str, memory_gib: float | None, gpu_
 def planned_versions() -> list[str]:
     """The releases the kit's tables describe: the pinned ones (kit/data/vllm.yaml `versions`) and those whose real
     start-ups the planner was checked on (kit/data/calibration.yaml). Oldest first."""
-    from kit.core.datafiles import load_yaml, vllm_table
-
-    known = {str(v) for v in vllm_table()["versions"]}
-    for point in load_yaml("calibration.yaml").get("cases") or []:
+    known = {str(v) for v in datafiles.vllm_table()["versions"]}
+    for point in datafiles.load_yaml("calibration.yaml").get("cases") or []:
         if isinstance(point, dict) and (point.get("inputs") or {}).get("vllm_version"):
             known.add(str(point["inputs"]["vllm_version"]))
     return sorted(known, key=version_of)

@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kit.config.hubfetch import artefacts_for
 from kit.config.pooling import PoolingProfile, pooling_profile
 from kit.core.docker_engine import docker_client
+from kit.core.errors import KitError
 from kit.core.units import ram_in_bytes
 from kit.deploy.deployment import WATCHDOG_FILE, Deployment
 from kit.deploy.pipeline import Prepared
 from kit.memory import vllmlog
+from kit.memory.preset_plan import model_spec_for
 from kit.run.stack import Stack
 
 if TYPE_CHECKING:
@@ -156,8 +159,6 @@ def secrets_out_of_image(image_id: str, files: dict[str, str], env_values: dict[
 
 def manifest_skip(prepared: Prepared) -> str | None:
     """Why the manifest row does not apply (every artefact a local path, which no fetch wrote), else None."""
-    from kit.config.hubfetch import artefacts_for
-
     artefacts = artefacts_for(prepared.preset, prepared.deployment.serve.model_arg)
     if all(a.is_local for a in artefacts):
         return "local model: nothing fetched from a hub, no manifest"
@@ -178,9 +179,6 @@ def manifest_check(container, fetch_command: list[str]) -> tuple[bool, str]:  # 
 
 
 def model_spec_or_none(prepared: Prepared, base_dir):  # noqa: ANN001, ANN201 - ModelSpec | None
-    from kit.core.errors import KitError
-    from kit.memory.preset_plan import model_spec_for
-
     try:
         return model_spec_for(prepared.preset, base_dir)
     except KitError:
