@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
+
+if TYPE_CHECKING:
+    from kit.config.modelinfo import ModelSpec
 
 
 @lru_cache(maxsize=1)
@@ -51,7 +54,7 @@ def resolve_runner(architecture: str, runner: str | None, convert: str | None) -
     return runner, pooling_table()["pooling_fallback_convert"]
 
 
-def pooling_profile(flags: dict[str, Any], spec: Any | None) -> PoolingProfile:
+def pooling_profile(flags: dict[str, Any], spec: ModelSpec | None) -> PoolingProfile:
     """``flags``: the preset's engine flags; ``spec``: the model's ModelSpec (architecture, is_causal, num_labels),
     or None when its shape is unknown offline (then only the flags decide)."""
     architecture = spec.architecture if spec is not None else ""

@@ -20,10 +20,13 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
 
 SERVICE = "door"
 DIR = "door"
@@ -78,7 +81,7 @@ def service_name(suffix: str = "") -> str:
     return SERVICE + suffix
 
 
-def door_routes(preset: Any) -> list[Route]:
+def door_routes(preset: Preset) -> list[Route]:
     """The open routes, /v1/models, and the routes of what the server runs: text generation, or its pooling task
     (and the score routes of tasks that may serve them; kit/data/pooling.yaml)."""
     from kit.config.pooling import pooling_profile, pooling_table
@@ -124,7 +127,7 @@ def client_host(bind_address: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(bind_address, host_form(bind_address))
 
 
-def served_hosts(preset: Any, port: int) -> list[str]:
+def served_hosts(preset: Preset, port: int) -> list[str]:
     """The Host values a compose stack's door answers to: 127.0.0.1, localhost, the bind address (unless it is every
     address: then only the names the user configures mean this machine) and runtime.server_names, each without a port
     and with the published one. Any other Host is refused (kit/data/door.yaml: DNS rebinding)."""

@@ -14,10 +14,14 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import Problem
+
+if TYPE_CHECKING:
+    from kit.config.preset import Preset
+    from kit.deploy.deployment import Deployment
 
 ROLES = ("server", "ray_head", "ray_worker", "fetch", "model_make")
 API_KEY_ENV = "VLLM_API_KEY"
@@ -27,7 +31,7 @@ def table() -> dict[str, Any]:
     return load_yaml("service_env.yaml")
 
 
-def env_names(role: str, d: Any, target: str = "compose") -> list[str]:
+def env_names(role: str, d: Deployment, target: str = "compose") -> list[str]:
     """The .env names the container of ``role`` reads. GPU-only names only on GPU stacks; the watchdog's only in
     compose (Kubernetes restarts on its liveness probe, and runs no watchdog)."""
     if role not in ROLES:
@@ -43,11 +47,11 @@ def env_names(role: str, d: Any, target: str = "compose") -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def api_key_required(d: Any) -> bool:
+def api_key_required(d: Deployment) -> bool:
     return bool(d.preset.runtime.require_api_key)
 
 
-def compose_environment(role: str, d: Any) -> dict[str, str | None]:
+def compose_environment(role: str, d: Deployment) -> dict[str, str | None]:
     """``{NAME: None}`` for each name (resolved by compose from .env, left out when unset); the API key, when the
     preset requires one, as a required interpolation, so `docker compose up` refuses to start without it."""
     out: dict[str, str | None] = {}
@@ -70,7 +74,7 @@ def required_variables(text: str) -> list[str]:
     return list(dict.fromkeys(_REQUIRED.findall(text)))
 
 
-def required_names(files: dict[str, str], preset: Any) -> list[str]:
+def required_names(files: dict[str, str], preset: Preset) -> list[str]:
     """The .env names without which the rendered stack does not start: compose's required interpolations
     (``${NAME:?...}``) in its compose files, and the API key when the preset requires one (Kubernetes: a
     non-optional secretKeyRef into the Secret made from .env)."""
@@ -139,7 +143,7 @@ def site_images(files: dict[str, str], environ: Mapping[str, str]) -> dict[str, 
             if name in read and environ.get(name, "").strip()}
 
 
-def fill_stack_env(files: dict[str, str], preset: Any, env_path: Path,
+def fill_stack_env(files: dict[str, str], preset: Preset, env_path: Path,
                    environ: Mapping[str, str] | None = None) -> EnvFill:
     """Give ``env_path`` (the folder's .env) every required name it does not set that the kit can make, and each
     site image ``environ`` (the command's environment) names that .env does not set; a .env that is a link, a FIFO
@@ -206,7 +210,7 @@ def unread_env_names(files: dict[str, str], env_names: list[str]) -> list[str]:
     return [name for name in dict.fromkeys(env_names) if name not in taken and name not in made]
 
 
-def unread_env_warnings(files: dict[str, str], env_path: Any) -> list[Problem]:
+def unread_env_warnings(files: dict[str, str], env_path: Path) -> list[Problem]:
     """Warnings for ``unread_env_names`` of the folder's .env, read as compose reads it (python-dotenv; only the
     names are shown, never a value), or one warning when it is not a plain file the kit reads."""
     from kit.core.envfile import EnvFileError, read_env_file

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,6 +21,9 @@ from kit.core.errors import PlanError
 from kit.core.tables import FoldedMemoryAccounting, Rules, SamplerRule, check_table
 from kit.core.userdata import user_config_dir
 from kit.core.versions import cc_tuple, version as version_of
+
+if TYPE_CHECKING:
+    from kit.config.modelinfo import ModelSpec
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 
@@ -41,13 +45,13 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _user_folder() -> Any:
+def _user_folder() -> Path | None:
     """What the rules depend on besides the shipped table: the user's config folder, whose rows join it."""
     return user_config_dir()
 
 
 @lru_cache(maxsize=8)
-def _entries(user_folder: Any = None) -> tuple[tuple[Version, str, dict[str, Any]], ...]:  # noqa: ARG001
+def _entries(user_folder: Path | None = None) -> tuple[tuple[Version, str, dict[str, Any]], ...]:  # noqa: ARG001
     """(release, where, change) of every entry that may set a rule, oldest first (``user_folder``: the cache key)."""
     table = datafiles.vllm_table()
     found = [(parse_version(str(name)), f"rule_changes.{name}", dict(change or {}))
@@ -59,7 +63,7 @@ def _entries(user_folder: Any = None) -> tuple[tuple[Version, str, dict[str, Any
 
 
 @lru_cache(maxsize=64)
-def _rules_at(version: Version, user_folder: Any = None) -> Rules:
+def _rules_at(version: Version, user_folder: Path | None = None) -> Rules:
     folded: dict[str, Any] = {}
     for release, _, change in _entries(user_folder):
         if release <= version:
@@ -175,10 +179,8 @@ def version_gate(text: str, approximate: bool) -> str | None:
             f"defaults borrowed from the rows the kit has for other releases ({nearest}), which it may not follow")
 
 
-def model_runner_for(model: Any, version: Version) -> str:
-    """"V2" where vLLM picks its V2 model runner, else "V1" (kit/data/vllm.yaml `model_runner_v2`, per release).
-
-    ``model`` is a kit.config.modelinfo.ModelSpec."""
+def model_runner_for(model: ModelSpec, version: Version) -> str:
+    """"V2" where vLLM picks its V2 model runner, else "V1" (kit/data/vllm.yaml `model_runner_v2`, per release)."""
     rule = rules_for(version).model_runner_v2
     if not rule:
         return "V1"
@@ -190,7 +192,7 @@ def model_runner_for(model: Any, version: Version) -> str:
     return "V2" if rule.dense else "V1"
 
 
-def cuda_graphs_charged_by(model: Any, version: Version) -> bool:
+def cuda_graphs_charged_by(model: ModelSpec, version: Version) -> bool:
     """Whether the model runner vLLM picks subtracts its CUDA-graph estimate from the KV budget (from 0.21): V1
     always; V2 where the release's rule says so (0.26's V2 runner estimated 0, 0.32's and 0.33's capture and charge)."""
     rules = rules_for(version)
