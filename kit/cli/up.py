@@ -19,7 +19,11 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
        base_image: str | None, force: bool, allow_no_fit: bool, replace: bool, reset_overrides: bool,
        accept_preset_change: bool,
        as_json: bool) -> None:
-    """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR."""
+    """Render, build, start detached and wait until it answers: kit up preset=NAME --out DIR.
+
+    A stack of DIR that already runs is not restarted: healthy and unchanged, it is left as it is (and said);
+    otherwise only the services whose configuration, image or mounted files changed are recreated.
+    """
     from kit.deploy.pipeline import prepare_resolved
     from kit.run.workflow import up as stack_up
 
@@ -35,7 +39,7 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
     from kit.cli.output import progress
 
     with progress("up") as on_line:  # the image build's steps drive the bar; the other lines print above it
-        ready = stack_up(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)
+        done = stack_up(prepared, out_dir, wheelhouse=wheelhouse, force=force, progress=on_line)
     rt, name = prepared.preset.runtime, prepared.deployment.serve.served_model_name
     keyed = _has_api_key(out_dir)
     from kit.deploy.door import client_host
@@ -43,13 +47,19 @@ def up(args: tuple[str, ...], preset_option: str | None, out_dir: Path, port: in
     url = f"http://{client_host(rt.bind_address)}:{rt.port}"  # one the front door answers to, never 0.0.0.0
     if as_json:
         emit_json({"preset": prepared.name, "out": str(out_dir), "served_model_name": name,
-                   "url": url, "ready_seconds": round(ready, 1),
+                   "url": url, "ready_seconds": round(done.ready_seconds, 1), "unchanged": done.unchanged,
+                   "updated": list(done.updated),
                    "api_key_in": str(out_dir / ".env") if keyed else None},
                   warnings=[str(w) for w in warnings])
         return
     import shlex
 
-    click.echo(f"ready in {ready:.0f} s: {prepared.name} serves {name} on {url}")
+    if done.unchanged:
+        click.echo(f"unchanged: {prepared.name} serves {name} on {url}, running and healthy (nothing it runs changed: "
+                   "left as it was)")
+    else:
+        updated = f" (updated {', '.join(done.updated)}; the rest kept running)" if done.updated else ""
+        click.echo(f"ready in {done.ready_seconds:.0f} s: {prepared.name} serves {name} on {url}{updated}")
     if keyed:
         click.echo(f"  (the key is VLLM_API_KEY in {out_dir / '.env'}; these lines read it from there)")
     for line in try_lines(prepared, out_dir / ".env" if keyed else None):

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.docker_engine import docker_client
-from kit.core.errors import KitError
+from kit.core.errors import KitError, SmokeError
 from kit.core.safepaths import work_folder
 from kit.core.write import write_files
 from kit.deploy.pipeline import Prepared
 from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
+from kit.run.ops import LABEL_PROJECT
 from kit.run.smoke import Check, run_checks
 from kit.run.stack import SERVICE, Stack, require_free_port, write_smoke_env
 
@@ -36,7 +37,7 @@ def image_exists(ref: str) -> bool:
 
 
 def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False, remove_stale: bool = False,
-                progress: Progress | None = None) -> None:
+                progress: Progress | None = None) -> list:
     """Write the render. ``remove_stale`` (every command that renders a folder from its record): files an earlier
     render wrote that this one does not are removed when unedited and kept when edited, each said to ``progress``."""
     results = write_files(prepared.files, out_dir, force=force, remove_stale=remove_stale, notify=progress)
@@ -45,6 +46,7 @@ def render_into(prepared: Prepared, out_dir: Path, *, force: bool = False, remov
             if r.status in ("removed", "kept"):
                 what = "removed (no longer rendered)" if r.status == "removed" else "kept (edited; no longer rendered)"
                 progress(f"{what}: {out_dir / r.path}")
+    return results
 
 
 def fill_env(prepared: Prepared, out_dir: Path, progress: Progress | None = None) -> None:
@@ -150,12 +152,9 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
     rt = prepared.preset.runtime
     require_free_port(rt.bind_address, rt.port)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
-    front = SERVICE
+    front = _front_service(prepared)
     if rt.replicas > 1:
-        from kit.deploy.router import ROUTER_SERVICE
-
         ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
-        front = ROUTER_SERVICE  # healthy only after every replica is
     ensure_model(prepared, out_dir, progress)
     fill_env(prepared, out_dir, progress)
     stack = Stack(out_dir, project)
@@ -185,7 +184,6 @@ def wait_for_door(bind_address: str, port: int) -> None:
     """Ready means the published port answers: compose starts the front door once its backend is healthy, and the
     door has no healthcheck of its own (kit/deploy/door.py), so it may still be binding when the server's health
     turns (seen under load: the first request after `kit up` was reset). /health passes the door without a key."""
-    from kit.core.errors import SmokeError
     from kit.deploy.door import client_host
     from kit.run.smoke import http
 
@@ -227,9 +225,19 @@ def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
     return SmokeResult(checks, ready, time.monotonic() - started, tail, out_dir, project)
 
 
+@dataclass
+class UpResult:
+    ready_seconds: float
+    unchanged: bool = False  # a healthy stack ran what this render asks for: left as it was
+    updated: tuple[str, ...] = ()  # a running stack's services recreated (or started) in place; the rest left running
+
+
 def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, force: bool = False,
-       progress: Progress | None = None) -> float:
-    """Bring a stack up detached and leave it running (`make run`); the seconds until it answered."""
+       progress: Progress | None = None) -> UpResult:
+    """Bring a stack up detached and leave it running (`make run`). A stack of the folder that runs already is not
+    restarted: healthy and unchanged (the services compose would run, their configuration, images and mounted files),
+    it is left as it is; otherwise only what changed is recreated, as compose does, with the services whose mounted
+    files the kit rewrote since they started. A stack that is stopped or unhealthy is replaced, as before."""
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     fill_env(prepared, out_dir, progress)  # before `down` too: compose reads the whole file for any command
     project = project_for(out_dir)
@@ -237,9 +245,130 @@ def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, for
 
     refuse_foreign_project(project, out_dir)  # `down` below would stop another folder's containers
     stack = Stack(out_dir, project)
-    stack.down(volumes=False)  # a previous `up` of the same directory: replace it
+    front = _front_service(prepared)
+    if _serving(stack, front):
+        return _update_in_place(prepared, out_dir, stack, front, wheelhouse=wheelhouse, progress=progress)
+    stack.down(volumes=False)  # a previous `up` of the same directory that no longer serves: replace it
     _, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress)
-    return ready
+    return UpResult(ready)
+
+
+def _front_service(prepared: Prepared) -> str:
+    if prepared.preset.runtime.replicas > 1:
+        from kit.deploy.router import ROUTER_SERVICE
+
+        return ROUTER_SERVICE  # healthy only after every replica is
+    return SERVICE
+
+
+def _serving(stack: Stack, front: str) -> bool:
+    """Whether the folder's stack runs with its front service up and not unhealthy (healthy, or still starting)."""
+    try:
+        state = stack.container(front).attrs["State"]
+    except SmokeError:
+        return False
+    return state.get("Status") == "running" and (state.get("Health") or {}).get("Status") != "unhealthy"
+
+
+def _update_in_place(prepared: Prepared, out_dir: Path, stack: Stack, front: str, *, wheelhouse: Path | None,
+                     progress: Progress | None) -> UpResult:
+    ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    if prepared.preset.runtime.replicas > 1:
+        ensure_router_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    changes = stale_services(stack)
+    rt = prepared.preset.runtime
+    deadline = prepared.deployment.runtime.healthcheck_start_period + 120
+    started = time.monotonic()
+    try:
+        if changes:
+            if progress:
+                progress(f"compose project {stack.project} runs; updating in place: "
+                         + ", ".join(f"{service} ({why})" for service, why in sorted(changes.items())))
+            stack.up()  # compose recreates what its configuration or image changed, starts what is missing
+            mounted = sorted(s for s, why in changes.items() if why == MOUNTED_FILE_CHANGED)
+            if mounted:  # a file bind-mounted into a container stays the old one until it is recreated
+                stack.run("up", "-d", "--no-build", "--no-deps", "--force-recreate", *mounted)
+        elif progress:
+            progress(f"compose project {stack.project} runs what this render asks for: left running")
+        stack.wait_healthy(deadline, progress, service=front)
+        wait_for_door(rt.bind_address, rt.port)
+    except BaseException as exc:
+        if not changes:
+            raise  # nothing was touched: the stack stays as it ran
+        tail = stack.logs_tail(30)
+        stack.down(volumes=False)  # half updated: taken down, as a failed start is
+        if isinstance(exc, KitError):
+            raise type(exc)(exc.message + "\n--- last log lines ---\n" + tail, hint=exc.hint) from None
+        raise
+    if not changes:
+        return UpResult(0.0, unchanged=True)
+    return UpResult(time.monotonic() - started, updated=tuple(sorted(changes)))
+
+
+MOUNTED_FILE_CHANGED = "a mounted file changed"
+
+
+def stale_services(stack: Stack) -> dict[str, str]:
+    """The services of the folder's running stack that `compose up` of its files would change, each with why: compose's
+    own configuration hash (`config --hash`, the label it puts on each container), the image the tag names now,
+    a container missing or stopped (a one-shot that completed is neither), a container of a service no longer in the
+    files, and a bind-mounted file of the folder written after its container was made (compose cannot see that)."""
+    import json
+
+    hashes = dict(line.split(None, 1) for line in stack.run("config", "--hash", "*").stdout.split("\n") if line.strip())
+    config = json.loads(stack.run("config", "--format", "json").stdout)
+    client = docker_client()
+    containers = {c.labels.get("com.docker.compose.service"): c for c in client.containers.list(
+        all=True, filters={"label": f"{LABEL_PROJECT}={stack.project}"})}
+    changes: dict[str, str] = {}
+    for service, spec in (config.get("services") or {}).items():
+        container = containers.get(service)
+        if container is None:
+            changes[service] = "not running"
+            continue
+        attrs = container.attrs
+        state = attrs.get("State") or {}
+        if container.labels.get("com.docker.compose.config-hash") != hashes.get(service, "").strip():
+            changes[service] = "its configuration changed"
+        elif spec.get("image") and attrs.get("Image") != _image_id(client, spec["image"]):
+            changes[service] = "its image changed"
+        elif state.get("Status") != "running" and not (state.get("Status") == "exited" and state.get("ExitCode") == 0
+                                                        and (spec.get("restart") or "no") == "no"):
+            changes[service] = "not running"
+        elif _mounted_file_changed(stack.directory, spec, state.get("StartedAt") or attrs.get("Created") or ""):
+            changes[service] = MOUNTED_FILE_CHANGED
+    for service in containers.keys() - (config.get("services") or {}).keys():
+        changes[service] = "no longer in the files"
+    return changes
+
+
+def _image_id(client, ref: str) -> str | None:  # noqa: ANN001 - docker.DockerClient
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(ref).id
+    except ImageNotFound:
+        return None
+
+
+def _mounted_file_changed(directory: Path, spec: dict, since: str) -> bool:
+    """A file of the folder bind-mounted into the service, modified after ``since`` (the container's start, as Docker
+    writes it: RFC 3339 with nanoseconds)."""
+    from datetime import datetime
+
+    if not since:
+        return True
+    try:
+        started = datetime.fromisoformat(since[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return True
+    for volume in spec.get("volumes") or []:
+        source = Path(volume.get("source") or "") if volume.get("type") == "bind" else None
+        if source is None or not source.is_relative_to(directory) or not source.is_file():
+            continue
+        if source.stat().st_mtime > started:
+            return True
+    return False
 
 
 def project_for(out_dir: Path) -> str:

@@ -101,6 +101,11 @@ def services_running(docker_client, out: Path) -> set[str]:
     return {c.labels["com.docker.compose.service"] for c in docker_client.containers.list(filters={"label": label})}
 
 
+def container_ids(docker_client, out: Path) -> dict[str, str]:
+    label = f"com.docker.compose.project={compose_project(out)}"
+    return {c.labels["com.docker.compose.service"]: c.id for c in docker_client.containers.list(filters={"label": label})}
+
+
 def compose_down(out: Path) -> None:
     if (out / "compose.yaml").is_file():
         subprocess.run(["docker", "compose", "-p", compose_project(out), "down", "--volumes", "--remove-orphans",
@@ -188,8 +193,17 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         assert data["cached_steps"] >= data["total_steps"] - 3, data
         assert data["image_id"] == cpu_image.result.image_id
         assert data["next"] == up_line(out)  # the build names what comes after it: the render's line
+        door_before = container_ids(docker_client, out)["door"]
         started = kit("up", "--out", str(out), "--wheelhouse", str(cpu_wheelhouse), timeout=COMPOSE_TIMEOUT_S)
         assert f"on http://127.0.0.1:{port}" in started.stdout, started.stdout
+        # The stack ran: only the server, whose flags changed, is recreated; the door keeps running.
+        assert "(updated vllm; the rest kept running)" in started.stdout, started.stdout + started.stderr
+        ids = container_ids(docker_client, out)
+        assert ids["door"] == door_before
+        # Nothing changed since: `kit up` again leaves the healthy stack as it is, and says so.
+        again = kit("up", "--out", str(out), timeout=COMPOSE_TIMEOUT_S)
+        assert again.stdout.startswith(f"unchanged: cpu serves journey on http://127.0.0.1:{port}"), again.stdout
+        assert container_ids(docker_client, out) == ids
         args = server_args(out, docker_client)
         assert args[args.index("--max-num-seqs") + 1] == "4"
         curls = [line.strip() for line in started.stdout.splitlines() if line.strip().startswith("curl ")]
