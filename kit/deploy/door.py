@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from kit.config.modelinfo import load_model_spec
+from kit.config.pooling import pooling_profile, pooling_table
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text
 
@@ -84,11 +86,7 @@ def service_name(suffix: str = "") -> str:
 def door_routes(preset: Preset) -> list[Route]:
     """The open routes, /v1/models, and the routes of what the server runs: text generation, or its pooling task
     (and the score routes of tasks that may serve them; kit/data/pooling.yaml)."""
-    from kit.config.pooling import pooling_profile, pooling_table
-
     try:
-        from kit.config.modelinfo import load_model_spec
-
         spec = load_model_spec(preset.model.id)
     except Exception:  # noqa: BLE001 - a model the catalog does not know: the flags alone decide
         spec = None

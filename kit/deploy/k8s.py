@@ -26,6 +26,7 @@ from kit.core.safevalue import check_text, k8s_escape
 from kit.core.yamlwrite import checked, comment_lines, yaml_text
 from kit.deploy import deployment as dep
 from kit.deploy import door
+from kit.deploy.service_env import API_KEY_ENV, api_key_required, env_names
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext
@@ -162,8 +163,6 @@ KEY_GUARD = ('if [ -z "${VLLM_API_KEY}" ]; then echo "VLLM_API_KEY is empty in t
 def key_guarded(d: dep.Deployment, command: list[str]) -> list[str]:
     """The server's command, refusing to start with an empty required key: `sh -c GUARD COMMAND...`, to which
     Kubernetes appends the args as they were, then the guard execs COMMAND with them."""
-    from kit.deploy.service_env import api_key_required
-
     return ["/bin/sh", "-c", KEY_GUARD, *command] if api_key_required(d) else command
 
 
@@ -189,8 +188,6 @@ def door_config_text(d: dep.Deployment) -> str:
 def door_container(d: dep.Deployment) -> dict[str, Any]:
     """The front door as a sidecar (kit/deploy/door.py, the compose stacks' door): the pod's only port, the route
     allow-list and the key check in front of the server on the pod's loopback."""
-    from kit.deploy.service_env import API_KEY_ENV, api_key_required
-
     data = door.door_data()
     rules_k8s = data["k8s"]
     config_dir = data["config_path"].rsplit("/", 1)[0]
@@ -253,8 +250,6 @@ def secret_env(d: dep.Deployment, role: str) -> list[dict[str, Any]]:
     the server and the API key to the fetch). Optional (a public model needs no token, a default needs no
     setting), except the API key when runtime.require_api_key is set: the pod then does not start without it
     (Kubernetes: a missing non-optional key or Secret is CreateContainerConfigError)."""
-    from kit.deploy.service_env import API_KEY_ENV, api_key_required, env_names
-
     refs = []
     for name in env_names(role, d, target="k8s"):
         required = name == API_KEY_ENV and api_key_required(d)

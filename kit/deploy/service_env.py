@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.core.datafiles import load_yaml
+from kit.core.envfile import EnvFileError, fill_env_values, is_set, read_env_file
 from kit.core.errors import Problem
+from kit.core.safevalue import UnsafeValue, check_image_ref
 
 if TYPE_CHECKING:
     from kit.config.preset import Preset
@@ -148,9 +150,6 @@ def fill_stack_env(files: dict[str, str], preset: Preset, env_path: Path,
     """Give ``env_path`` (the folder's .env) every required name it does not set that the kit can make, and each
     site image ``environ`` (the command's environment) names that .env does not set; a .env that is a link, a FIFO
     or not a plain file is neither read nor written (``not_read`` says why)."""
-    from kit.core.envfile import EnvFileError, fill_env_values, is_set, read_env_file
-    from kit.core.safevalue import UnsafeValue, check_image_ref
-
     result = EnvFill(env_path)
     required = required_names(files, preset)
     try:
@@ -213,8 +212,6 @@ def unread_env_names(files: dict[str, str], env_names: list[str]) -> list[str]:
 def unread_env_warnings(files: dict[str, str], env_path: Path) -> list[Problem]:
     """Warnings for ``unread_env_names`` of the folder's .env, read as compose reads it (python-dotenv; only the
     names are shown, never a value), or one warning when it is not a plain file the kit reads."""
-    from kit.core.envfile import EnvFileError, read_env_file
-
     try:  # a bare name (no `=`) sets nothing
         names = [name for name, value in read_env_file(env_path).items() if value is not None]
     except EnvFileError as exc:
