@@ -67,10 +67,12 @@ def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image
 
     - The images compose pulls from a registry, each with what stands in for it on a host without one (a site image
       in .env, or `docker load`): an upstream image is told apart from the kit's own, which are built, never pulled.
+    - The base the line's `kit build` pulls, when the engine lacks it and an image of the kit's is to be built, with
+      the render onto a base this engine has (--base-image).
     - On a render made for a host without a registry (its base given: --base-image, or a site image set) whose
       image the engine lacks: the build from a wheelhouse, in place of the line's `kit build` (which installs from
       the package index).
-    None of either when nothing is left to name."""
+    None of these when nothing is left to name."""
     images = stack_images(files, values)
     offline = base_given or any(i.from_variable for i in images)
     folder = shlex.quote(str(out_dir))
@@ -93,6 +95,10 @@ def offline_note(files: dict[str, str], values: Mapping[str, str], *, base_image
     if pulled:
         notes.append("note: compose pulls from a registry what this engine lacks; on a host without a registry, "
                      "it needs here first: " + "; ".join(pulled))
+    if build and not (on_engine is not None and on_engine(base_image)):
+        notes.append(f"note: the line's `{kit} build` pulls its base {base_image}, which this engine lacks; on a host "
+                     f"without a registry, render onto a base this engine has first: `{kit} render --out {folder} "
+                     "--base-image REF`")
     if build and offline:
         notes.append(f"note: on a host without a package index, build from wheels in place of the line's `{kit} build`: "
                      f"`{kit} wheelhouse --out {folder} --wheelhouse WHEELHOUSE` fetches them on a connected host, then "

@@ -180,3 +180,22 @@ def test_kubernetes_reads_no_door_variable_so_none_is_written(tmp_path, monkeypa
     result = render(tmp_path, "--target", "k8s")
     assert IMAGE_ENV not in read_env_file(tmp_path / ".env")
     assert not lines(result, "note: ")
+
+
+BASE_NOTE = "note: the line's `kit build` pulls its base"
+
+
+def test_the_base_the_build_pulls_is_named_when_the_engine_lacks_it(tmp_path, monkeypatch):
+    """The walk on a host without a registry: the printed `kit build` failed at pulling the table's base, which no
+    line named. The base is an upstream image too: named when the line builds and the engine lacks it, with the
+    render onto a base it has; not named when the engine has it, nor when nothing is to be built."""
+    result = render(tmp_path)
+    [note] = lines(result, BASE_NOTE)
+    assert note == (f"{BASE_NOTE} debian:bookworm-slim, which this engine lacks; on a host without a registry, render "
+                    f"onto a base this engine has first: `kit render --out {tmp_path} --base-image REF`")
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: ref == LOCAL_BASE)
+    based = render(tmp_path, "--base-image", LOCAL_BASE)
+    assert lines(based, f"next: kit build --out {tmp_path} && ") and not lines(based, BASE_NOTE)
+    built = json.loads(render(tmp_path, "--json").stdout)["data"]["image"]
+    monkeypatch.setattr("kit.core.docker_engine.image_on_engine", lambda ref: ref == built)
+    assert not lines(render(tmp_path), BASE_NOTE)  # the image is here: nothing is built, no base pulled
