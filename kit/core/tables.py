@@ -252,6 +252,11 @@ class FoldedMemoryAccounting(MemoryAccounting):
     cuda_graph_estimate: FoldedGraphEstimate
 
 
+class FoldedLoraDefaults(LoraDefaults):
+    max_loras: int
+    max_lora_rank: int
+
+
 class FoldedKVSizing(KVSizing):
     extensible_default: bool
     utilization_when_off: float
@@ -272,7 +277,7 @@ class Rules(RuleChange):
     cpu_block_size: int
     cuda_graph_memory_profiled: bool
     batch_tiers: list[BatchTier]
-    lora_defaults: LoraDefaults
+    lora_defaults: FoldedLoraDefaults
     cpu_fp8_kv_falls_back: bool
     cpu_process_overhead_gib: float
     kv_error_wording: str

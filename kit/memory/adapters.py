@@ -6,6 +6,7 @@ from functools import lru_cache
 
 from kit.config.modelinfo import DTYPE_BYTES, ModelSpec
 from kit.core.datafiles import load_yaml
+from kit.core.errors import PlanError
 from kit.memory.inputs import DraftInputs, LoraInputs, Resolved
 from kit.memory.kv import kv_bytes_per_token_per_layer
 from kit.memory.rules import rules_for
@@ -36,7 +37,10 @@ def lora_buffer_bytes(model: ModelSpec, r: Resolved, lora: LoraInputs, layers: i
     embed_tokens (first stage) A V*R, B H*R and lm_head (last stage) A R*H, B V*R where the architecture has them.
     """
     tp = r.tensor_parallel_size
-    rank, h = lora.max_lora_rank, model.hidden_size
+    rank, slots, h = lora.max_lora_rank, lora.max_loras, model.hidden_size
+    if rank is None or slots is None:
+        raise PlanError("LoRA buffers are planned from resolved sizes (resolved_lora fills max_loras and "
+                        "max_lora_rank from the release's rules)")
     col_a_rank = rank / tp if lora.fully_sharded_loras else rank
     row_b_out = h / tp if lora.fully_sharded_loras else h
     q = model.num_attention_heads * model.head_dim / tp
@@ -53,7 +57,7 @@ def lora_buffer_bytes(model: ModelSpec, r: Resolved, lora: LoraInputs, layers: i
     if last and "lm_head" in embedding:
         elements += rank * h + model.vocab_size * rank
     dtype = r.dtype if lora.lora_dtype == "auto" else lora.lora_dtype
-    return lora.max_loras * elements * DTYPE_BYTES[dtype]
+    return slots * elements * DTYPE_BYTES[dtype]
 
 
 # Draft methods whose checkpoints are a few layers that reuse the target's embedding and lm_head when their own

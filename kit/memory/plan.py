@@ -281,7 +281,7 @@ def _unknown_inputs(model: ModelSpec, r: Resolved) -> list[str]:
                        "decoder (attention and MLP per layer)")
     family = QUANT_FAMILY.get(r.quantization or "", r.quantization)
     if family is not None and family not in PLANNED_QUANT_FAMILIES:
-        reasons.append(f"quantization method {r.quantization[:40]} is unknown to the planner: linear weights sized "
+        reasons.append(f"quantization method {str(r.quantization)[:40]} is unknown to the planner: linear weights sized "
                        f"as {r.weight_bits or 8:g}-bit without scales")
     if model.config_defaults is None:
         reasons.append(f"model_type {str(model.model_type)[:40]} is not in the kit's table of transformers' config "
@@ -401,7 +401,7 @@ def _suggest(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
     # 1. shorter context
     longest = min(largest_max_model_len(inputs), r.max_model_len)
     if longest >= r.block_size:
-        change = {"max_model_len": longest}
+        change: dict[str, object] = {"max_model_len": longest}
         if _fits(inputs.model_copy(update=change)):
             out.append({"kind": "max_model_len", "change": change,
                         "message": f"--max-model-len {longest} (the largest context that fits)"})

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE_BLOCKS_MAX = 4
-HIDDEN_ERRORS_MAX = 39
+HIDDEN_ERRORS_MAX = 22
 ANY_ANNOTATIONS_MAX = 50
 OVERRIDE = re.compile(r"\[\[tool\.mypy\.overrides\]\][^\n]*\nmodule = [^\n]*\ndisable_error_code = [^\n]*\n")
 
@@ -53,7 +53,7 @@ def test_any_annotations_do_not_grow():
 
 
 # --------------------------------------------------------------------------- import structure (issue 38)
-FUNCTION_LEVEL_IMPORTS_MAX = 139  # 2026-12-04 (typed rules, hoisted imports, issue 38); lower it when you hoist one
+FUNCTION_LEVEL_IMPORTS_MAX = 138  # 2026-12-04 (typed rules, hoisted imports, issue 38); lower it when you hoist one
 
 
 def _kit_modules() -> dict[str, Path]:
