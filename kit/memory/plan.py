@@ -172,7 +172,7 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         graph = cuda_graph_terms(r, model, layers)
         terms += activation + non_torch + graph
         figures = (peak_bytes(activation), sum(t.bytes for t in non_torch), sum(t.bytes for t in graph))
-        requested = r.gpu_memory_gib * GIB * r.gpu_memory_utilization
+        requested = _gpu_gib(r) * GIB * r.gpu_memory_utilization
         kv = requested - weights - figures[0] - figures[1] - figures[2]
         reserve = 0.0
         if sizing is not None:
@@ -186,6 +186,11 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
     if inputs.lora is not None:
         notes = notes + lora_notes(model)
     return r, stages, notes
+
+
+def _gpu_gib(r: Resolved) -> float:
+    """The GPU's memory of a GPU plan (resolve refuses one without it; None only on the CPU backend)."""
+    return r.gpu_memory_gib or 0.0
 
 
 def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: FoldedKVSizing) -> float:
@@ -217,7 +222,7 @@ def _extensible_kv(r: Resolved, sizing: FoldedKVSizing, requested: float, non_kv
     margin = max(float(sizing.margin_floor_gib) * GIB, float(sizing.margin_fraction) * peak)
     baseline = float(sizing.startup_baseline_gib or 0.0) * GIB
     budget = requested - non_kv
-    device = r.gpu_memory_gib * GIB - baseline - non_kv - margin
+    device = _gpu_gib(r) * GIB - baseline - non_kv - margin
     # What warm-up leaves beyond the terms above, measured at 0.34 and not modelled term by term (kit/data/vllm.yaml
     # kv_sizing.post_warmup_allowance_gib): torch's reservation growth beyond the allocated peak and non-KV memory
     # still resident after warm-up. Charged in full: the plan stays on the side where vLLM gives at least as much.

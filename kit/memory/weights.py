@@ -141,15 +141,16 @@ def stage_counts(model: ModelSpec, tp: int, layers: range, first: bool, last: bo
     if model.is_mla:
         nope, rope = model.qk_nope_head_dim or 128, model.qk_rope_head_dim or 64
         v = model.v_head_dim or 128
+        kv_lora = model.kv_lora_rank or 0  # set: that is what is_mla means
         if model.q_lora_rank:
             attn_linear += h * model.q_lora_rank + model.q_lora_rank * heads_rank * (nope + rope)
             attn_small += model.q_lora_rank
         else:
             attn_linear += h * heads_rank * (nope + rope)
-        attn_linear += h * (model.kv_lora_rank + rope)  # kv_a_proj_with_mqa, replicated
-        attn_linear += model.kv_lora_rank * heads_rank * (nope + v)
+        attn_linear += h * (kv_lora + rope)  # kv_a_proj_with_mqa, replicated
+        attn_linear += kv_lora * heads_rank * (nope + v)
         attn_linear += heads_rank * v * h
-        attn_small += model.kv_lora_rank
+        attn_small += kv_lora
     else:
         kv_rank = max(model.num_kv_heads // tp, 1)
         q_out, kv_out = heads_rank * hd, 2 * kv_rank * hd
@@ -161,8 +162,9 @@ def stage_counts(model: ModelSpec, tp: int, layers: range, first: bool, last: bo
     moe_linear = moe_dense16 = 0.0
     if model.is_moe:
         n = (model.moe_intermediate_size or model.intermediate_size) / tp
-        moe_linear += model.num_experts * 3 * h * n
-        moe_dense16 += h * model.num_experts  # router
+        experts = model.num_experts or 0  # set: that is what is_moe means
+        moe_linear += experts * 3 * h * n
+        moe_dense16 += h * experts  # router
         if model.shared_expert_intermediate_size:
             moe_linear += 3 * h * model.shared_expert_intermediate_size / tp
             moe_dense16 += h  # shared expert gate
@@ -187,7 +189,7 @@ def stage_counts(model: ModelSpec, tp: int, layers: range, first: bool, last: bo
 
 
 def rope_cache_bytes(model: ModelSpec, dtype_bytes: int) -> float:
-    rotary = model.qk_rope_head_dim if model.is_mla else model.head_dim
+    rotary = (model.qk_rope_head_dim or 0) if model.is_mla else model.head_dim  # a latent model has it (modelinfo)
     return derived_max_model_len(model) * rotary * dtype_bytes
 
 
