@@ -448,6 +448,10 @@ class Runtime(Strict):
     startup_plan: bool = Field(
         True, description="GPU, vLLM 0.33+: VLLM_ENABLE_STARTUP_PLAN, so a restart reuses the first start's memory "
         "profile (kit/data/startcache.yaml); false profiles every start")
+    fork_engine: bool = Field(
+        True, description="GPU, vLLM 0.33+: VLLM_WORKER_MULTIPROC_METHOD=fork, so the engine core process inherits "
+        "the API server's imports instead of importing torch and vLLM again (about 12 s of an 8B restart, "
+        "kit/data/startcache.yaml); false keeps `vllm serve`'s spawn")
     replicas: int = Field(
         1, ge=1, le=64, description="Servers of this preset behind one vLLM router (vllm-router) on runtime.port; "
         "GPU replicas get disjoint GPUs (tensor x pipeline parallel each, out of hardware.count)",

