@@ -165,7 +165,7 @@ class MemoryAccounting(Table):
     compile_cold_gib: float | None = None
     compile_cold_mlp_buffers: float | None = None
     compile_cold_phase: str | None = None
-    compile_cold_floor_vocab_copies: int | None = None
+    compile_cold_floor_vocab_copies: float | None = None  # fitted (bench/family_holdout.py refits it)
     compile_cold_floor_gib: float | None = None
     moe_workspace: str | None = None
     moe_cache_scale: float | None = None
