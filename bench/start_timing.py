@@ -55,7 +55,8 @@ MODELS = {
 }
 
 # name -> model, cache set, fresh (start the cache set empty), volumes, pyc, plan (VLLM_ENABLE_STARTUP_PLAN),
-# drop (page cache), loader (--load-format), flashinfer (share another set's FlashInfer workspace).
+# drop (page cache), loader (--load-format), flashinfer (share another set's FlashInfer workspace),
+# fork (runtime.fork_engine).
 CASES: dict[str, dict] = {
     "q8-first": dict(model="q8", cache="Q", fresh=True, volumes="kit", pyc=True, plan=True, drop=True),
     "q8-restart-today": dict(model="q8", cache="Q", volumes="today", pyc=False, plan=False, drop=False),
@@ -77,10 +78,8 @@ CASES: dict[str, dict] = {
     # (vllm/entrypoints/common/startup.py cli_env_setup), so the engine core process imports torch and vLLM again;
     # `fork` (the library's default; vllm/utils/system_utils.py still forces spawn once CUDA is initialised) lets it
     # inherit the API server's imports.
-    "q8-restart-fork": dict(model="q8", cache="Q", volumes="kit", pyc=True, plan=True, drop=False,
-                            env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
-    "awq-restart-fork": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=False,
-                             env={"VLLM_WORKER_MULTIPROC_METHOD": "fork"}),
+    "q8-restart-fork": dict(model="q8", cache="Q", volumes="kit", pyc=True, plan=True, drop=False, fork=True),
+    "awq-restart-fork": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=False, fork=True),
 }
 VLLM_VERSION = "0.33.0"  # the release the kit's cache layout is asked for (--vllm-version)
 
@@ -264,11 +263,13 @@ def case_env(case: dict, work: Path, run_dir: Path) -> dict[str, str]:
     if case["volumes"] == "kit":
         from kit.deploy.startcache import cache_env
 
-        env.update(cache_env(str(cache / "vllm"), gpu=True, vllm_version=VLLM_VERSION))
+        # fork: the kit's runtime.fork_engine (VLLM_WORKER_MULTIPROC_METHOD=fork); off, `vllm serve` spawns, as the
+        # kit rendered before and as the recorded restarts without it ran.
+        env.update(cache_env(str(cache / "vllm"), gpu=True, vllm_version=VLLM_VERSION,
+                             fork_engine=bool(case.get("fork"))))
         if case.get("flashinfer"):
             env["FLASHINFER_WORKSPACE_BASE"] = str(work / "cache" / case["flashinfer"] / "vllm")
     env["VLLM_ENABLE_STARTUP_PLAN"] = "1" if case.get("plan") else "0"
-    env.update(case.get("env", {}))
     if not case.get("pyc", True):
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONPYCACHEPREFIX"] = str(run_dir / "no-pyc")  # an empty tree: no __pycache__ is read
