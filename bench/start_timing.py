@@ -80,6 +80,11 @@ CASES: dict[str, dict] = {
     # inherit the API server's imports.
     "q8-restart-fork": dict(model="q8", cache="Q", volumes="kit", pyc=True, plan=True, drop=False, fork=True),
     "awq-restart-fork": dict(model="awq", cache="A", volumes="kit", pyc=True, plan=True, drop=False, fork=True),
+    # First starts as the kit renders them now (fork), caches empty and the weights' page cache dropped; the AWQ one
+    # shares no FlashInfer workspace (its sampler is the image's precompiled one, as the 8B's).
+    "q8-first-fork": dict(model="q8", cache="Q", fresh=True, volumes="kit", pyc=True, plan=True, drop=True, fork=True),
+    "awq-first-fork": dict(model="awq", cache="A", fresh=True, volumes="kit", pyc=True, plan=True, drop=True,
+                           fork=True),
 }
 VLLM_VERSION = "0.33.0"  # the release the kit's cache layout is asked for (--vllm-version)
 
