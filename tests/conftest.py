@@ -90,9 +90,14 @@ def pytest_collection_modifyitems(config, items):
 # test is a unit of its own and goes to whichever worker is free: in practice the second one, while the first builds.
 # The slim GPU image's module is a unit of its own: its wheelhouse, image and fixtures are its own (no session fixture
 # of the others but the Docker client), and its 8 minutes of download and build run on the second worker meanwhile.
+# So is the registry lock's module (two no-cache builds of its own image, its own registry on 127.0.0.1:5000; of the
+# session fixtures only the cpu wheelhouse, which a file lock makes one download): about 9 minutes moved off the
+# engine's unit, which sets the suite's length. xdist queues units largest first (--loadscope-reorder), the engine's
+# first; each worker takes the next unit when it has two tests left.
 # The units are made here by path, not by xdist_group marks: xdist 3.8 renames a marked test's `_nodeid`, which
 # pytest 9.2 no longer reads (its nodeid comes from `_id`), so marks group nothing there. First match wins.
-DIST_UNITS = {"tests/integration/test_slim_gpu_image.py": "slim-gpu-image", "tests/integration/": "docker-engine",
+DIST_UNITS = {"tests/integration/test_slim_gpu_image.py": "slim-gpu-image",
+              "tests/integration/test_registry_lock.py": "registry-lock", "tests/integration/": "docker-engine",
               "tests/package/": "package"}
 
 

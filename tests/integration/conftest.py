@@ -6,6 +6,7 @@ Containers are reached only through ports published on 127.0.0.1 or `docker exec
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 from collections.abc import Iterator
@@ -140,7 +141,12 @@ def cpu_wheelhouse(docker_client) -> Path:
     from kit.image.wheelhouse import build_wheelhouse
 
     directory = CACHE / "wheelhouse-cpu"
-    build_wheelhouse(prepare("cpu", base_image=BASE_IMAGE).deployment, directory, progress=session_progress)
+    # Two pytest workers ask for it (the registry lock's unit and the engine's, tests/conftest.py DIST_UNITS): one
+    # downloads, the other waits, then finds it complete.
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "wheelhouse-cpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_wheelhouse(prepare("cpu", base_image=BASE_IMAGE).deployment, directory, progress=session_progress)
     return directory
 
 

@@ -127,15 +127,20 @@ def test_every_library_a_kept_library_links_against_is_in_the_image(slim_image, 
 
 FLASHINFER_JIT = """
 import json, os, re, shutil, subprocess, time
+from pathlib import Path
 import torch
 from vllm.utils.flashinfer import has_flashinfer
-from flashinfer.jit.sampling import gen_sampling_module
+from flashinfer.jit import env as jit_env
+from flashinfer.jit.core import gen_jit_spec
 cuda_home = os.environ['CUDA_HOME']
 nvcc = subprocess.run([os.path.join(cuda_home, 'bin', 'nvcc'), '--version'], capture_output=True, text=True).stdout
-spec = gen_sampling_module()
+probe = Path('/tmp/kit-jit-probe/cub_probe.cu')
+probe.parent.mkdir(parents=True, exist_ok=True)
+probe.write_text(CUB_PROBE)
+spec = gen_jit_spec('kit_jit_probe', [jit_env.FLASHINFER_CSRC_DIR / 'flashinfer_sampling_binding.cu', probe])
 started = time.monotonic()
 spec.build()
-library = spec.jit_library_path  # what the JIT built (the image's precompiled copy is found first: the test below)
+library = spec.jit_library_path
 needed = [line.split('[')[1].rstrip(']') for line in
           subprocess.run(['readelf', '-d', str(library)], capture_output=True, text=True).stdout.splitlines()
           if '(NEEDED)' in line]
@@ -143,6 +148,18 @@ print(json.dumps({'has_flashinfer': has_flashinfer(), 'torch_cuda': torch.versio
                   'nvcc': re.search(r'release [0-9.]+, V([0-9.]+)', nvcc).group(1),
                   'cxx': shutil.which('c++'), 'library': str(library), 'size': library.stat().st_size,
                   'needed': needed, 'seconds': round(time.monotonic() - started, 1)}))
+"""
+# A kernel on CCCL's block primitives, launched from the host: the toolkit's CCCL headers against its runtime
+# headers (13.5's CCCL refuses 13.0's), and a launch that links the CUDA runtime.
+CUB_PROBE = r"""
+#include <cub/block/block_reduce.cuh>
+__global__ void kit_probe_sum(const float* in, float* out) {
+  using Reduce = cub::BlockReduce<float, 128>;
+  __shared__ typename Reduce::TempStorage storage;
+  float total = Reduce(storage).Sum(in[threadIdx.x]);
+  if (threadIdx.x == 0) *out = total;
+}
+void kit_probe_launch(const float* in, float* out, cudaStream_t stream) { kit_probe_sum<<<1, 128, 0, stream>>>(in, out); }
 """
 
 
@@ -157,17 +174,22 @@ def driver_stand_in(tmp_path) -> str:
     return str(library)
 
 
-def test_flashinfer_jit_builds_the_sampler_with_the_images_toolchain(slim_image, docker_client, tmp_path):
-    # vLLM 0.33 samples with FlashInfer, which JIT-compiles its kernels at first use with nvcc (the CUDA compiler
-    # wheels, pinned to torch's toolkit: kit/data/vllm.yaml jit_toolchain) and g++, found through CUDA_HOME laid out
-    # by images/cuda_jit_layout.sh. No GPU here: the module is compiled for the preset's compute capability and
-    # linked against a stand-in of the driver library, mounted where the container runtime mounts the real one; it
-    # is not loaded. The GPU proof (kit/data/floor/proof-h200-vllm-0.33.0.json) built, loaded and ran it.
+def test_flashinfer_jit_builds_a_module_with_the_images_toolchain(slim_image, docker_client, tmp_path):
+    # FlashInfer JIT-compiles, at first use, every module the image did not compile ahead of time (the sampler is
+    # precompiled: the test below), with nvcc (the CUDA compiler wheels, pinned to torch's toolkit: kit/data/vllm.yaml
+    # jit_toolchain) and g++, found through CUDA_HOME laid out by images/cuda_jit_layout.sh. Here it builds a small
+    # module through FlashInfer's own JIT (gen_jit_spec: its nvcc and linker flags, its include paths): FlashInfer's
+    # sampling binding source (the TVM-FFI headers every module includes) and a CCCL block-reduce kernel launched
+    # from the host. Small on purpose: the AOT step in the image build already compiled the sampler's kernels with
+    # this toolkit; this proves the runtime side, in the running image, in about a tenth of that time.
+    # No GPU here: the module is compiled for the preset's compute capability and linked against a stand-in of the
+    # driver library, mounted where the container runtime mounts the real one; it is not loaded. The GPU proof
+    # (kit/data/floor/proof-h200-vllm-0.33.0.json) built, loaded and ran the sampler this way.
     prepared, image = slim_image
     arch = prepared.deployment.image.prune_arch  # "8.9"
     out = docker_client.containers.run(
-        image.id, ["python3", "-c", FLASHINFER_JIT], entrypoint=[], remove=True, network_disabled=True,
-        environment={"FLASHINFER_CUDA_ARCH_LIST": arch},
+        image.id, ["python3", "-c", f"CUB_PROBE = {CUB_PROBE!r}\n{FLASHINFER_JIT}"], entrypoint=[], remove=True,
+        network_disabled=True, environment={"FLASHINFER_CUDA_ARCH_LIST": arch},
         volumes={driver_stand_in(tmp_path): {"bind": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "mode": "ro"}},
     ).decode().strip().splitlines()[-1]
     found = json.loads(out)
@@ -177,10 +199,12 @@ def test_flashinfer_jit_builds_the_sampler_with_the_images_toolchain(slim_image,
     assert found["nvcc"].startswith(f"{found['torch_cuda']}."), found  # "13.0.88"
     assert found["cxx"], found
     # Built into FlashInfer's cache on the vLLM cache volume (FLASHINFER_WORKSPACE_BASE), kept across containers.
-    assert found["library"].startswith("/home/vllm/.cache/vllm/.cache/flashinfer/") and found["size"] > 100_000, found
-    # Linked against the CUDA runtime torch loads. FlashInfer's `-lcuda` resolved through lib64/stubs/libcuda.so
-    # (INPUT(libcuda.so.1)) against the mounted driver library: without that file the link fails ("cannot find
-    # libcuda.so.1", seen here before the mount). The sampler calls no driver function, so no NEEDED entry stays.
+    assert found["library"].startswith("/home/vllm/.cache/vllm/.cache/flashinfer/"), found
+    assert found["library"].endswith("/kit_jit_probe/kit_jit_probe.so") and found["size"] > 10_000, found
+    # Linked against the CUDA runtime torch loads (the host launch). FlashInfer's `-lcuda` resolved through
+    # lib64/stubs/libcuda.so (INPUT(libcuda.so.1)) against the mounted driver library: without that file the link
+    # fails ("cannot find libcuda.so.1", seen here before the mount). No driver function is called, so no NEEDED
+    # entry stays.
     assert "libcudart.so.13" in found["needed"], found
 
 

@@ -67,8 +67,9 @@ def test_every_file_excused_from_the_complexity_rule_still_needs_it():
 
 def test_the_docker_engine_tests_are_one_unit_of_work_for_xdist():
     """`make test` runs two xdist workers (tests/conftest.py DIST_UNITS): every integration test but the slim GPU
-    image's (its own wheelhouse and image) must fall in the one unit, or a second worker would build the same CPU image
-    at the same time under the same tag (seen when xdist_group marks stopped grouping under pytest 9.2)."""
+    image's (its own wheelhouse and image) and the registry lock's (its own image names and registry) must fall in the
+    one unit, or a second worker would build the same CPU image at the same time under the same tag (seen when
+    xdist_group marks stopped grouping under pytest 9.2)."""
     import subprocess
     import sys
 
@@ -80,9 +81,12 @@ def test_the_docker_engine_tests_are_one_unit_of_work_for_xdist():
     collected = [line for line in ids.stdout.splitlines() if "::" in line]
     integration = [node for node in collected if node.startswith("tests/integration/")]
     assert len(integration) > 50
+    own = {"tests/integration/test_slim_gpu_image.py": "slim-gpu-image",
+           "tests/integration/test_registry_lock.py": "registry-lock"}
     assert {node for node in integration if dist_unit(node) != "docker-engine"} == {
-        node for node in integration if node.startswith("tests/integration/test_slim_gpu_image.py::")}
-    assert {dist_unit(node) for node in integration} == {"docker-engine", "slim-gpu-image"}
+        node for node in integration if node.split("::")[0] in own}
+    assert {node.split("::")[0]: dist_unit(node) for node in integration if node.split("::")[0] in own} == own
+    assert {dist_unit(node) for node in integration} == {"docker-engine", *own.values()}
     assert {dist_unit(node) for node in collected if node.startswith("tests/package/")} == {"package"}
     assert dist_unit("tests/unit/test_door.py::test_x") == "tests/unit/test_door.py::test_x"
     makefile = (REPO / "Makefile").read_text()
