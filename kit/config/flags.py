@@ -22,6 +22,8 @@ import yaml
 from kit.config.vllmint import AUTO, EXAMPLES, converter_of, read_vllm_int
 from kit.core.datafiles import DATA_DIR
 from kit.core.errors import KitError
+from kit.core.secretrules import secret_flag_env
+from kit.core.userdata import UserDataError, load_user_snapshot_data, user_file, user_snapshot_versions
 from kit.core.versions import version_or_oldest
 
 SNAPSHOT_DIR = DATA_DIR / "flags"
@@ -165,8 +167,6 @@ def available_versions(directory: Path = SNAPSHOT_DIR) -> list[str]:
     (kit/core/userdata.py: $XDG_CONFIG_HOME/vllm-kit/flags/)."""
     found = {p.name[len("vllm-") : -len(".json")] for p in Path(directory).glob("vllm-*.json")}
     if Path(directory) == SNAPSHOT_DIR:
-        from kit.core.userdata import user_snapshot_versions
-
         found.update(user_snapshot_versions())
     return sorted(found, key=version_or_oldest)  # packaging's order: 0.26.0rc1 before 0.26.0
 
@@ -179,15 +179,12 @@ def _load_snapshot(path: Path) -> FlagSnapshot:
 def _load_user_snapshot(version: str) -> FlagSnapshot | None:
     """The user's snapshot of ``version``, None when there is none; a file the kit cannot use is UserDataError,
     naming it and the field."""
-    from kit.core.userdata import user_file
-
     path = user_file(f"flags/vllm-{version}.json")
     return None if path is None else _user_snapshot_at(path, version)
 
 
 @functools.lru_cache(maxsize=16)
 def _user_snapshot_at(path: Path, version: str) -> FlagSnapshot:
-    from kit.core.userdata import UserDataError, load_user_snapshot_data
 
     data = load_user_snapshot_data(path, version)
     try:
@@ -409,8 +406,6 @@ def _unknown_key_problem(snapshot: FlagSnapshot, key: str) -> Problem:
 
 def _secret_flag_problem(snapshot: FlagSnapshot, key: str, where: str) -> Problem | None:
     """A flag that carries a secret (kit/data/secrets.yaml) is refused whatever its value, which is never quoted."""
-    from kit.core.secretrules import secret_flag_env
-
     canonical = snapshot.aliases.get(key, (key, False))[0]
     spec = snapshot.flags.get(canonical)
     env = secret_flag_env(canonical, spec.type if spec else None)

@@ -1,16 +1,14 @@
 """What the one-shot fetch gets: the model and every other hub artefact the engine flags name.
 
 Public entry point: ``fetch_spec(preset, model_arg)`` -> the JSON argument of the in-image fetch script
-(kit/launch/fetch_files.py, whose source ``fetch_script()`` returns). The rules (which weight files vLLM
+(kit/launch/fetch_files.py, whose source kit/config/fetchscript.py ``fetch_script()`` returns). The rules (which weight files vLLM
 loads, its ignore patterns) are data in kit/data/fetch.yaml, with their upstream sources.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import asdict, dataclass
-from importlib import resources
 from typing import Any
 
 from kit.config.preset import Preset
@@ -52,20 +50,6 @@ class Artefact:
 
 def fetch_rules() -> dict[str, Any]:
     return load_yaml("fetch.yaml")
-
-
-def fetch_script() -> str:
-    return resources.files("kit.launch").joinpath("fetch_files.py").read_text(encoding="utf-8")
-
-
-@functools.cache
-def shipped_fetch_functions() -> dict[str, Any]:
-    """The shipped fetch script's definitions, from its text as the render ships it: where the kit must judge as the
-    fetch will (a revision), it runs the fetch's own rule rather than a copy. The script imports only the standard
-    library at its top and runs nothing there but definitions (its main is behind ``__name__``)."""
-    namespace: dict[str, Any] = {"__name__": "vllm_kit_fetch_files"}
-    exec(compile(fetch_script(), "fetch_files.py", "exec"), namespace)  # noqa: S102 - the kit's own shipped file
-    return namespace
 
 
 def lora_adapters(value: Any) -> list[tuple[str, str]]:

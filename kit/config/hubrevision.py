@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
+from kit.config.fetchscript import shipped_fetch_functions
+from kit.core.envfile import env_value
 from kit.core.errors import KitError
 
 HUB_ENDPOINT = "https://huggingface.co"  # huggingface_hub constants.py _HF_DEFAULT_ENDPOINT
@@ -28,8 +30,6 @@ def revision_problem(revision: str) -> str | None:
     """Why a revision is neither a 40-hex commit nor a git ref name, or None. The in-image fetch writes a revision as
     a file under the cache's refs/ folder, so `../../x` would land outside it: its rule (fetch_files.py
     revision_problem) is the one `kit validate` applies, read from the script the render ships."""
-    from kit.config.hubfetch import shipped_fetch_functions
-
     problem: str | None = shipped_fetch_functions()["revision_problem"](revision)
     return problem
 
@@ -40,8 +40,6 @@ def is_commit(revision: str | None) -> bool:
 
 def env_file_values(path: Path, keys: tuple[str, ...]) -> dict[str, str]:
     """The keys asked of a compose .env, as compose reads them (kit/core/envfile.py); the file may be absent."""
-    from kit.core.envfile import env_value
-
     found = {key: env_value(path, key) for key in keys}
     return {key: value for key, value in found.items() if value is not None}
 

@@ -26,8 +26,10 @@ from kit.config.preset_files import (
     preset_folders,
     project_presets_dir,
 )
+from kit.config.schema import schema_text
 from kit.core.errors import KitError, PresetError
 from kit.core.inputfiles import decode_utf8, input_limits, read_capped
+from kit.core.write import atomic_write
 
 SCHEMA_LINE = f"# yaml-language-server: $schema={SCHEMA_FILE}"
 _MODELINE = re.compile(r"^#\s*yaml-language-server:\s*\$schema=.*$", re.MULTILINE)
@@ -107,8 +109,6 @@ def init_preset(name: str, source: str | None = None) -> MadePreset:
 
 
 def _write_schema(folder: Path) -> tuple[Path, str]:
-    from kit.config.schema import schema_text
-    from kit.core.write import atomic_write
 
     path = folder / SCHEMA_FILE
     text = schema_text()

@@ -10,7 +10,6 @@ Keys a config.json leaves out are filled as transformers fills them for its ``mo
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
@@ -20,9 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.core.datafiles import DATA_DIR
+from kit.config import modelsource
+from kit.config.modelfiles import (
+    LOCAL_MODEL_HINT, StoredTensors, load_json, parse_json, safetensors_header_bytes, whole_number,
+)
+from kit.config.tinymodel import KINDS, shape_config
+from kit.core.datafiles import DATA_DIR, load_yaml
 from kit.core.errors import PlanError, shown
-from kit.core.inputfiles import decode_utf8, input_limits, open_regular, read_capped, user_path
+from kit.core.inputfiles import input_limits, open_regular, user_path
 
 CATALOG_DIR = DATA_DIR / "models"
 
@@ -189,23 +193,12 @@ def _quant_from_config(qc: dict[str, Any] | None) -> QuantSpec | None:
     )
 
 
-def _whole_number(value: Any) -> int | None:
-    """``value`` as an int when it is one (4096 or 4096.0); None for bools, fractions, nan, inf, text."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
-
-
 def _check_counts(section: dict[str, Any], bounds: dict[str, list[int]], where: str, *, fractions: bool = False) -> None:
     for key, (low, high) in bounds.items():
         value = section.get(key)
         if value is None:
             continue
-        number = value if fractions and isinstance(value, float) and math.isfinite(value) else _whole_number(value)
+        number = value if fractions and isinstance(value, float) and math.isfinite(value) else whole_number(value)
         if number is None:
             raise PlanError(f"{where}{key}: {shown(value)} is not a {'number' if fractions else 'whole number'}")
         if not low <= number <= high:
@@ -246,8 +239,6 @@ def _num_labels(cfg: dict[str, Any]) -> int | None:
 def config_defaults(model_type: Any) -> dict[str, Any] | None:
     """transformers' defaults for ``model_type`` (kit/data/model_defaults.yaml), a wrapper's text model's row for a
     multimodal wrapper; None for a model_type the table lacks."""
-    from kit.core.datafiles import load_yaml
-
     rows = load_yaml("model_defaults.yaml")["model_types"]
     row = rows.get(model_type) if isinstance(model_type, str) else None
     if row is not None and row.get("text_model_type"):
@@ -271,9 +262,9 @@ def with_transformers_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], str
         filled["tie_word_embeddings"] = bool(row.get("tie_word_embeddings"))
     if row.get("sliding_switch") and not filled.get("use_sliding_window"):
         filled["sliding_window"] = None  # Qwen2/Qwen3: the window is in force only with use_sliding_window
-    layers = _whole_number(filled.get("num_hidden_layers"))
+    layers = whole_number(filled.get("num_hidden_layers"))
     if row.get("sliding_every") and filled.get("sliding_window") and "layer_types" not in filled and layers:
-        every = _whole_number(filled.get(row.get("sliding_every_key") or "")) or int(row["sliding_every"])
+        every = whole_number(filled.get(row.get("sliding_every_key") or "")) or int(row["sliding_every"])
         every = every if every >= 1 else int(row["sliding_every"])
         filled["layer_types"] = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
     return ({**cfg, "text_config": filled} if text is not None else filled), str(row["source"])
@@ -384,21 +375,6 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
     )
 
 
-class StoredTensors(BaseModel):
-    """A checkpoint's stored tensor bytes: the total, and per safetensors dtype where the headers were read."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    total: int
-    by_dtype: dict[str, int] = {}
-
-    def add(self, other: StoredTensors) -> StoredTensors:
-        by_dtype = dict(self.by_dtype)
-        for name, size in other.by_dtype.items():
-            by_dtype[name] = by_dtype.get(name, 0) + size
-        return StoredTensors(total=self.total + other.total, by_dtype=by_dtype)
-
-
 def stored_tensors(model_dir: Path) -> StoredTensors | None:
     """The checkpoint's tensors as stored: from the headers of the local ``*.safetensors`` files (the index's shards
     when there is an index and they are all here), else from the index's metadata.total_size.
@@ -411,11 +387,11 @@ def stored_tensors(model_dir: Path) -> StoredTensors | None:
     index_total: int | None = None
     files = sorted(model_dir.glob("*.safetensors"))
     if index.is_file():
-        data = _load_json(index, limits["files"]["safetensors_index_max_bytes"])
+        data = load_json(index, limits["files"]["safetensors_index_max_bytes"])
         metadata = data.get("metadata") if isinstance(data, dict) else None
         total = metadata.get("total_size") if isinstance(metadata, dict) else None
         if total is not None:
-            number = _whole_number(total)
+            number = whole_number(total)
             if number is None or number < 0:
                 raise PlanError(f"{index}: metadata.total_size: {shown(total)} is not a byte count")
             index_total = number or None
@@ -441,26 +417,6 @@ def stored_tensors(model_dir: Path) -> StoredTensors | None:
     return stored if stored.total else None
 
 
-def safetensors_header_bytes(header: Any, where: str, data_size: int | None) -> StoredTensors:
-    """The tensors a parsed safetensors header describes, per dtype; each tensor's data_offsets must lie within
-    ``data_size`` (None: the data is not at hand, e.g. a header read from the hub)."""
-    if not isinstance(header, dict):
-        raise PlanError(f"{where}: the safetensors header is not a JSON object")
-    by_dtype: dict[str, int] = {}
-    for key, meta in header.items():
-        if key == "__metadata__":
-            continue
-        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
-        pair = [_whole_number(v) for v in offsets] if isinstance(offsets, list) and len(offsets) == 2 else None
-        if pair is None or None in pair or not 0 <= pair[0] <= pair[1] or (
-                data_size is not None and pair[1] > data_size):
-            raise PlanError(f"{where}: tensor {shown(key)}: data_offsets {shown(offsets)} do not lie within the file")
-        dtype = meta.get("dtype")
-        name = dtype if isinstance(dtype, str) and dtype.isalnum() and len(dtype) <= 16 else "unknown"
-        by_dtype[name] = by_dtype.get(name, 0) + pair[1] - pair[0]
-    return StoredTensors(total=sum(by_dtype.values()), by_dtype=by_dtype)
-
-
 def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tuple[StoredTensors, int]:
     """(the tensors ``file`` holds, bytes of its header), reading only the bounded header."""
     with open_regular(file, str(file), error=PlanError, what="safetensors file") as (fd, size):
@@ -475,7 +431,7 @@ def _safetensors_tensor_bytes(file: Path, read_cap: int, format_cap: int) -> tup
         if length > read_cap:
             raise PlanError(f"{file}: header of {length} bytes is more than the kit reads ({read_cap} bytes left)")
         raw = os.pread(fd, length, 8)
-    return safetensors_header_bytes(_parse_json(raw, str(file)), str(file), size - 8 - length), length
+    return safetensors_header_bytes(parse_json(raw, str(file)), str(file), size - 8 - length), length
 
 
 def catalog_path(model_id: str) -> Path:
@@ -486,38 +442,15 @@ def catalog_ids() -> list[str]:
     return sorted(p.stem.replace("--", "/", 1) for p in CATALOG_DIR.glob("*.json"))
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _parse_json(raw: bytes, where: str) -> Any:
-    """JSON text; NaN/Infinity (Python's extension), bad UTF-8 or nesting past the parser's depth are errors."""
-    text = decode_utf8(raw, where, error=PlanError)
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise PlanError(f"{where}: JSON nested too deeply") from None
-    except ValueError as exc:
-        raise PlanError(f"{where}: not valid JSON ({str(exc)[:120]})") from None
-
-
-def _load_json(path: Path, limit: int | None = None) -> Any:
-    limit = limit or input_limits()["files"]["model_config_max_bytes"]
-    return _parse_json(read_capped(path, str(path), limit, error=PlanError, what="JSON file"), str(path))
-
-
 TINY_MODEL_PREFIX = "kit:"
 # Where multimodal configs keep their vision encoder's settings (Qwen2.5-VL, LLaVA, Gemma 3, Llama 4, InternVL).
 VISION_KEYS = ("vision_config", "vision_tower_config", "vision_encoder_config")
 
 
-LOCAL_MODEL_HINT = "give --model (beside a preset: model=) a model folder or its config.json"
-
-
 def spec_from_folder(folder: Path, config: Path, *, name: str, source: str) -> ModelSpec:
     """The spec of the model whose config.json is ``config``, its stored weights read from ``folder``."""
     stored = stored_tensors(folder)
-    return spec_from_config(_load_json(config), name=name, source=source,
+    return spec_from_config(load_json(config), name=name, source=source,
                             weights_bytes=stored.total if stored else None,
                             weights_by_dtype=stored.by_dtype if stored else None)
 
@@ -528,8 +461,6 @@ def load_model_spec(ref: str, *, hub: bool = False, revision: str | None = None)
     An id is looked up in the bundled catalog, then the Hugging Face cache (HF_HUB_CACHE, HF_HOME), then, with
     ``hub``, on the hub itself (HF_ENDPOINT, HF_TOKEN; never with HF_HUB_OFFLINE set)."""
     if ref.startswith(TINY_MODEL_PREFIX):  # a test model the kit makes: its shape is known before it exists
-        from kit.config.tinymodel import KINDS, shape_config
-
         kind = ref.removeprefix(TINY_MODEL_PREFIX)
         if kind not in KINDS:
             raise PlanError(f"{shown(ref)}: no such test model", hint=f"one of: kit:{', kit:'.join(sorted(KINDS))}")
@@ -542,14 +473,12 @@ def load_model_spec(ref: str, *, hub: bool = False, revision: str | None = None)
         return spec_from_folder(path, config, name=path.name, source=str(config))
     if found is not None:  # a file; a FIFO or device is refused when read
         return spec_from_folder(path.parent, path, name=path.parent.name or path.stem, source=str(path))
-    from kit.config import modelsource
-
     if not modelsource.is_hub_id(ref):
         raise PlanError(f"model {shown(ref)}: no such file or folder, and not a Hugging Face id (org/name)",
                         hint=LOCAL_MODEL_HINT + ", or a hub id such as Qwen/Qwen3-8B")
     bundled = catalog_path(ref)
     if bundled.is_file():  # shapes do not change between a model's revisions
-        return spec_from_config(_load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
+        return spec_from_config(load_json(bundled), name=ref, source=f"catalog:{bundled.name}")
     environ = dict(os.environ)
     snapshot = modelsource.cached_snapshot(ref, revision, environ)
     # A cached config.json alone (what a hub look-up leaves of a one-file checkpoint) does not say what the weights

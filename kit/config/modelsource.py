@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kit.config.modelfiles import LOCAL_MODEL_HINT, StoredTensors, load_json, safetensors_header_bytes
 from kit.core.errors import PlanError
 
 # huggingface_hub's repo id rule (utils/_validators.py validate_repo_id): letters, digits, "-", "_", "." in an
@@ -78,8 +79,6 @@ def has_weights(snapshot: Path) -> bool:
 
 def from_hub(model_id: str, revision: str | None, environ: dict[str, str]) -> tuple[Any, Any]:
     """(config.json as a dict, StoredTensors or None) of a hub model; a PlanError naming the model otherwise."""
-    from kit.config.modelinfo import LOCAL_MODEL_HINT, _load_json
-
     where = f"model {model_id}" + (f" at revision {revision}" if revision else "")
     cache = hub_cache_dir(environ)
     if hub_offline(environ):
@@ -103,7 +102,7 @@ def from_hub(model_id: str, revision: str | None, environ: dict[str, str]) -> tu
     asked = f"the hub at {endpoint}" if endpoint else "the hub"
     try:
         config_path = Path(api.hf_hub_download(model_id, "config.json", revision=revision, cache_dir=str(cache)))
-        config = _load_json(config_path)
+        config = load_json(config_path)
         try:
             metadata = api.get_safetensors_metadata(model_id, revision=revision)
         except (hub_errors.NotASafetensorsRepoError, hub_errors.EntryNotFoundError):
@@ -154,8 +153,6 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 
 def _stored(metadata: Any, where: str) -> Any:
     """The stored bytes the headers describe, every shard's, per dtype (data_offsets, as the local reader counts)."""
-    from kit.config.modelinfo import StoredTensors, safetensors_header_bytes
-
     if metadata is None:
         return None
     stored = StoredTensors(total=0)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from kit.config.flags import UnreadInteger, read_engine_integers
+from kit.config.hubrevision import revision_problem
 from kit.config.strategy import StrategyName, strategy_for
 from kit.config.vllmint import AUTO
 from kit.core.datafiles import load_yaml, prune_rules
@@ -28,6 +29,7 @@ from kit.core.safevalue import (
     check_requirement,
     check_text,
 )
+from kit.core.userdata import VERSIONS_FILE, user_config_dir
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.IGNORECASE)
 
@@ -206,8 +208,6 @@ class Model(Strict):
     @field_validator("revision")
     @classmethod
     def _commit_or_ref(cls, value: str | None) -> str | None:
-        from kit.config.hubrevision import revision_problem
-
         problem = value is not None and revision_problem(value)
         if problem:
             raise ValueError(f"{problem}: a revision is a 40-hex commit or a branch or tag name (e.g. main, v1.0)")
@@ -343,8 +343,6 @@ class Image(Strict):
     def _known_version(cls, value: str) -> str:
         known = vllm_model().versions
         if value not in known:
-            from kit.core.userdata import VERSIONS_FILE, user_config_dir
-
             raise ValueError(f"vLLM {value} is not in the kit's version table (known: {', '.join(known)}); a "
                              f"release the kit does not ship takes a row in {user_config_dir() or '~/.config/vllm-kit'}"
                              f"/{VERSIONS_FILE}")

@@ -7,6 +7,7 @@ import sys
 
 from kit.config.preset import Preset
 from kit.core.datafiles import PRESETS_DIR, checkout_root
+from kit.core.write import atomic_write
 
 # The copy the installed kit reads; `main` writes the checkout's presets/schema.json, the source of it.
 SCHEMA_PATH = PRESETS_DIR / "schema.json"
@@ -25,7 +26,6 @@ def schema_text() -> str:
 
 
 def main() -> int:
-    from kit.core.write import atomic_write
 
     root = checkout_root()
     if root is None:  # an installed copy would be overwritten by the next install; the checkout is the source

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kit.core.userdata import user_config_dir, user_version_rows
+from kit.core.versions import version
 
 if TYPE_CHECKING:
     from kit.core.tables import VersionRow
@@ -93,8 +94,6 @@ def prune_rules(cuda: str | None = None, leave_out: Sequence[str] = ()) -> dict[
     rules = load_yaml("prune.yaml")
     distributions = list(rules["distributions"])
     if cuda is not None:
-        from kit.core.versions import version
-
         distributions = [d for d in distributions if "cuda_from" not in d or version(cuda) >= version(d["cuda_from"])]
     for feature in leave_out:
         spec = rules["features"][feature]

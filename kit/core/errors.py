@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kit.core.secretrules import redact
+
 # Everything that ends a line on a terminal or in a log reader (C0/C1 controls, DEL, Unicode line and
 # paragraph separators): an error is one line per problem whatever text it quotes from the input.
 _LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -17,8 +19,6 @@ _LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 def one_line(text: str) -> str:
     """``text`` as an error prints it: every control character written as an escape, so it is exactly one
     line, and credentials (URL passwords, token-shaped strings) masked, so no error ever repeats a secret."""
-    from kit.core.secretrules import redact  # data-driven; imported late, errors.py is imported by everything
-
     text = redact(text)
     return _LINE_BREAKERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 

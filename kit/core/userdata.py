@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.core.errors import KitError, Problem
+from kit.core.safevalue import UnsafeValue, check_image_ref
 from kit.core.versions import VERSION_RE
 
 if TYPE_CHECKING:
@@ -169,8 +170,6 @@ def load_user_snapshot_data(path: Path, version: str) -> dict[str, Any]:
 
 def _image_problems(where: str, row: dict[Any, Any], cudas: set[str]) -> list[Problem]:
     """The row's official image and CUDA variants: image references the kit can render, for CUDA it knows."""
-    from kit.core.safevalue import UnsafeValue, check_image_ref
-
     problems: list[Problem] = []
     images = [("official_image", row.get("official_image"))] if "official_image" in row else []
     variants = row.get("official_variants", {})

@@ -11,11 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kit.config.flags import FlagError, check_engine, load_snapshot
+from kit.config.hubfetch import ArtefactError, artefact_problems, speculative_config
 from kit.config.preset import Preset
 from kit.config.preset_files import display_path
 from kit.config.strategy import strategy_of
+from kit.core.datafiles import gpu_catalog, load_yaml, prune_rules
 from kit.core.errors import Problem
+from kit.deploy import deployment as dep
 from kit.deploy.compat import check_compat, model_spec_or_none
+from kit.deploy.router import replica_problems
+from kit.memory.preset_plan import plan_preset, summary_lines
 
 if TYPE_CHECKING:
     from kit.memory.plan import Plan
@@ -34,7 +40,6 @@ class CheckReport:
 
 
 def check_flags(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
-    from kit.config.flags import FlagError, check_engine
 
     errors: list[Problem] = []
     warnings: list[Problem] = []
@@ -52,8 +57,6 @@ def check_parallelism(where: str, preset: Preset) -> list[Problem]:
     problems = []
     ranks = eng.tp * eng.pp
     if hw.gpu is not None:
-        from kit.core.datafiles import gpu_catalog
-
         gpus = hw.count * hw.nodes
         per_host = gpu_catalog().get(hw.gpu, {}).get("per_host")
         if per_host is not None and hw.count > per_host:
@@ -116,16 +119,12 @@ def cpu_backend_problems(where: str, preset: Preset) -> list[Problem]:
 
 def parallel_layout_problems(where: str, preset: Preset, target: str = "compose") -> list[Problem]:
     """The errors `kit validate` finds in how the ranks (tensor x pipeline parallel x replicas) map onto the GPUs."""
-    from kit.deploy.router import replica_problems
-
     return check_parallelism(where, preset) + replica_problems(where, preset, target) + \
         check_cluster(where, preset, target)[0]
 
 
 def _leader_pod_clashes(where: str, taken: dict[str, int], target: str) -> list[Problem]:
     """Kubernetes: the leader pod also holds the API server behind its door, on the pod's loopback."""
-    from kit.deploy import deployment as dep
-
     if target == "compose":
         return []
     return [Problem(f"{where}: {name}",
@@ -140,8 +139,6 @@ def check_cluster(where: str, preset: Preset, target: str = "compose") -> tuple[
     On Kubernetes (target k8s) every pod has its own network namespace and LeaderWorkerSet hands workers the
     leader's address, so cluster.network and cluster.head_address do not apply there.
     """
-    from kit.deploy import deployment as dep
-
     hw, eng, cl, rt = preset.hardware, preset.engine, preset.cluster, preset.runtime
     errors: list[Problem] = []
     warnings: list[Problem] = []
@@ -253,8 +250,6 @@ COMMIT_RE = r"[0-9a-f]{40}"
 def _env_problems(where: str, preset: Preset, rules: dict[str, Any]) -> tuple[list[Problem], list[Problem]]:
     """runtime.env against the allow-list (kit/data/env_allow.yaml), runtime.unsafe_env warned about every time, and
     both against the names refused outright and those the kit sets itself."""
-    from kit.core.datafiles import load_yaml
-
     allowed = load_yaml("env_allow.yaml")["names"]
     errors: list[Problem] = []
     warnings: list[Problem] = []
@@ -292,8 +287,6 @@ def _env_problems(where: str, preset: Preset, rules: dict[str, Any]) -> tuple[li
 def _engine_problems(where: str, preset: Preset, rules: dict[str, Any]) -> tuple[list[Problem], list[Problem]]:
     """engine flags that load code or open files (kit/data/switches.yaml engine): refused unless
     runtime.unsafe_engine_flags names them, then warned about every time."""
-    from kit.config.flags import load_snapshot
-
     errors: list[Problem] = []
     warnings: list[Problem] = []
     flags = preset.engine.flags()
@@ -338,8 +331,6 @@ def check_switches(where: str, preset: Preset) -> tuple[list[Problem], list[Prob
     """Switches that open the server or load code (kit/data/switches.yaml, kit/data/env_allow.yaml), in runtime.env
     and engine flags alike, and runtime.env naming a variable the kit sets itself (it would silently replace the
     kit's value)."""
-    from kit.core.datafiles import load_yaml
-
     rules = load_yaml("switches.yaml")
     env_errors, env_warnings = _env_problems(where, preset, rules)
     flag_errors, flag_warnings = _engine_problems(where, preset, rules)
@@ -372,7 +363,6 @@ def check_k8s_image(where: str, name: str, preset: Preset) -> list[Problem]:
 
 
 def check_memory(where: str, preset: Preset, report: CheckReport, allow_no_fit: bool) -> None:
-    from kit.memory.preset_plan import plan_preset, summary_lines
 
     result, warnings = plan_preset(where, preset)
     report.warnings += warnings
@@ -390,9 +380,6 @@ def check_memory(where: str, preset: Preset, report: CheckReport, allow_no_fit: 
 
 def feature_use(feature: str, preset: Preset) -> str | None:
     """Why ``preset`` uses ``feature`` (kit/data/prune.yaml features: ``uses``), or None when it does not."""
-    from kit.config.hubfetch import ArtefactError, speculative_config
-    from kit.core.datafiles import prune_rules
-
     uses = prune_rules()["features"][feature]["uses"]
     flags = preset.engine.flags()
     try:
@@ -460,14 +447,10 @@ def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = 
     report.warnings += check_exposure(where, preset, target)
     if target != "compose":
         report.warnings += check_k8s_image(where, name, preset)
-    from kit.deploy.router import replica_problems
-
     report.errors += replica_problems(where, preset, target)
     cluster_errors, cluster_warnings = check_cluster(where, preset, target)
     report.errors += cluster_errors
     report.warnings += cluster_warnings
-    from kit.config.hubfetch import artefact_problems  # what the one-shot fetch will download
-
     report.errors += artefact_problems(where, preset)
     report.errors += check_leave_out(where, preset)
     report.warnings += leave_out_warnings(where, preset)

@@ -11,13 +11,15 @@ from typing import Any
 
 from kit.config.preset import Preset
 from kit.config.strategy import strategy_of
-from kit.core.datafiles import gpu_catalog
+from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.errors import KitError, Problem
 from kit.core.releaserules import quantization_method_gone, quantization_min_cc, quantization_spellings, \
     versioned  # noqa: F401
 from kit.core.tables import CompatTable, compat_model, vllm_model
 from kit.core.versions import cc_tuple
 from kit.core.versions import version as pep440
+from kit.memory.preset_plan import model_spec_for
+from kit.memory.shape import parallelism_problems
 
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -211,7 +213,6 @@ def board_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 
 
 def model_spec_or_none(preset: Preset):  # noqa: ANN201 - ModelSpec | None
-    from kit.memory.preset_plan import model_spec_for
 
     try:
         return model_spec_for(preset)
@@ -235,9 +236,6 @@ def release_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 def evidence_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
     """The image the preset is built on, where nothing confirms that its tag exists (kit/data/image_evidence.yaml
     `confirmed: false`): a warning, so an unconfirmed tag is never rendered silently."""
-    from kit.config.strategy import strategy_of
-    from kit.core.datafiles import load_yaml
-
     try:
         image = strategy_of(preset).base(preset).image
     except (KeyError, ValueError):
@@ -256,8 +254,6 @@ def evidence_rows(preset: Preset) -> list[tuple[str, str, str, str]]:
 
 def check_compat(where: str, preset: Preset) -> tuple[list[Problem], list[Problem]]:
     """Errors and warnings for the GPU, parallelism, image platform and board rules."""
-    from kit.memory.shape import parallelism_problems
-
     eng, hw, img = preset.engine, preset.hardware, preset.image
     spec = model_spec_or_none(preset)
     rows: list[tuple[str, str, str, str]] = []

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from kit.core.safevalue import compose_text
 from kit.core.yamlwrite import Path, dump_with_comments
-from kit.deploy.deployment import MODEL_MAKE_DIR, MODELS_DIR
+from kit.deploy import door
+from kit.deploy.deployment import BUILT_PULL_POLICY, MODEL_MAKE_DIR, MODELS_DIR
+from kit.deploy.router import ROUTER_SERVICE, replica_service, replicated_services
+from kit.deploy.service_env import compose_environment
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext
@@ -40,16 +43,6 @@ def _volumes(ctx: RenderContext, *, compile_cache: bool, launcher: bool = False)
     return [_s(m) for m in mounts]
 
 
-# Images the kit builds are never pulled: compose's default policy (missing) pulls a missing image first, and
-# Docker Hub's vllm-kit/... belongs to whoever claims the name. `never` rather than `build`: under `build` every
-# `docker compose up` rebuilds from this folder, without the wheelhouse and build args `kit build` gives, over the
-# image `kit build` made under the same content tag; under `never` compose uses that image and builds only when the
-# tag is missing (Compose v2.40 `up --dry-run`: never/present: used; never/absent: built, no pull; build/present:
-# rebuilt; missing/absent: pulled first). The tag changes with every input of the image, so a missing tag is
-# exactly a changed image.
-BUILT_PULL_POLICY = "never"
-
-
 def _built_image(ctx: RenderContext) -> dict[str, Any]:
     """The stack's image: built here, never pulled (BUILT_PULL_POLICY). Pinned by digest (image.pin_digest, the image
     `kit push` recorded): that image, pulled by its digest, and nothing to build."""
@@ -67,8 +60,6 @@ def _environment(fixed: dict[str, str], role: str, ctx: RenderContext) -> dict[s
     """The kit's own values, then the .env names this container reads (kit/data/service_env.yaml), each with no
     value: compose resolves it from .env and leaves it out when unset, so no secret is written here and no
     container gets another's (no shared env_file)."""
-    from kit.deploy.service_env import compose_environment
-
     return {**fixed, **{k: v for k, v in compose_environment(role, ctx.d).items() if k not in fixed}}
 
 
@@ -243,16 +234,11 @@ def compose_file(ctx: RenderContext) -> str:
     doc["volumes"] = {rt.hf_cache_volume: {}, rt.compile_cache_volume: {}, **models}
     replica_comments: dict[Path, list[str]] = {}
     if rt.replicas > 1:  # N copies of the server behind vLLM's router (kit/deploy/router.py)
-        from kit.deploy.router import replicated_services
-
         services, caches, replica_comments = replicated_services(ctx, server, _s)
         doc["services"] = {**({make: doc["services"][make]} if make else {}), fetch: doc["services"][fetch],
                            **services}
         doc["volumes"] = {rt.hf_cache_volume: {}, **{c: {} for c in caches}, **models}
     # The front door (kit/deploy/door.py): the API's one published port, in front of the server or the router.
-    from kit.deploy import door
-    from kit.deploy.router import ROUTER_SERVICE
-
     backend = ROUTER_SERVICE if rt.replicas > 1 else serve
     door_name = door.service_name(ctx.service_suffix)
     doc["services"][door_name] = door.door_service(
@@ -280,8 +266,6 @@ def compose_file(ctx: RenderContext) -> str:
         **profile_comments,
     }
     if replica_comments:  # the server's comments go to the first replica, which has the same keys
-        from kit.deploy.router import replica_service
-
         first = ("services", replica_service(serve, 1))
         comments = {(first + k[2:] if k[:2] == ("services", serve) else k): v for k, v in comments.items()}
         comments.update(replica_comments)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from kit.config.flags import engine_to_argv
+from kit.config.hubfetch import fetch_spec
 from kit.config.modelinfo import ModelSpec, load_model_spec
 from kit.config.preset import Preset, check_pinned_ref
 from kit.deploy.startcache import cache_env
@@ -18,7 +20,9 @@ from kit.config.strategy import APP_UID, APP_USER, VENV  # noqa: F401 - the imag
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.errors import PresetError
 from kit.core.tables import vllm_model
-from kit.memory.rules import flashinfer_rope_used, flashinfer_sampler_used, rules_for
+from kit.memory.rules import (
+    default_gpu_memory_utilization, flashinfer_rope_used, flashinfer_sampler_used, rules_for,
+)
 
 CONTAINER_PORT = 8000
 # Kubernetes: the server listens on the pod's loopback here, and the front door (a sidecar, kit/deploy/k8s.py) on
@@ -51,6 +55,15 @@ BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE, FLASHINFER_
 # minimum NVIDIA driver of that CUDA. Images built before the kit recorded the driver carry only the CUDA.
 CUDA_LABEL = "io.vllm-kit.cuda"
 MIN_DRIVER_LABEL = "io.vllm-kit.min-driver"
+
+# Images the kit builds are never pulled: compose's default policy (missing) pulls a missing image first, and
+# Docker Hub's vllm-kit/... belongs to whoever claims the name. `never` rather than `build`: under `build` every
+# `docker compose up` rebuilds from this folder, without the wheelhouse and build args `kit build` gives, over the
+# image `kit build` made under the same content tag; under `never` compose uses that image and builds only when the
+# tag is missing (Compose v2.40 `up --dry-run`: never/present: used; never/absent: built, no pull; build/present:
+# rebuilt; missing/absent: pulled first). The tag changes with every input of the image, so a missing tag is
+# exactly a changed image.
+BUILT_PULL_POLICY = "never"
 # One node: the server runs under kit/launch/serve_watchdog.py (rendered beside compose.yaml, mounted read-only),
 # which exits when /health stops answering while the server process lives, so the restart policy acts.
 WATCHDOG_FILE = "serve_watchdog.py"
@@ -344,8 +357,6 @@ def server_listen_for(preset: Preset) -> tuple[str, int]:
 
 def serve_args_for(preset: Preset, served_name: str, model_arg: str, server: ServerCommand,
                    listen: tuple[str, int] | None = None) -> list[str]:
-    from kit.config.flags import engine_to_argv
-
     args = [model_arg] if server.model_positional else ["--model", model_arg]
     args += ["--served-model-name", served_name]
     if preset.model.revision:
@@ -426,8 +437,6 @@ def fetch_command_for(preset: Preset, python: str, model_arg: str) -> list[str]:
     starts (honouring HF_ENDPOINT and HF_TOKEN from .env), or checks that mounted local paths are there.
     The script is kit/launch/fetch_files.py, baked into the image at FETCH_SCRIPT_PATH (so compose and the
     Kubernetes init container stay readable and nothing needs mounting); only its short JSON spec is passed."""
-    from kit.config.hubfetch import fetch_spec
-
     return [python, FETCH_SCRIPT_PATH, fetch_spec(preset, model_arg)]
 
 
@@ -523,8 +532,6 @@ def side_by_side_problems(primary: Deployment, other: Deployment, where: str) ->
         problems.append(("runtime.port", f"{o_rt.port} is {primary.preset_name}'s port too; give it another"))
     shared = sorted(set(_gpu_ids(primary)) & set(_gpu_ids(other)))
     if shared:
-        from kit.memory.rules import default_gpu_memory_utilization
-
         mine, theirs = (d.preset.engine.gpu_memory_utilization or default_gpu_memory_utilization(d.image.vllm_version)
                         for d in (other, primary))
         if mine + theirs > 1:

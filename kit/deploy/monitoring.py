@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from kit.core.datafiles import load_yaml
 from kit.core.safevalue import check_text
 from kit.core.yamlwrite import dump_with_comments
-from kit.deploy.profiles import ProfileParts
+from kit.deploy.profile_parts import ProfileParts
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext

@@ -11,6 +11,7 @@ from kit.config.preset_files import display_path
 from kit.config.presetload import load_preset
 from kit.config.preset_files import is_shipped
 from kit.core.errors import KitError, PresetError, Problem
+from kit.core.inputfiles import input_limits, read_capped
 from kit.core.safevalue import UnsafeValue
 from kit.deploy.checks import CheckReport, check_preset
 from kit.deploy.deployment import (
@@ -20,8 +21,9 @@ from kit.deploy.deployment import (
     side_by_side_problems,
 )
 from kit.deploy.profiles import check_profiles
-from kit.deploy.record import Resolved
+from kit.deploy.record import PRESET_COPY, RECORD_FILE, Resolved, override_key, override_value
 from kit.deploy.render import Companion, image_inputs, image_ref_for, render
+from kit.deploy.webui import webui_exposure
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,6 @@ def prepare(ref: str, overrides: list[str] | None = None, *, base_image: str | N
     name, path, preset, report = load_and_check(ref, overrides, allow_no_fit=allow_no_fit, target=target)
     profiles = check_profiles(list(with_profiles or []))
     if "webui" in profiles:
-        from kit.deploy.webui import webui_exposure
-
         report.warnings += blame_overrides(webui_exposure(display_path(path), preset), display_path(path), overrides)
     try:
         deployment = plan_deployment(name, preset, base_image=base_image, preset_shipped=is_shipped(path))
@@ -123,8 +123,6 @@ def _prepare_with(resolved: Resolved, overrides: list[str]) -> Prepared:
 
 def _unpinned(overrides: list[str], pinned_in_preset: bool) -> list[str]:
     """The overrides without the pin: the recorded override goes, and a pin in the preset file is overridden."""
-    from kit.deploy.record import override_key
-
     kept = [text for text in overrides if override_key(text) != PIN_FIELD]
     return [*kept, f"{PIN_FIELD}=null"] if pinned_in_preset else kept
 
@@ -136,8 +134,6 @@ def follow_pin(resolved: Resolved, prepared: Prepared) -> tuple[Resolved, Prepar
 
     The pinned image is recorded as the folder's inputs tagged it unpinned when the pin was given (the record's
     ``pinned_image``); a pin given on this command line stands for this render's image."""
-    from kit.deploy.record import override_value
-
     pin = prepared.preset.image.pin_digest
     if pin is None:
         return replace(resolved, record=replace(resolved.record, pinned_image=None)), prepared
@@ -163,9 +159,6 @@ def follow_pin(resolved: Resolved, prepared: Prepared) -> tuple[Resolved, Prepar
 
 def prepare_resolved(resolved: Resolved) -> Prepared:
     """``prepare`` with what a command resolved against its folder's record; the files include the record."""
-    from kit.core.inputfiles import input_limits, read_capped
-    from kit.deploy.record import PRESET_COPY, RECORD_FILE
-
     resolved, prepared = follow_pin(resolved, _prepare_with(resolved, resolved.overrides))
     files = {**prepared.files, RECORD_FILE: resolved.record.text()}
     if resolved.record.preset != resolved.record.preset_name:  # the user's own preset: kept to show a change

@@ -7,27 +7,16 @@ render merges into compose.yaml, .env.example and the files it writes (in the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError
+from kit.deploy.monitoring import monitoring_profile
+from kit.deploy.profile_parts import Builder, ProfileParts
+from kit.deploy.webui import webui_profile
 
 if TYPE_CHECKING:
     from kit.deploy.render import RenderContext
-
-
-@dataclass(frozen=True)
-class ProfileParts:
-    services: dict[str, dict[str, Any]]
-    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)  # relative path -> text, beside compose.yaml
-    comments: dict[tuple[str, ...], list[str]] = field(default_factory=dict)  # compose key path -> comment lines
-    env_example: list[str] = field(default_factory=list)  # lines appended to .env.example
-
-
-Builder = Callable[[Any, list[str]], ProfileParts]
 
 
 def profile_help() -> dict[str, str]:
@@ -35,9 +24,6 @@ def profile_help() -> dict[str, str]:
 
 
 def builders() -> dict[str, Builder]:
-    from kit.deploy.monitoring import monitoring_profile
-    from kit.deploy.webui import webui_profile
-
     return {"monitoring": monitoring_profile, "webui": webui_profile}
 
 

@@ -28,8 +28,13 @@ from typing import Any
 import yaml
 
 import kit
+from kit.config.preset import looks_like_model_path, model_name_for_path
 from kit.config.preset_files import PROJECT_FOLDER, find_preset, preset_folders
+from kit.core.datafiles import PRESETS_DIR
 from kit.core.errors import KitError, PresetError, Problem
+from kit.core.inputfiles import decode_utf8, input_limits, read_capped
+from kit.core.write import _read_regular, read_manifest, sha256_bytes
+from kit.core.yamlwrite import dump_with_comments
 
 RECORD_FILE = "vllm-kit.yaml"
 # A copy of the user's own preset as the render read it, beside the record: what a change to it is shown against.
@@ -103,8 +108,6 @@ class Record:
         return data
 
     def text(self) -> str:
-        from kit.core.yamlwrite import dump_with_comments
-
         return dump_with_comments(self.as_data(), HEADER, {})
 
 
@@ -158,8 +161,6 @@ def compose_project(out_dir: Path) -> str:
 def file_sha256(path: Path) -> str:
     """The sha256 of a preset file, "" when it is not a regular file of at most preset_max_bytes (a FIFO or a device
     named by a record must not hang or fill the kit)."""
-    from kit.core.inputfiles import input_limits, read_capped
-
     try:
         return hashlib.sha256(read_capped(path, str(path), int(input_limits()["files"]["preset_max_bytes"]))
                               ).hexdigest()
@@ -191,8 +192,6 @@ def model_overrides(model: str | None) -> tuple[str, ...]:
     answers to the id, as `vllm serve ID` does)."""
     if not model:
         return ()
-    from kit.config.preset import looks_like_model_path, model_name_for_path
-
     if looks_like_model_path(model):
         import posixpath
 
@@ -212,8 +211,6 @@ def _union(old: tuple[str, ...], add: tuple[str, ...], drop: tuple[str, ...]) ->
 def read_record(out_dir: Path) -> Record | None:
     """The folder's record, or None when the folder has none (never rendered, or rendered before records). A
     record larger than input_limits.yaml's record_max_bytes is refused before it is parsed."""
-    from kit.core.inputfiles import decode_utf8, input_limits, read_capped
-
     path = out_dir / RECORD_FILE
     where = str(path)
     try:
@@ -263,8 +260,6 @@ def recorded_ref_path(record: Record, out_dir: Path) -> str:
     """The recorded preset as load_preset takes it from the current directory. A name is a shipped preset's (the
     kit records any other by its path), so it is the shipped file even where ./presets holds one of that name."""
     if not _is_path(record.preset):
-        from kit.core.datafiles import PRESETS_DIR
-
         return str(PRESETS_DIR / f"{record.preset}.yaml")
     if not os.path.isabs(record.preset):
         return os.path.normpath(os.path.join(out_dir, record.preset))
@@ -298,8 +293,6 @@ def preset_change(record: Record, out_dir: Path) -> str | None:
     found = recorded_preset_file(record, out_dir)
     if found is None or file_sha256(found) == record.preset_sha256:
         return None
-    from kit.core.inputfiles import input_limits, read_capped
-
     limit = int(input_limits()["files"]["preset_max_bytes"])
     try:
         before = read_capped(out_dir / PRESET_COPY, PRESET_COPY, limit).decode("utf-8", "replace")
@@ -316,8 +309,6 @@ def _is_path(ref: str) -> bool:
 
 def _ref_for_record(path: Path, name: str, out_dir: Path) -> str:
     """A shipped preset by name; the user's own by its path relative to the folder (it moves with it)."""
-    from kit.core.datafiles import PRESETS_DIR
-
     resolved = path.resolve()
     if resolved.parent == PRESETS_DIR.resolve():
         return name
@@ -492,8 +483,6 @@ def describe(record: Record, out_dir: Path) -> list[tuple[str, str]]:
 
 def edited_files(out_dir: Path) -> list[str]:
     """Files the kit wrote into ``out_dir`` that differ from what it wrote (its manifest's sha256), or are gone."""
-    from kit.core.write import _read_regular, read_manifest, sha256_bytes
-
     edited = []
     for rel, digest in sorted(read_manifest(out_dir).items()):
         data = _read_regular(out_dir / rel)

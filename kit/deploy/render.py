@@ -9,13 +9,16 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from kit.config.hubfetch import fetch_script
+from kit.config.fetchscript import fetch_script
 from kit.config.strategy import strategy_for
-from kit.core.datafiles import IMAGES_DIR
-from kit.deploy import deployment as dep
+from kit.core.datafiles import IMAGES_DIR, prune_rules
+from kit.deploy import deployment as dep, door
 from kit.deploy.composefile import cluster_compose_file, compose_file
 from kit.deploy.deployment import Deployment
+from kit.deploy.door import client_host, door_routes
+from kit.deploy.k8s import render_manifests
 from kit.deploy.profiles import build_profiles
+from kit.deploy.router import ROUTER_SERVICE, replica_service, router_files, router_spec
 from kit.deploy.templating import render_template
 
 if TYPE_CHECKING:
@@ -68,8 +71,6 @@ class RenderContext:
 
     @property
     def door_paths(self) -> str:
-        from kit.deploy.door import door_routes
-
         return ", ".join(r.path for r in door_routes(self.d.preset) if not r.open)
 
     @property
@@ -110,8 +111,6 @@ class RenderContext:
         """Where the server answers from inside its own container (its host's, with host networking)."""
         cl = self.d.serve.cluster
         if cl is not None and cl.host_network:
-            from kit.deploy.door import client_host
-
             return f"http://{client_host(self.d.preset.runtime.bind_address)}:{cl.server_port}/health"
         return f"http://127.0.0.1:{self.port}/health"
 
@@ -169,8 +168,6 @@ def build_files(d: Deployment) -> dict[str, str]:
     FlashInfer's modules while the image is built (images/flashinfer_aot.py) for those that name a GPU."""
     files: dict[str, str] = {}
     if d.image.prune:
-        from kit.core.datafiles import prune_rules
-
         source = resources.files("kit.image").joinpath("prune.py").read_text(encoding="utf-8")
         # The rules this image applies: the features it leaves out are already in its distributions.
         applied = {k: v for k, v in prune_rules(d.image.cuda, d.preset.image.leave_out).items() if k != "features"}
@@ -218,17 +215,12 @@ def _api_servers(ctx: RenderContext) -> list[str]:
     """The compose services that run vLLM's API server for this preset: the server, or its replicas."""
     n = ctx.d.preset.runtime.replicas
     if n > 1:
-        from kit.deploy.router import replica_service
-
         return [replica_service(ctx.server_service, i) for i in range(1, n + 1)]
     return [ctx.server_service]
 
 
 def door_files(ctx: RenderContext) -> dict[str, str]:
     """The front door's HAProxy config for this server (kit/deploy/door.py): to the router with replicas."""
-    from kit.deploy import door
-    from kit.deploy.router import ROUTER_SERVICE, router_spec
-
     if ctx.d.preset.runtime.replicas > 1:
         backend, port = ROUTER_SERVICE, router_spec(ctx.d.preset).container_port
     else:
@@ -283,8 +275,6 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         **extra_files,
     }
     if target == "k8s":
-        from kit.deploy.k8s import render_manifests
-
         files.update(render_manifests(ctx, launcher_text(), tiny_model_text() if d.serve.model_make_command else None))
     elif d.serve.cluster is None:
         files["compose.yaml"] = compose_file(ctx)
@@ -295,8 +285,6 @@ def render(d: Deployment, plan_lines: list[str] | None = None, target: str = "co
         for parts in ctx.profile_parts:
             files.update(parts.files)
         if d.preset.runtime.replicas > 1:
-            from kit.deploy.router import router_files
-
             files.update(router_files(d, ctx.uid, ctx.user))
         for companion in companions:
             # Same image reference: the companion's image inputs equal this one's (deployment.side_by_side_problems).

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from kit.config.strategy import strategy_of
 from kit.core.datafiles import load_yaml
 from kit.core.errors import Problem
-from kit.deploy.composefile import BUILT_PULL_POLICY
+from kit.deploy.deployment import BUILT_PULL_POLICY
+from kit.deploy.templating import render_template
 
 if TYPE_CHECKING:
     from kit.config.preset import Preset
@@ -158,8 +159,6 @@ def router_requirements_text(spec: RouterSpec) -> str:
 
 def router_files(d: Deployment, uid: int, user: str) -> dict[str, str]:
     """The router image's build context, as files under router/ (pure)."""
-    from kit.deploy.templating import render_template
-
     spec = router_spec(d.preset)
     ctx = RouterImageContext(d=d, spec=spec, venv=ROUTER_VENV, uid=uid, user=user)
     return {

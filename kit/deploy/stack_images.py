@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.deploy.composefile import BUILT_PULL_POLICY
+from kit.deploy.deployment import BUILT_PULL_POLICY
 
 # A whole `image:` value that is compose's interpolation with a default: `${NAME:-pinned}` (the door's).
 _WITH_DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")

@@ -33,7 +33,10 @@ from kit.config.presetload import load_preset
 from kit.core.errors import KitError, Problem
 from kit.core.filediff import diff_file_sets, diff_files
 from kit.core.userdata import VERSIONS_FILE, user_config_dir
+from kit.deploy.deployment import serve_args_for, served_name_for, server_command_for
+from kit.deploy.pipeline import prepare_resolved
 from kit.deploy.record import Request, Resolved, resolve
+from kit.memory.preset_plan import plan_preset
 from kit.memory.rules import rules_for
 
 if TYPE_CHECKING:
@@ -330,8 +333,6 @@ def _meaning_changes(engine: Mapping[str, Any], current: str, target: str) -> li
 
 def _kit_options(preset: Preset) -> list[str]:
     """The options of the server command that the kit writes itself (model, served name, host, port, ...)."""
-    from kit.deploy.deployment import serve_args_for, server_command_for, served_name_for
-
     bare = preset.model_copy(update={"engine": type(preset.engine).model_validate({})})  # the command without the preset's flags
     args = serve_args_for(bare, served_name_for(bare), "MODEL", server_command_for(bare))
     return [word for word in args if word.startswith("--")]
@@ -346,9 +347,6 @@ def _problems_of(error: KitError) -> tuple[Problem, ...]:
 
 def _side(resolved: Resolved, version: str) -> Side:
     """The checks, plan and render of one release, as `kit validate`, `kit plan` and `kit render` see them."""
-    from kit.deploy.pipeline import prepare_resolved
-    from kit.memory.preset_plan import plan_preset
-
     try:
         prepared = prepare_resolved(resolved)
     except KitError as error:

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from kit.core.datafiles import load_yaml
 from kit.core.errors import PresetError, Problem
 from kit.core.safevalue import compose_text
-from kit.deploy.profiles import ProfileParts
+from kit.deploy.checks import LOOPBACK
+from kit.deploy.profile_parts import ProfileParts
+from kit.deploy.router import ROUTER_SERVICE, router_spec
 
 if TYPE_CHECKING:
     from kit.config.preset import Preset
@@ -39,8 +41,6 @@ def image_ref() -> str:
 def webui_exposure(where: str, preset: Preset) -> list[Problem]:
     """Open WebUI is published on runtime.bind_address; beyond loopback its login page is on the network, and its
     admin holds the server's key and runs Functions (Python code) inside the container."""
-    from kit.deploy.checks import LOOPBACK
-
     rt = preset.runtime
     if rt.bind_address in LOOPBACK:
         return []
@@ -63,8 +63,6 @@ def webui_profile(ctx: RenderContext, servers: list[str]) -> ProfileParts:
     server, server_port = servers[0], ctx.port
     rt = ctx.d.preset.runtime
     if rt.replicas > 1:  # replicas: the router is the stack's one endpoint (kit/deploy/router.py)
-        from kit.deploy.router import ROUTER_SERVICE, router_spec
-
         server, server_port = ROUTER_SERVICE, router_spec(ctx.d.preset).container_port
     port = int(data["container_port"])
     environment = {

@@ -23,10 +23,15 @@ from typing import TYPE_CHECKING, Any
 from kit.config.strategy import StrategyName, strategy_for, strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml
 from kit.core.docker_engine import docker_client
+from kit.core.errors import DockerUnavailable, KitError
 from kit.core.gpus import gpu_key
 from kit.core.tables import vllm_model
 from kit.core.units import ram_in_bytes
 from kit.core.versions import version_or_oldest
+from kit.deploy.compat import check_compat
+from kit.deploy.deployment import CUDA_LABEL, MIN_DRIVER_LABEL, shm_size_for
+from kit.memory.plan import plan
+from kit.memory.preset_plan import as_preset_fixes, model_spec_for, plan_inputs_for
 
 if TYPE_CHECKING:
     from kit.config.preset import Preset
@@ -138,8 +143,6 @@ def image_facts(ref: str, client: Any = None) -> ImageFacts:
     """The labels of ``ref`` on the local engine (the Docker SDK's ``images.get``; the image is never run).
     ``client``: a Docker client (default: the kit's one connection)."""
     from docker.errors import DockerException, ImageNotFound
-
-    from kit.core.errors import DockerUnavailable
 
     try:
         image = (client or docker_client()).images.get(ref)
@@ -373,8 +376,6 @@ def driver_target(preset: Preset, image: ImageFacts | None) -> DriverTarget:
     """The CUDA and minimum driver the host's driver must meet. An image's labels (kit/deploy/deployment.py
     CUDA_LABEL, MIN_DRIVER_LABEL) are what its wheels were built for; a label missing (an image built by an older
     kit) or the image not on the engine falls back to the preset's declared CUDA build, and says so."""
-    from kit.deploy.deployment import CUDA_LABEL, MIN_DRIVER_LABEL
-
     base = strategy_of(preset).base(preset)
     declared = DriverTarget(base.cuda, base.min_driver, f"the CUDA {base.cuda} image", "")
     if image is None:
@@ -451,8 +452,6 @@ def driver_alternatives(driver: str, cuda: str, preset: Preset, gpus: list[SmiGp
 
 
 def _plan_on(preset: Preset, memory_gib: float) -> Plan | None:
-    from kit.memory.plan import plan
-    from kit.memory.preset_plan import as_preset_fixes, plan_inputs_for
 
     inputs = plan_inputs_for(preset)
     if inputs is None:
@@ -462,8 +461,6 @@ def _plan_on(preset: Preset, memory_gib: float) -> Plan | None:
 
 def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -> list[Check]:
     """GPU count, names and memory against the preset, and the planner's verdict on the real memory."""
-    from kit.core.errors import KitError
-
     name = "gpus"
     if preset is not None and preset.hardware.gpu is None:
         return [Check(name, PASS, "not needed: the preset runs on the CPU")]
@@ -506,8 +503,6 @@ def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -
     # Compatibility of the real GPU, when it differs from the preset's and the catalog knows it.
     real_keys = {g.catalog_key for g in chosen if g.catalog_key and g.catalog_key != hw.gpu}
     for key in sorted(real_keys):
-        from kit.deploy.compat import check_compat
-
         errors, _ = check_compat(where, preset.model_copy(update={"hardware": hw.model_copy(update={"gpu": key})}))
         for problem in errors:
             checks.append(Check("gpu compatibility", FAIL, f"on {gpu_catalog()[key]['name']}: {problem.message}",
@@ -534,7 +529,6 @@ def check_gpus(facts: HostFacts, preset: Preset | None, where: str = "preset") -
 
 
 def check_shm(facts: HostFacts, preset: Preset | None) -> Check:
-    from kit.deploy.deployment import shm_size_for
 
     name = "shared memory"
     if facts.shm_bytes is None:
@@ -569,9 +563,6 @@ def need_gib(preset: Preset | None) -> tuple[float, str]:
     image = strategy.disk_gib()
     weights, how = 0.0, "weights unknown"
     if not preset.model.is_local:
-        from kit.core.errors import KitError
-        from kit.memory.preset_plan import model_spec_for
-
         try:
             spec = model_spec_for(preset)
         except KitError:

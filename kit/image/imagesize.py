@@ -13,6 +13,10 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kit.core.docker_engine import docker_client
+
+from kit.image.imagediff import exported
+
 NO_DIST = "(no distribution)"
 
 
@@ -95,15 +99,12 @@ def breakdown_from_tar(stream, image: str = "", layers: list[dict] | None = None
 
 def layer_sizes(ref: str) -> list[dict]:
     """Each layer's size and the instruction that made it, base first (history lists newest first)."""
-    from kit.core.docker_engine import docker_client
-
     history = docker_client().api.history(ref)
     return [{"size": int(h.get("Size") or 0), "created_by": " ".join(str(h.get("CreatedBy") or "").split())}
             for h in reversed(history)]
 
 
 def image_sizes(ref: str, progress: Callable[[str], None] | None = None) -> SizeBreakdown:
-    from kit.image.imagediff import exported
 
     with exported(ref) as stream:
         result = breakdown_from_tar(stream, ref, progress=progress)

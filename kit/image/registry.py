@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kit.core.docker_engine import docker_client
+from kit.core.docker_engine import docker_client, local_image
 from kit.core.errors import KitError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -110,8 +110,6 @@ def push_image(source: str, registry: str, repository: str, tag: str,
     The push stream's aux record carries the digest of the manifest the engine pushed; the registry is then asked
     for the tag's digest (through the engine) and the two must agree, so what the kit records is what pulls get."""
     from docker.errors import APIError
-
-    from kit.core.docker_engine import local_image
 
     image = local_image(source, hint="it is not built: run `kit build` with the same preset and overrides first")
     client = docker_client()

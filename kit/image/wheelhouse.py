@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError
 from kit.core.secretrules import redact
 from kit.deploy.deployment import Deployment
@@ -76,8 +77,6 @@ def target_for(d: Deployment, python_version: str | None = None, glibc: str | No
 
 def probe_base_image(ref: str) -> tuple[str, str] | None:
     """(python version, glibc) of a local image, or None when it is not present locally."""
-    from kit.core.docker_engine import docker_client
-
     client = docker_client()
     try:
         client.images.get(ref)

@@ -31,6 +31,8 @@ from typing import Any
 
 from kit.core.datafiles import load_yaml
 from kit.core.errors import KitError
+from kit.run.endpoint import LOOPBACK, LOOPBACK_REACHABLE, metric_specs, read_gauges
+from kit.run.endpoint import api_key_from as api_key_from  # kit loadtest reads it here
 
 SCHEMA = "vllm-kit/loadtest/1"
 PERCENTILES = (50, 90, 99)
@@ -140,38 +142,7 @@ def gauge_summary(values: Sequence[float]) -> dict[str, float | int | None]:
     return {"max": round(max(values), 4), "mean": round(sum(values) / len(values), 4), "samples": len(values)}
 
 
-# ---------------------------------------------------------------- /metrics
-
-def metric_specs() -> dict[str, dict[str, str]]:
-    return load_yaml("loadtest.yaml")["metrics"]
-
-
-def read_gauges(text: str, specs: dict[str, dict[str, str]] | None = None) -> dict[str, float]:
-    """The sampled gauges from Prometheus text exposition, combined over engines as the data file says."""
-    specs = specs if specs is not None else metric_specs()
-    by_name = {spec["name"]: key for key, spec in specs.items()}
-    seen: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name not in by_name:
-            continue
-        try:
-            value = float(line.rsplit("}", 1)[-1].split()[0])
-        except (ValueError, IndexError):
-            continue
-        seen.setdefault(by_name[name], []).append(value)
-    combine = {"sum": sum, "max": max}
-    return {key: combine[specs[key]["across_engines"]](values) for key, values in seen.items()}
-
-
 # ---------------------------------------------------------------- where to send it
-
-LOOPBACK = "127.0.0.1"
-# Addresses whose published port also answers on 127.0.0.1: the stack's own host, where the kit runs.
-LOOPBACK_REACHABLE = ("127.0.0.1", "localhost", "0.0.0.0", "::", "[::]")
-
 
 def preset_base_url(preset_path: Path, bind_address: str, port: int) -> str:
     """The stack's published port on 127.0.0.1; any other address needs an explicit --url."""
@@ -189,14 +160,6 @@ def explicit_base_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LoadTestError(f"--url {url}: expected http://HOST:PORT (the server's root, without /v1)")
     return url.rstrip("/").removesuffix("/v1")
-
-
-def api_key_from(stack_dir: Path | None, environ: dict[str, str]) -> str | None:
-    """VLLM_API_KEY from the stack's .env (the file compose reads), else from the environment."""
-    from kit.core.envfile import env_value
-
-    found = env_value(stack_dir / ".env", "VLLM_API_KEY") if stack_dir else None
-    return found or environ.get("VLLM_API_KEY") or None
 
 
 def served_model(base_url: str, api_key: str | None) -> str:

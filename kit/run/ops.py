@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.core.datafiles import SAFE_LOADER
+from kit.core import docker_engine
+from kit.core.docker_engine import compose_argv
+from kit.core.envfile import is_set, read_env_file
 from kit.core.errors import KitError
+from kit.core.write import MANIFEST, read_manifest
+from kit.deploy.record import RECORD_FILE, RecordError, compose_project, read_record
+from kit.deploy.service_env import required_variables
+from kit.run.endpoint import LOOPBACK, LOOPBACK_REACHABLE, api_key_from, read_gauges
 
 # What a render writes: one node, or the two roles of a multi-node cluster (kit/deploy/render.py).
 COMPOSE_FILES = ("compose.yaml", "compose.head.yaml", "compose.worker.yaml")
@@ -47,8 +55,6 @@ class Project:
     files: tuple[Path, ...]
 
     def argv(self, *args: str) -> list[str]:
-        from kit.core.docker_engine import compose_argv
-
         files = [arg for f in self.files for arg in ("-f", str(f))]
         return [*compose_argv(), "-p", self.name, *files, *args]
 
@@ -65,10 +71,6 @@ def deployment_compose_files(out_dir: Path) -> tuple[Path, ...]:
     """The compose files the kit rendered into ``out_dir``: those on disk that its manifest (``.vllm-kit.json``,
     kit/core/write.py) lists. A folder of compose files the kit did not write is refused: `kit down` stops and
     removes containers, and acts only on a deployment the kit made."""
-    from kit.core.write import MANIFEST, read_manifest
-
-    from kit.deploy.record import RECORD_FILE, read_record
-
     files = rendered_compose_files(out_dir)
     listed = read_manifest(out_dir)
     kit_made = tuple(f for f in files if f.name in listed)
@@ -152,9 +154,7 @@ def foreign_folders(project: str, out_dir: Path, labels: Iterable[Mapping[str, s
 def refuse_foreign_project(project: str, out_dir: Path, labels: Iterable[Mapping[str, str]] | None = None) -> None:
     """Refuse to run compose for ``project`` from ``out_dir`` when another folder started containers under it."""
     if labels is None:
-        from kit.core.docker_engine import docker_client
-
-        labels = [c.labels for c in docker_client().containers.list(all=True, filters={
+        labels = [c.labels for c in docker_engine.docker_client().containers.list(all=True, filters={
             "label": f"{LABEL_PROJECT}={project}"})]
     elsewhere = foreign_folders(project, out_dir, labels)
     if elsewhere:
@@ -167,13 +167,10 @@ def refuse_foreign_project(project: str, out_dir: Path, labels: Iterable[Mapping
 
 def find_projects(out_dir: Path) -> list[Project]:
     """The projects running (or stopped) from ``out_dir``; when none exists, the directory's default project."""
-    from kit.core.docker_engine import docker_client
-    from kit.run.workflow import project_for
-
     rendered = rendered_compose_files(out_dir)
-    containers = docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})
+    containers = docker_engine.docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})
     projects = projects_from_labels(out_dir, [c.labels for c in containers])
-    return [Project(p.name, p.files or rendered) for p in projects] or [Project(project_for(out_dir), rendered)]
+    return [Project(p.name, p.files or rendered) for p in projects] or [Project(compose_project(out_dir), rendered)]
 
 
 INSPECTION_PLACEHOLDER = "not-read-by-ps-logs-down"
@@ -184,9 +181,6 @@ def inspection_env(files: Iterable[Path]) -> dict[str, str]:
     required variable that neither the environment nor the folder's .env sets gets a placeholder, which these
     commands never use. Without it, a folder whose .env lost the key (or was rendered before the kit wrote one)
     could not even be listed or stopped. Commands that start containers (up, run) never get it."""
-    from kit.core.envfile import is_set, read_env_file
-    from kit.deploy.service_env import required_variables
-
     env = dict(os.environ)
     files = list(files)
     dotenv = read_env_file(files[0].parent / ".env") if files else {}
@@ -273,8 +267,6 @@ def server_url(row: Mapping[str, Any] | None, compose_file: Path | None) -> str:
     """Where the API server answers from this host, on 127.0.0.1 only (the kit sends traffic nowhere else; docs/guide/commands.md):
     the running container's published port; with nothing running, the port the compose file publishes; with host
     networking (a multi-node head), the `--port` its command gives vLLM; else vLLM's default 8000."""
-    from kit.run.loadtest import LOOPBACK
-
     for pub in (row or {}).get("publishers") or []:
         if pub.get("PublishedPort"):
             return _loopback_url(pub.get("URL") or LOOPBACK, int(pub["PublishedPort"]))
@@ -287,7 +279,6 @@ def server_url(row: Mapping[str, Any] | None, compose_file: Path | None) -> str:
 
 
 def _loopback_url(address: str, port: int) -> str:
-    from kit.run.loadtest import LOOPBACK, LOOPBACK_REACHABLE
 
     if address not in LOOPBACK_REACHABLE:
         raise KitError(f"the server publishes on {address}, and kit status asks {LOOPBACK} only")
@@ -296,8 +287,6 @@ def _loopback_url(address: str, port: int) -> str:
 
 def _server_service(compose_file: Path | None) -> dict[str, Any]:
     import yaml
-
-    from kit.core.datafiles import SAFE_LOADER
 
     if compose_file is None or not compose_file.is_file():
         return {}
@@ -335,8 +324,6 @@ def http_get(url: str, api_key: str | None) -> tuple[int | None, str]:
 
 def read_status(base_url: str, api_key: str | None) -> dict[str, Any]:
     """Health, served models and the engine's gauges, from the server's own endpoints."""
-    from kit.run.loadtest import read_gauges
-
     health_code, _ = http_get(f"{base_url}/health", None)
     health = "ok" if health_code == 200 else ("unreachable" if health_code is None else f"HTTP {health_code}")
     models_code, models_body = http_get(f"{base_url}/v1/models", api_key)
@@ -356,7 +343,6 @@ def read_status(base_url: str, api_key: str | None) -> dict[str, Any]:
 
 
 def status(out_dir: Path) -> dict[str, Any]:
-    from kit.run.loadtest import api_key_from
 
     rows = ps(out_dir)
     server = next((r for r in rows if r["service"] == SERVER_SERVICE), None)
@@ -387,8 +373,6 @@ def kubernetes_folder_refusal(out_dir: Path, labels: list[Mapping[str, str]] | N
     without a compose file (run where none is, the folder itself now)."""
     import shlex
 
-    from kit.deploy.record import RecordError, read_record
-
     if any((out_dir / name).is_file() for name in COMPOSE_FILES):
         return None
     try:
@@ -397,14 +381,12 @@ def kubernetes_folder_refusal(out_dir: Path, labels: list[Mapping[str, str]] | N
         return None
     if record is None or record.target != "k8s":
         return None
-    from kit.run.workflow import project_for
-
     where, manifests = shlex.quote(str(out_dir)), shlex.quote(str(out_dir / "k8s"))
     cluster = f"the Kubernetes deployment is removed with `kubectl delete -k {manifests}`"
     message = (f"{out_dir}: a Kubernetes render now (its vllm-kit.yaml records --target k8s; the switch removed "
                "compose.yaml): `kit down` stops compose stacks, and no part of a Kubernetes deployment runs here")
     if labels is None:
-        command = f"cd {where} && docker compose -p {project_for(out_dir)} down --remove-orphans"
+        command = f"cd {where} && docker compose -p {compose_project(out_dir)} down --remove-orphans"
         return KubernetesFolder(message, hint=f"Docker did not answer: if the compose stack started here before the "
                                 f"switch still runs, remove it with `{command}`; {cluster}")
     projects = [p.name for p in projects_from_labels(out_dir, labels)]
@@ -423,27 +405,24 @@ def down(out_dir: Path, *, volumes: bool = False) -> list[dict[str, Any]]:
     Refuses a directory the kit did not render (``NotADeployment``)."""
     from docker.errors import DockerException
 
-    from kit.core.docker_engine import docker_client
-    from kit.run.workflow import project_for
-
     if not any((out_dir / name).is_file() for name in COMPOSE_FILES):
         try:
             found: list[Mapping[str, str]] | None = [
-                c.labels for c in docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})]
+                c.labels for c in docker_engine.docker_client().containers.list(all=True, filters={"label": LABEL_PROJECT})]
         except (KitError, OSError, DockerException):  # no engine, or one that fails: say what to run by hand
             found = None
         refusal = kubernetes_folder_refusal(out_dir, found)
         if refusal is not None:
             raise refusal
     rendered = deployment_compose_files(out_dir)
-    client = docker_client()
+    client = docker_engine.docker_client()
     containers = client.containers.list(all=True, filters={"label": LABEL_PROJECT})
     projects = projects_from_labels(out_dir, [c.labels for c in containers])
     in_project = {p.name: sorted(c.name for c in containers if c.labels.get(LABEL_PROJECT) == p.name) for p in projects}
     for project in projects:  # a project this folder shares with another: `down` by name would remove both
         refuse_foreign_project(project.name, out_dir, [c.labels for c in containers])
     if not projects and volumes:
-        default = project_for(out_dir)
+        default = compose_project(out_dir)
         # The folder's project name in use by a stack started from another folder: its volumes are that stack's,
         # whatever this folder's compose file declares.
         refuse_foreign_project(default, out_dir, [c.labels for c in containers])

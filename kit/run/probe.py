@@ -28,8 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
+from kit.config.modelinfo import catalog_path, load_model_spec
+from kit.core.datafiles import gpu_catalog
+from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError
+from kit.deploy.deployment import CONTAINER_PORT, plan_deployment, serve_args_for, server_command_for
 from kit.memory import vllmlog
+from kit.memory.plan import plan
+from kit.memory.preset_plan import as_preset_fixes, plan_inputs_for
+from kit.run.smoke import http
 
 if TYPE_CHECKING:
     from kit.config.preset import Preset
@@ -90,7 +97,6 @@ def write_dummy_model_dir(config: dict[str, Any], out_dir: Path) -> Path:
 
 
 def catalog_config(model_id: str) -> dict[str, Any]:
-    from kit.config.modelinfo import catalog_path
 
     path = catalog_path(model_id)
     if not path.is_file():
@@ -146,8 +152,6 @@ def free_port() -> int:
 def prepare(name: str, preset: Preset, model_dir: Path, *, mode: str = "docker", port: int | None = None,
             image: str | None = None, python: str | None = None) -> ProbeCommand:
     """What the probe runs for a loaded preset: argv, environment, and for docker the SDK call's arguments."""
-    from kit.deploy.deployment import CONTAINER_PORT, plan_deployment, serve_args_for, server_command_for
-
     deployment = plan_deployment(name, preset)
     server = server_command_for(preset)
     model_dir = Path(model_dir)
@@ -334,7 +338,6 @@ def _stop_group(proc: subprocess.Popen) -> int | None:
 
 
 def _run_docker(command, timeout, log_path, progress, after_ready, poll_s) -> ProbeResult:  # noqa: ANN001
-    from kit.core.docker_engine import docker_client
 
     client = docker_client()
     assert command.docker is not None
@@ -383,8 +386,6 @@ def _completion_tokens(body: str) -> int:
 
 def api_checks(command: ProbeCommand) -> list[dict[str, Any]]:
     """/v1/models lists the served name; a completion returns tokens; with a tokenizer, text and chat too."""
-    from kit.run.smoke import http
-
     base = f"http://127.0.0.1:{command.port}"
     out: list[dict[str, Any]] = []
 
@@ -469,10 +470,6 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 def plan_for_probe(preset: Preset, result: ProbeResult) -> dict[str, Any]:
     """The planner's prediction for the run that happened: the probed model directory's shape, the GPU memory and
     vLLM version the log reports (the preset's own where the log is silent)."""
-    from kit.config.modelinfo import load_model_spec
-    from kit.memory.plan import plan
-    from kit.memory.preset_plan import as_preset_fixes, plan_inputs_for
-
     try:
         inputs = plan_inputs_for(preset)
         if inputs is None:
@@ -491,8 +488,6 @@ def plan_for_probe(preset: Preset, result: ProbeResult) -> dict[str, Any]:
 
 def probe_notes(preset: Preset, result: ProbeResult) -> list[str]:
     """What makes this run differ from the preset's target card."""
-    from kit.core.datafiles import gpu_catalog
-
     notes: list[str] = []
     gpu = gpu_catalog().get(preset.hardware.gpu or "")
     total = result.log.total_gib

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.config import tinymodel
 from kit.core.docker_engine import compose_argv, docker_client
+from kit.core.envfile import read_env_file
 from kit.core.errors import KitError, SmokeError, WriteError
 from kit.core.safepaths import open_nofollow, refuse_link, work_folder
 from kit.image.build import KIT_DIR
@@ -126,8 +128,6 @@ def write_smoke_env(directory: Path) -> dict[str, str]:
         # .env (compose reads it through the link too) and is only read.
         raise refuse_link(env_path, "the stack's .env")
     if env_path.exists():
-        from kit.core.envfile import read_env_file
-
         return {key: value for key, value in read_env_file(env_path).items() if value is not None}
     values = {"HF_TOKEN": "hf_kitsmoke" + secrets.token_hex(12), "VLLM_API_KEY": "kit-smoke-" + secrets.token_hex(12)}
     try:
@@ -147,8 +147,6 @@ def ensure_tiny_model(model_dir: Path, image_ref: str, progress: Callable[[str],
     if progress:
         progress(f"making the tiny test model in {model_dir} (inside {image_ref})")
     model_dir.mkdir(parents=True, exist_ok=True)
-    from kit.config import tinymodel
-
     script = Path(tinymodel.__file__).resolve()
     client = docker_client()
     try:

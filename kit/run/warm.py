@@ -18,8 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.config.pooling import pooling_profile, pooling_table
+from kit.core.datafiles import load_yaml
 from kit.core.errors import KitError
+from kit.deploy.deployment import CONTAINER_PORT
 from kit.deploy.pipeline import Prepared
+from kit.deploy.router import replica_service
+from kit.run import ops, workflow
+from kit.run.smoke import model_spec_or_none
 from kit.run.stack import SERVICE, Stack
 
 Progress = Callable[[str], None]
@@ -127,9 +133,7 @@ def refuse_unwarmable(prepared: Prepared, out_dir: Path) -> None:
 
 def refuse_running(out_dir: Path) -> None:
     """Warm is for before the first start: a stack already running from the folder (any project) is refused."""
-    from kit.run.ops import running_services
-
-    running = running_services(out_dir)
+    running = ops.running_services(out_dir)
     if running:
         names = ", ".join(sorted({f"{r['service']} ({r['project']})" for r in running}))
         raise KitError(f"{out_dir}: the stack is already running ({names})",
@@ -142,8 +146,6 @@ def server_services(prepared: Prepared) -> list[tuple[str, Prepared]]:
     each with the preset it serves."""
     n = prepared.preset.runtime.replicas
     if n > 1:
-        from kit.deploy.router import replica_service
-
         own = [(replica_service(SERVICE, i), prepared) for i in range(1, n + 1)]
     else:
         own = [(SERVICE, prepared)]
@@ -153,9 +155,6 @@ def server_services(prepared: Prepared) -> list[tuple[str, Prepared]]:
 def warm_request(prepared: Prepared, base_dir: Path) -> tuple[str, dict[str, Any]]:
     """The one request that exercises the server as a user will, by what it runs (as kit smoke picks its checks,
     kit/run/smoke.py): a completion for a generating model, its task's route for a pooling model."""
-    from kit.config.pooling import pooling_profile, pooling_table
-    from kit.run.smoke import model_spec_or_none
-
     name = prepared.deployment.serve.served_model_name
     profile = pooling_profile(prepared.preset.engine.flags(), model_spec_or_none(prepared, base_dir))
     if not profile.pooling:
@@ -165,7 +164,6 @@ def warm_request(prepared: Prepared, base_dir: Path) -> tuple[str, dict[str, Any
 
 
 def cache_variables() -> list[str]:
-    from kit.core.datafiles import load_yaml
 
     return list(load_yaml("startcache.yaml")["caches"])
 
@@ -174,18 +172,15 @@ def warm(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, f
          progress: Progress | None = None) -> WarmResult:
     """Render, build if needed, start the server(s), one request each, measure the cache, stop. On a failure,
     what warm started is stopped and the server's last log lines are in the error."""
-    from kit.deploy.deployment import CONTAINER_PORT
-    from kit.run.workflow import ensure_image, ensure_model, fill_env, project_for, render_into
-
     refuse_unwarmable(prepared, out_dir)
     refuse_running(out_dir)
-    render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
-    ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
-    ensure_model(prepared, out_dir, progress)
-    fill_env(prepared, out_dir, progress)
+    workflow.render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
+    workflow.ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
+    workflow.ensure_model(prepared, out_dir, progress)
+    workflow.fill_env(prepared, out_dir, progress)
     servers = server_services(prepared)
     services = [s for s, _ in servers]
-    stack = Stack(out_dir, project_for(out_dir))
+    stack = Stack(out_dir, workflow.project_for(out_dir))
     wait_s = prepared.deployment.runtime.healthcheck_start_period + 120
     result = WarmResult(out_dir, stack.project, services, 0.0)
     try:

@@ -17,10 +17,18 @@ from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError, SmokeError
 from kit.core.safepaths import work_folder
 from kit.core.write import write_files
+from kit.deploy.door import client_host
 from kit.deploy.pipeline import Prepared
+from kit.deploy.record import compose_project
+from kit.deploy.render import MODEL_MAKE_SERVICE
+from kit.deploy.router import ROUTER_SERVICE, replica_service, router_image_ref
+from kit.deploy.service_env import fill_stack_env
 from kit.image.build import BuildRequest, BuildResult, build_image, prepare_build_context
+from kit.image import wheelhouse as wheels  # a module: tests stand in for its build_wheelhouse
+from kit.image.router_image import build_router_image, router_wheelhouse
+from kit.run import ops
 from kit.run.ops import LABEL_PROJECT
-from kit.run.smoke import Check, run_checks
+from kit.run.smoke import Check, http, run_checks
 from kit.run.stack import SERVICE, Stack, require_free_port, write_smoke_env
 
 Progress = Callable[[str], None]
@@ -55,8 +63,6 @@ def fill_env(prepared: Prepared, out_dir: Path, progress: Progress | None = None
     whose refusal names it."""
     import os
 
-    from kit.deploy.service_env import fill_stack_env
-
     env = fill_stack_env(prepared.files, prepared.preset, out_dir / ".env", os.environ)
     if progress:
         for line in env.lines():
@@ -79,9 +85,7 @@ def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, 
             progress(f"image {prepared.image_ref} is built")
         return
     if wheelhouse is not None and not (wheelhouse / "requirements.lock.txt").is_file():
-        from kit.image.wheelhouse import build_wheelhouse
-
-        build_wheelhouse(prepared.deployment, wheelhouse, progress=progress)
+        wheels.build_wheelhouse(prepared.deployment, wheelhouse, progress=progress)
     result = build(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
     if progress:
         progress(f"built {prepared.image_ref} in {result.seconds:.0f} s ({result.size_bytes / 2**30:.2f} GiB)")
@@ -90,9 +94,6 @@ def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, 
 def ensure_router_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None,
                         progress: Progress | None) -> None:
     """Replicas: the router's own small image (kit/image/router_image.py), from a wheelhouse beside the server's."""
-    from kit.deploy.router import ROUTER_SERVICE, router_image_ref
-    from kit.image.router_image import build_router_image, router_wheelhouse
-
     ref = router_image_ref(prepared.deployment, prepared.files)
     if image_exists(ref):
         return
@@ -125,8 +126,6 @@ def make_generated_model(prepared: Prepared, stack: Stack, progress: Progress | 
     service `compose up` runs first, so there is one way the generated model is made."""
     if not prepared.deployment.serve.model_make_command:
         return
-    from kit.deploy.render import MODEL_MAKE_SERVICE
-
     if progress:
         progress(f"making the generated model if it is missing: {shlex.join(stack.argv('run', '--rm', '--no-deps', '-T', MODEL_MAKE_SERVICE))}")
     stack.run("run", "--rm", "--no-deps", "-T", MODEL_MAKE_SERVICE)
@@ -184,9 +183,6 @@ def wait_for_door(bind_address: str, port: int) -> None:
     """Ready means the published port answers: compose starts the front door once its backend is healthy, and the
     door has no healthcheck of its own (kit/deploy/door.py), so it may still be binding when the server's health
     turns (seen under load: the first request after `kit up` was reset). /health passes the door without a key."""
-    from kit.deploy.door import client_host
-    from kit.run.smoke import http
-
     host = client_host(bind_address)
     url = f"http://{host}:{port}/health"
     deadline = time.monotonic() + DOOR_WAIT_S
@@ -214,8 +210,6 @@ def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
     stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
     try:
         # With replicas the HTTP checks go through the router (the port); the container checks look at replica 1.
-        from kit.deploy.router import replica_service
-
         service = replica_service(SERVICE, 1) if prepared.preset.runtime.replicas > 1 else None
         checks = run_checks(stack, prepared, env_values, prepared.preset.runtime.port, service=service)
         tail = "" if all(c.ok for c in checks) else stack.logs_tail(30)
@@ -241,9 +235,7 @@ def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, for
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     fill_env(prepared, out_dir, progress)  # before `down` too: compose reads the whole file for any command
     project = project_for(out_dir)
-    from kit.run.ops import refuse_foreign_project
-
-    refuse_foreign_project(project, out_dir)  # `down` below would stop another folder's containers
+    ops.refuse_foreign_project(project, out_dir)  # `down` below would stop another folder's containers
     stack = Stack(out_dir, project)
     front = _front_service(prepared)
     if _serving(stack, front):
@@ -255,8 +247,6 @@ def up(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, for
 
 def _front_service(prepared: Prepared) -> str:
     if prepared.preset.runtime.replicas > 1:
-        from kit.deploy.router import ROUTER_SERVICE
-
         return ROUTER_SERVICE  # healthy only after every replica is
     return SERVICE
 
@@ -373,6 +363,4 @@ def _mounted_file_changed(directory: Path, spec: dict, since: str) -> bool:
 
 def project_for(out_dir: Path) -> str:
     """The folder's own compose project (kit.deploy.record.compose_project): its name and a hash of its real path."""
-    from kit.deploy.record import compose_project
-
     return compose_project(out_dir)

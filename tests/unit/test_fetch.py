@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.config.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_script, fetch_spec
+from kit.config.fetchscript import fetch_script
+from kit.config.hubfetch import artefact_problems, artefacts_for, fetch_rules, fetch_spec
 from kit.config.presetload import load_preset
 from kit.core.errors import PresetError
 from kit.deploy.checks import check_preset
