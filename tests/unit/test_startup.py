@@ -147,3 +147,28 @@ def test_recorded_034_restart_forked_reaches_the_first_token_sooner_than_spawned
     assert phases["q8-restart-fork"]["engine process"] < 1 < phases["q8-restart"]["engine process"]
     token = {n: results[n]["completion"]["first_token_at"] for n in phases}
     assert token["q8-restart-fork"] < token["q8-restart"]
+
+
+@pytest.mark.parametrize("folder", ["h200-vllm-0.33.0-fork", "h200-vllm-0.34.0-r2"])
+def test_recorded_first_starts_as_rendered_fork_the_engine_and_build_no_kernel(folder):
+    # The second GPU session (2026-12-04): first starts and restarts as the kit renders GPU presets (the engine core
+    # forked, FlashInfer's sampler compiled ahead of time), each with a spawned start beside it on the same machine.
+    # The figures are benchmarks (make bench-start); this checks what the recordings are: the environment each case
+    # ran with, no FlashInfer build in any start, and the fork's one effect, the engine process's imports gone.
+    data = ROOT / "kit" / "data" / "startup" / folder
+    results = json.loads((data / "results.json").read_text())
+    forked = [n for n in results if n != "setup" and n.endswith("-fork")]
+    spawned = [n for n in results if n != "setup" and not n.endswith("-fork")]
+    assert {"q8-first-fork", "q8-restart-fork", "awq-first-fork", "awq-restart-fork"} <= set(forked) and spawned
+    assert "sampling.so" in (data / "flashinfer-aot.log").read_text()
+    for name in forked + spawned:
+        env = results[name]["env"]
+        assert env.get("VLLM_WORKER_MULTIPROC_METHOD") == ("fork" if name in forked else None), name
+        assert results[name]["completion"]["status"] == 200, name
+        with lzma.open(data / f"{name}.log.xz", "rt", errors="replace") as fh:
+            text = fh.read()
+        assert "Building JIT module" not in text, name
+        b = breakdown(harness_lines(text))
+        assert b.jit_s == 0, name
+        engine = next(p.seconds for p in b.phases if p.name == "engine process")
+        assert (engine < 2.5) if name in forked else (engine > 5), (name, engine)
