@@ -192,6 +192,7 @@ class KVSizing(Table):
     margin_floor_gib: float | None = None
     margin_fraction: float | None = None
     prompt_logprobs_chunk_rows: int | None = None
+    prompt_logprobs_chunks_resident: float | None = None
     startup_baseline_gib: float | None = None
     post_warmup_allowance_gib: float | None = None
     uncalibrated: list[str] | None = None

@@ -177,8 +177,9 @@ def _compute(inputs: PlanInputs) -> tuple[Resolved, list[_Stage], list[str]]:
         reserve = 0.0
         if sizing is not None:
             sizing_peak = _sizing_logprobs_peak(r, model, sizing) if last else 0.0
+            resident = _sizing_logprobs_resident(r, model, sizing) if last else 0.0
             kv, reserve, reserve_terms = _extensible_kv(r, sizing, requested, weights + figures[1] + figures[2],
-                                                        figures[0], sizing_peak)
+                                                        figures[0], sizing_peak, resident)
             terms += reserve_terms
         stages.append(_Stage(weights=weights, activation=figures[0], non_torch=figures[1], cuda_graph=figures[2],
                              kv_bytes=kv, per_token=per_token, num_layers=len(layers), terms=terms,
@@ -210,27 +211,48 @@ def _sizing_logprobs_peak(r: Resolved, model: ModelSpec, sizing: FoldedKVSizing)
     return prompt * model.hidden_size * act + min(rows, prompt) * padded_vocab(model.vocab_size) * act * copies
 
 
+def _sizing_logprobs_resident(r: Resolved, model: ModelSpec, sizing: FoldedKVSizing) -> float:
+    """Non-KV memory the sizing warm-up's prompt-logprobs step leaves reserved after warm-up, charged as
+    ``prompt_logprobs_chunks_resident`` x one chunk of its logits, [min(CHUNK_SIZE, prompt), padded vocab] in the
+    model dtype (vllm/v1/worker/gpu/sample/prompt_logprob.py compute_prompt_logprobs_with_chunking: ``prompt_logits =
+    logits_fn(prompt_hidden_states[start_idx:end_idx])``). vLLM frees the chunk; that its memory stays with torch
+    after measure_kv_cache_blocks' empty_cache (vllm/v1/worker/extensible_kv_cache.py) is the caching allocator's
+    doing, not an allocation vLLM's source makes, so the count is measured (kit/data/vllm.yaml kv_sizing): approximate.
+    0 where the release has no such step, or for a pooling runner (vllm/v1/worker/gpu/warmup.py
+    run_mixed_prefill_decode_warmup returns before any step for a pooling model)."""
+    rows = int(sizing.prompt_logprobs_chunk_rows or 0)
+    chunks = float(sizing.prompt_logprobs_chunks_resident or 0.0)
+    if not rows or not chunks or r.runner == "pooling":
+        return 0.0
+    prompt = min(r.max_num_batched_tokens, r.max_model_len)
+    return chunks * min(rows, prompt) * padded_vocab(model.vocab_size) * DTYPE_BYTES[r.dtype]
+
+
 def _extensible_kv(r: Resolved, sizing: FoldedKVSizing, requested: float, non_kv: float, profiled: float,
-                   sizing_peak: float = 0.0) -> tuple[float, float, list[Term]]:
+                   sizing_peak: float = 0.0, resident: float = 0.0) -> tuple[float, float, list[Term]]:
     """(KV bytes, margin kept free, its terms) where vLLM sizes an extensible KV cache after warm-up (0.34:
     vllm/v1/worker/extensible_kv_cache.py `measure_kv_cache_bytes`): the least of the utilization's budget and the
     device's free memory less a margin, less the transient peak; ``sizing`` is the release's kv_sizing rules,
     ``non_kv`` weights, non-torch and graph pool.
     The transient peak is the larger of the profile run's (``profiled``) and the sizing warm-up's (``sizing_peak``:
-    gpu_worker.py seeds reserved_headroom_bytes with the profile's peak, each sizing step raises it)."""
+    gpu_worker.py seeds reserved_headroom_bytes with the profile's peak, each sizing step raises it). ``resident`` is
+    non-KV memory the sizing warm-up leaves reserved (``_sizing_logprobs_resident``): vLLM measures it inside non-KV
+    after warm-up (measure_kv_cache_bytes: init_free_memory - free_memory - committed_bytes), so it comes off both
+    bounds."""
     peak = max(profiled, sizing_peak)
     margin = max(float(sizing.margin_floor_gib) * GIB, float(sizing.margin_fraction) * peak)
     baseline = float(sizing.startup_baseline_gib or 0.0) * GIB
     budget = requested - non_kv
     device = _gpu_gib(r) * GIB - baseline - non_kv - margin
-    # What warm-up leaves beyond the terms above, measured at 0.34 and not modelled term by term (kit/data/vllm.yaml
-    # kv_sizing.post_warmup_allowance_gib): torch's reservation growth beyond the allocated peak and non-KV memory
-    # still resident after warm-up. Charged in full: the plan stays on the side where vLLM gives at least as much.
+    # What warm-up leaves beyond the terms above and the resident chunk, measured at 0.34 (kit/data/vllm.yaml
+    # kv_sizing.post_warmup_allowance_gib): torch's reservation growth beyond the allocated peak over a sizing step
+    # (allocator fragmentation, which vLLM's source does not size). Charged in full: the plan stays on the side where
+    # vLLM gives at least as much.
     allowance = float(sizing.post_warmup_allowance_gib or 0.0) * GIB
-    kv = min(budget, device) - peak - allowance
+    kv = min(budget, device) - peak - resident - allowance
     # what the device's bound (the margin, the baseline) takes beyond the budget, the sizing step's peak beyond the
-    # profile's, and the post-warm-up allowance
-    reserve = max(budget - device, 0.0) + (peak - profiled) + allowance
+    # profile's, the memory the sizing step leaves reserved, and the post-warm-up allowance
+    reserve = max(budget - device, 0.0) + (peak - profiled) + resident + allowance
     source = ("vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes: min(total x utilization - non-KV, "
               "free at start - non-KV - max(KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION x peak)) - peak "
               "(kit/data/vllm.yaml kv_sizing)")
@@ -242,6 +264,13 @@ def _extensible_kv(r: Resolved, sizing: FoldedKVSizing, requested: float, non_kv
                           "profile's", bytes=peak - profiled,
                           source="vllm/v1/worker/gpu/warmup.py run_kv_cache_sizing_warmup, "
                                  "vllm/v1/worker/gpu/sample/prompt_logprob.py (kv_sizing.prompt_logprobs_chunk_rows)"))
+    if resident > 0:
+        terms.append(Term(figure="kv_reserve", name="of which: a prompt-logprobs chunk left reserved after the sizing "
+                          "warm-up (approximate)", bytes=resident, fitted=True,
+                          source="vllm/v1/worker/gpu/sample/prompt_logprob.py compute_prompt_logprobs_with_chunking: "
+                                 "[min(CHUNK_SIZE, prompt), vocab] in the model dtype; kept by torch's caching "
+                                 "allocator past measure_kv_cache_blocks' empty_cache "
+                                 "(kv_sizing.prompt_logprobs_chunks_resident, measured)"))
     if baseline > 0:
         terms.append(Term(figure="kv_reserve", name="of which: memory in use at vLLM's first snapshot",
                           bytes=baseline, fitted=True, source="kv_sizing.startup_baseline_gib"))

@@ -47,24 +47,49 @@ def test_default_utilization_is_one_and_the_margin_not_the_fraction_binds():
     assert sizing is not None
     baseline, allowance = sizing.startup_baseline_gib, sizing.post_warmup_allowance_gib
     assert baseline > 0 and allowance > 0  # measured (kit/data/calibration/h200-vllm-0.34.0)
+    resident = resident_chunk_gib(i)
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
     # measure_kv_cache_bytes at utilization 1.0: the device term (free at vLLM's first snapshot) binds, the margin
-    # comes off beside the peak, and the measured post-warm-up allowance after both
-    assert result.kv_cache_gib == pytest.approx(total - baseline - non_kv - margin - peak - allowance, abs=1e-6)
-    assert result.kv_reserve_gib == pytest.approx(baseline + margin + allowance, abs=1e-6)
+    # comes off beside the peak, then the prompt-logprobs chunk the sizing step leaves reserved and the measured
+    # post-warm-up allowance
+    assert result.kv_cache_gib == pytest.approx(total - baseline - non_kv - margin - peak - resident - allowance,
+                                                abs=1e-6)
+    assert result.kv_reserve_gib == pytest.approx(baseline + margin + resident + allowance, abs=1e-6)
     assert result.kv_cache_tokens % 64 == 0 or result.max_concurrency > 0
-    assert result.to_json()["kv_reserve_gib"] == pytest.approx(baseline + margin + allowance, abs=0.01)
+    assert result.to_json()["kv_reserve_gib"] == pytest.approx(baseline + margin + resident + allowance, abs=0.01)
+
+
+def resident_chunk_gib(i: dict) -> float:
+    """One chunk of the sizing step's prompt logits, [min(1024, prompt), padded vocab] in bf16 (vllm/v1/worker/gpu/
+    sample/prompt_logprob.py CHUNK_SIZE; Qwen3-8B's vocabulary 151,936 is a multiple of 64 already)."""
+    rows = min(1024, i["max_num_batched_tokens"], i["max_model_len"])
+    return rows * 151936 * 2 / GIB
+
+
+def test_the_sizing_steps_resident_chunk_scales_with_the_vocabulary_and_the_prompt():
+    sizing = rules_for("0.34.0").kv_sizing
+    assert sizing.prompt_logprobs_chunks_resident == 1  # a measured count: the allocator keeps it, not vLLM
+    terms = {t["name"]: t["gib"] for t in plan(inputs()).terms if t["figure"] == "kv_reserve"}
+    chunk = [gib for name, gib in terms.items() if "prompt-logprobs chunk left reserved" in name]
+    assert chunk == [pytest.approx(1024 * 151936 * 2 / GIB, abs=1e-4)]
+    # a prompt shorter than CHUNK_SIZE rows holds fewer rows
+    short = plan(inputs(max_num_batched_tokens=512, max_model_len=512))
+    assert [t["gib"] for t in short.terms if "left reserved" in t["name"]] == [
+        pytest.approx(512 * 151936 * 2 / GIB, abs=1e-4)]
+    # with the extensible cache off there is no sizing warm-up, so no such term
+    assert not [t for t in plan(inputs(extensible_kv_cache=False)).terms if "left reserved" in t["name"]]
 
 
 def test_a_lower_utilization_binds_and_keeps_no_margin_beyond_it():
     result = plan(inputs(gpu_memory_utilization=0.9))
     non_kv = result.weights_gib + result.non_torch_gib + result.cuda_graph_gib
     allowance = rules_for("0.34.0").kv_sizing.post_warmup_allowance_gib
-    # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term; only the measured
-    # post-warm-up allowance is kept beyond it
+    resident = resident_chunk_gib(result.inputs)
+    # 10 % of an H200 is more than the 1 GiB margin: the utilization's budget is the smaller term; only the chunk the
+    # sizing step leaves reserved and the measured post-warm-up allowance are kept beyond it
     assert result.kv_cache_gib == pytest.approx(0.9 * result.inputs["gpu_memory_gib"] - non_kv - result.activation_gib
-                                                - allowance, abs=1e-6)
-    assert result.kv_reserve_gib == pytest.approx(allowance, abs=1e-6)
+                                                - resident - allowance, abs=1e-6)
+    assert result.kv_reserve_gib == pytest.approx(resident + allowance, abs=1e-6)
 
 
 def test_turned_off_it_plans_as_0_33_did_with_the_0_92_default():
