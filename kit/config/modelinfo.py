@@ -170,8 +170,8 @@ def _quant_from_config(qc: dict[str, Any] | None) -> QuantSpec | None:
     not_converted = tuple(qc.get("modules_to_not_convert") or qc.get("ignore") or ())
     if method == "compressed-tensors":
         # One config group is the common case; read its weight scheme.
-        groups = qc.get("config_groups") or {}
-        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        groups: dict[str, dict[str, Any]] = qc.get("config_groups") or {}
+        weights: dict[str, Any] = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
         bits = weights.get("num_bits", bits)
         if weights.get("type") == "float" and bits == 8:
             pass  # FP8 weights

@@ -47,9 +47,11 @@ class LoadTestError(KitError):
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile with linear interpolation between closest ranks (numpy's default method)."""
-    if not values:
-        return None
-    ordered = sorted(values)
+    return _ranked(sorted(values), q) if values else None
+
+
+def _ranked(ordered: Sequence[float], q: float) -> float:
+    """The q-th percentile of values already sorted, at least one."""
     rank = (len(ordered) - 1) * q / 100
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
@@ -60,7 +62,8 @@ def distribution_ms(seconds: Sequence[float]) -> dict[str, float] | None:
     if not seconds:
         return None
     ms = [s * 1000 for s in seconds]
-    out = {f"p{q}": round(percentile(ms, q), 3) for q in PERCENTILES}
+    ordered = sorted(ms)
+    out = {f"p{q}": round(_ranked(ordered, q), 3) for q in PERCENTILES}
     out["mean"] = round(sum(ms) / len(ms), 3)
     out["max"] = round(max(ms), 3)
     return out
@@ -121,7 +124,7 @@ def summarize_level(concurrency: int, records: Sequence[RequestRecord], *, stopp
         "requests": len(records),
         "ok": len(ok),
         "errors": len(errors),
-        "error_samples": sorted({r.error for r in errors})[:3],
+        "error_samples": sorted({r.error for r in errors if r.error is not None})[:3],
         "stopped_by": stopped_by,
         "duration_s": round(duration, 3),
         "requests_per_s": rate(len(ok)),
@@ -454,8 +457,11 @@ def compare(report: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, 
             continue
         for label, key, better in COMPARED:
             was, now = _get(old, key), _get(level, key)
-            delta = None if was is None or now is None else round(now - was, 3)
-            pct = None if delta is None or was == 0 else round(100 * delta / was, 1)
+            delta: float | None = None
+            pct: float | None = None
+            if was is not None and now is not None:
+                delta = round(now - was, 3)
+                pct = None if was == 0 else round(100 * delta / was, 1)
             improved = None if not delta else (delta > 0) == (better == "higher")
             rows.append({"concurrency": level["concurrency"], "figure": label, "key": key, "baseline": was,
                          "now": now, "delta": delta, "delta_pct": pct, "improved": improved})
@@ -474,7 +480,7 @@ COMPARISON_HEADER = ("conc", "figure", "baseline", "now", "delta", "delta %", ""
 
 def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     """One row of TABLE_HEADER's cells per concurrency level."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for lv in report["levels"]:
         ttft, itl, server = lv["ttft_ms"] or {}, lv["itl_ms"] or {}, lv.get("server", {})
         kv = (server.get("kv_cache_usage_perc") or {}).get("max")
@@ -490,7 +496,7 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
 
 def comparison_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     """One row of COMPARISON_HEADER's cells per figure compared."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for row in rows:
         mark = {True: "better", False: "worse", None: ""}[row["improved"]]
         pct = "-" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f}%"
