@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import lzma
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,23 +68,24 @@ def header() -> str:
         f" {'ready':>7} {'token':>7} {'jit':>6}"
 
 
-def gpu_table() -> list[str]:
-    results = json.loads((GPU / "results.json").read_text())
-    setup = results["setup"]
-    lines = ["GPU: one H200, vLLM 0.33.0 with the slim image's package set, native start (kit/data/startup/"
-             "h200-vllm-0.33.0)", "  seconds from process start; jit: FlashInfer JIT inside the phases", header()]
-    ready_of: dict[str, float | None] = {}
-    for name, _what in GPU_CASES:
+def gpu_table(folder: Path, title: str, cases: list[tuple[str, str]],
+              notes: Callable[[dict[str, Any]], list[str]]) -> list[str]:
+    """One recorded GPU set (``folder``, bench/start_timing.py): a row per case, what each case is, then ``notes``."""
+    results = json.loads((folder / "results.json").read_text())
+    lines = [title, "  seconds from process start; jit: FlashInfer JIT inside the phases", header()]
+    for name, _what in cases:
         r = results.get(name, {})
-        b = breakdown(harness_lines(read_xz(GPU / f"{name}.log.xz")))
-        ready = r.get("ready_s")
-        token = (r.get("completion") or {}).get("first_token_at")
-        ready_of[name] = ready
-        lines.append(row(name, b.phases, ready, token, b.jit_s))
+        b = breakdown(harness_lines(read_xz(folder / f"{name}.log.xz")))
+        lines.append(row(name, b.phases, r.get("ready_s"), (r.get("completion") or {}).get("first_token_at"), b.jit_s))
     lines.append("")
-    for name, what in GPU_CASES:
-        lines.append(f"  {name:<20} {what}")
-    lines.append("")
+    lines += [f"  {name:<20} {what}" for name, what in cases]
+    return lines + [""] + notes(results)
+
+
+def gpu033_notes(results: dict[str, Any]) -> list[str]:
+    setup = results["setup"]
+    ready_of = {name: results.get(name, {}).get("ready_s") for name, _what in GPU_CASES}
+    lines = []
     first = ready_of["q8-first"] or 0
     for name in ("q8-restart", "q8-restart-dropped", "q8-fastsafetensors", "q8-instanttensor", "q8-runai"):
         if ready_of.get(name) and first:
@@ -104,23 +107,12 @@ def gpu_table() -> list[str]:
     return lines
 
 
-def gpu034_table() -> list[str]:
-    results = json.loads((GPU34 / "results.json").read_text())
-    lines = ["GPU: one H200, vLLM 0.34.0, slim package set, FlashInfer sampler AOT (kit/data/startup/h200-vllm-0.34.0)",
-             "  seconds from process start; jit: FlashInfer JIT inside the phases", header()]
-    for name, _what in GPU34_CASES:
-        r = results.get(name, {})
-        b = breakdown(harness_lines(read_xz(GPU34 / f"{name}.log.xz")))
-        lines.append(row(name, b.phases, r.get("ready_s"), (r.get("completion") or {}).get("first_token_at"), b.jit_s))
-    lines.append("")
-    for name, what in GPU34_CASES:
-        lines.append(f"  {name:<20} {what}")
+def gpu034_notes(results: dict[str, Any]) -> list[str]:
     first = results["q8-first"]["ready_s"]
     token = results["q8-restart-fork"]["completion"]["first_token_at"]
-    lines += ["", f"  first start to /health: {first:.1f} s (target <= {FIRST_TARGET_S:g})",
-              f"  restart to first token (fork): {token:.1f} s (target <= {RESTART_TOKEN_TARGET_S:g}); with spawn "
-              f"{results['q8-restart']['completion']['first_token_at']:.1f} s"]
-    return lines
+    return [f"  first start to /health: {first:.1f} s (target <= {FIRST_TARGET_S:g})",
+            f"  restart to first token (fork): {token:.1f} s (target <= {RESTART_TOKEN_TARGET_S:g}); with spawn "
+            f"{results['q8-restart']['completion']['first_token_at']:.1f} s"]
 
 
 def cpu_table() -> list[str]:
@@ -147,9 +139,11 @@ def cpu_table() -> list[str]:
 
 
 def main() -> int:
-    print("\n".join(gpu_table()))
+    print("\n".join(gpu_table(GPU, "GPU: one H200, vLLM 0.33.0 with the slim image's package set, native start "
+                               "(kit/data/startup/h200-vllm-0.33.0)", GPU_CASES, gpu033_notes)))
     print()
-    print("\n".join(gpu034_table()))
+    print("\n".join(gpu_table(GPU34, "GPU: one H200, vLLM 0.34.0, slim package set, FlashInfer sampler AOT "
+                               "(kit/data/startup/h200-vllm-0.34.0)", GPU34_CASES, gpu034_notes)))
     print()
     print("\n".join(cpu_table()))
     return 0
