@@ -31,7 +31,7 @@ def preset_names() -> list[str]:
 @functools.cache
 def preset_fields() -> dict[str, dict[str, Any]]:
     """``section.field`` -> {"help": description, "values": [enum values]} for every field of the preset model."""
-    from kit.core.datafiles import PRESETS_DIR
+    from kit.core.dataread import PRESETS_DIR
 
     schema = json.loads((PRESETS_DIR / "schema.json").read_text(encoding="utf-8"))
     definitions = schema.get("$defs", {})

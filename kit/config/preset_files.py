@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.core.datafiles import PRESETS_DIR
+from kit.core.dataread import PRESETS_DIR
 from kit.core.errors import PresetError
 from kit.core.inputfiles import user_path
 from kit.core.userdata import user_config_dir

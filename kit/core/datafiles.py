@@ -1,58 +1,23 @@
-"""Hardware and software facts live in data files; this module is the one place that reads them."""
+"""kit/data/ as the kit reads it: every name of kit/core/dataread.py (the one reader of the files, which the CLI's
+start imports alone), and vllm.yaml with the user's release rows, each checked by kit/core/tables.py (so this module
+loads the table models)."""
 
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from pathlib import Path
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
+from kit.core.dataread import (
+    COMPOSE_DIR, DATA_DIR, FLOOR_DIR, FLOOR_NAME, IMAGES_DIR, PACKAGE_DIR, PRESETS_DIR, REPO_ROOT,
+    SAFE_LOADER, TEMPLATES_DIR, checkout_root, floor_files, gpu_catalog, load_yaml, prune_rules,
+)
+from kit.core.tables import shipped_vllm_model, user_rows_with
+from kit.core.userdata import user_config_dir
 
-from kit.core.userdata import user_config_dir, user_version_rows
-from kit.core.versions import version
-
-if TYPE_CHECKING:
-    from kit.core.tables import VersionRow
-
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kit/, above this core/ package
-DATA_DIR = PACKAGE_DIR / "data"
-# In a checkout (and an editable install) presets/, images/ and compose/ sit at the top of the repository,
-# beside the package (the layout docs/architecture/index.md describes). A wheel or sdist install ships them inside the package as
-# kit/_presets, kit/_images, kit/_compose (pyproject.toml maps them). This is the one place that knows both.
-REPO_ROOT = PACKAGE_DIR.parent
-
-
-def _shipped_dir(folder: str) -> Path:
-    installed = resources.files("kit").joinpath(f"_{folder}")
-    if installed.is_dir():
-        # Installed wheels are unpacked on disk (pip never installs zipped), so the traversable is a path;
-        # Jinja's loader and the preset listing need a real directory.
-        return Path(str(installed))
-    return REPO_ROOT / folder
-
-
-def checkout_root() -> Path | None:
-    """The repository this package runs from, or None when it is installed from a wheel or sdist."""
-    return REPO_ROOT if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "presets").is_dir() else None
-
-
-PRESETS_DIR = _shipped_dir("presets")
-IMAGES_DIR = _shipped_dir("images")
-COMPOSE_DIR = _shipped_dir("compose")
-TEMPLATES_DIR = PACKAGE_DIR / "templates"
-
-
-# libyaml's parser when PyYAML was built with it (the wheels are): the same safe constructors, parsed in C. The
-# data files are most of what a `kit render` reads (issue 14: a render within 0.6 s); SafeLoader otherwise.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-@functools.cache
-def load_yaml(name: str) -> Any:
-    with (DATA_DIR / name).open(encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader, C or Python
+__all__ = ["COMPOSE_DIR", "DATA_DIR", "FLOOR_DIR", "FLOOR_NAME", "IMAGES_DIR", "PACKAGE_DIR", "PRESETS_DIR",
+           "REPO_ROOT", "SAFE_LOADER", "TEMPLATES_DIR", "checkout_root", "floor_files", "gpu_catalog",
+           "load_yaml", "prune_rules", "vllm_table"]
 
 
 def vllm_table() -> dict[str, Any]:
@@ -63,58 +28,8 @@ def vllm_table() -> dict[str, Any]:
 
 
 @functools.cache
-def user_rows_with(user_folder: Path | None) -> dict[str, VersionRow]:
-    """The user's `versions` rows in ``user_folder`` (releases the shipped table lacks), each checked into its model
-    (kit/core/userdata.py, errors naming the user's file): read and checked once per folder in a process, so an edit
-    shows at the next command. vllm_table() and kit.core.tables ``vllm_model()`` both take them from here."""
-    return {} if user_folder is None else user_version_rows(user_folder, load_yaml("vllm.yaml"))
-
-
-@functools.cache
 def _vllm_table_with(user_folder: Path | None) -> dict[str, Any]:
-    from kit.core.tables import shipped_vllm_model
-
     shipped = load_yaml("vllm.yaml")
     shipped_vllm_model()  # checked: a table of the wrong shape is a KitError naming the file and the field
     rows = {version: row.model_dump(exclude_unset=True) for version, row in user_rows_with(user_folder).items()}
     return {**shipped, "versions": {**shipped["versions"], **rows}} if rows else shipped
-
-
-def gpu_catalog() -> dict[str, dict[str, Any]]:
-    return load_yaml("gpus.yaml")["gpus"]
-
-
-def prune_rules(cuda: str | None = None, leave_out: Sequence[str] = ()) -> dict[str, Any]:
-    """What slim GPU images leave out (kit/data/prune.yaml), as kit/image/prune.py reads it.
-
-    With ``cuda`` (the image's CUDA, "13.0"), distributions whose rule says ``cuda_from`` are kept in images of
-    an older CUDA; without it, every rule is returned. ``leave_out`` names features (prune.yaml ``features``)
-    whose distributions join the list, each with its feature's reason.
-    """
-    rules = load_yaml("prune.yaml")
-    distributions = list(rules["distributions"])
-    if cuda is not None:
-        distributions = [d for d in distributions if "cuda_from" not in d or version(cuda) >= version(d["cuda_from"])]
-    for feature in leave_out:
-        spec = rules["features"][feature]
-        distributions += [{"name": name, "feature": feature, "reason": f"feature {feature} left out: {spec['reason']}"}
-                          for name in spec["distributions"]]
-    return {**rules, "distributions": distributions}
-
-
-FLOOR_DIR = DATA_DIR / "floor"
-
-
-# The floor of the release the slim presets pin (kit/data/floor/README.md): measured on the slim set itself.
-FLOOR_NAME = "vllm-0.33.0-h200"
-
-
-@functools.cache
-def floor_files(name: str = FLOOR_NAME) -> list[dict[str, Any]]:
-    """The measured floor (kit/data/floor/NAME.json.xz): one dict per file, keyed by the file's `columns`."""
-    import json
-    import lzma
-
-    with lzma.open(FLOOR_DIR / f"{name}.json.xz", "rt", encoding="utf-8") as fh:
-        data = json.load(fh)
-    return [dict(zip(data["columns"], row, strict=True)) for row in data["files"]]

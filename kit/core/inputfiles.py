@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kit.core.datafiles import load_yaml
+from kit.core.dataread import load_yaml
 from kit.core.errors import KitError
 
 # The largest whole number a float (and so JSON and YAML readers in most languages, and the planner's

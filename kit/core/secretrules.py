@@ -11,13 +11,13 @@ import functools
 import re
 from typing import Any
 
+from kit.core.dataread import load_yaml
+
 MASK = "****"
 
 
 @functools.cache
 def _rules() -> dict[str, Any]:
-    from kit.core.datafiles import load_yaml
-
     data = load_yaml("secrets.yaml")
     return {
         "flags": dict(data["secret_flags"]),

@@ -15,13 +15,16 @@ import difflib
 import functools
 import re
 from pathlib import Path
-from typing import Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core.datafiles import load_yaml, user_rows_with
+from kit.core.dataread import load_yaml
 from kit.core.errors import KitError, Problem, shown
-from kit.core.userdata import user_config_dir
+from kit.core.safevalue import UnsafeValue, check_image_ref
+from kit.core.userdata import UserDataError, read_user_rows, user_config_dir
+from kit.core.versions import VERSION_RE
 
 
 class Table(BaseModel):
@@ -516,7 +519,122 @@ def vllm_model() -> VllmTable:
 
 @functools.cache
 def vllm_model_with(user_folder: Path | None) -> VllmTable:
-    """The shipped model with the user's rows in ``user_folder`` (datafiles.user_rows_with: checked there, once)."""
+    """The shipped model with the user's rows in ``user_folder`` (user_rows_with: checked there, once)."""
     shipped = shipped_vllm_model()
     extra = user_rows_with(user_folder)
     return shipped.model_copy(update={"versions": {**shipped.versions, **extra}}) if extra else shipped
+
+
+# ---------------------------------------------------------------------------------------------- the user's rows
+# Releases the user adds in their config folder (kit/core/userdata.py reads the file), each row checked as the
+# shipped rows are: the row model, then what the model cannot see (the rest of the shipped table).
+
+ROW_HINT = "a row has the fields of the kit's own rows (README: Releases the kit does not ship)"
+RULE_UNKNOWN = "is not a planner rule the kit knows (kit/data/vllm.yaml rule_changes)"
+# The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
+# name only these, since they go into the Dockerfile's RUN line.
+FLASHINFER_AOT_MODULES = ("sampling", "rope")
+
+
+def _image_problems(where: str, row: dict[Any, Any], cudas: set[str]) -> list[Problem]:
+    """The row's official image and CUDA variants: image references the kit can render, for CUDA it knows."""
+    problems: list[Problem] = []
+    images = [("official_image", row.get("official_image"))] if "official_image" in row else []
+    variants = row.get("official_variants", {})
+    if not isinstance(variants, dict):
+        variants = {}  # the row model says what it should be
+    for cuda, image in variants.items():
+        if str(cuda) not in cudas:
+            problems.append(Problem(f"{where}.official_variants.{cuda}", "is not a CUDA release the kit knows"))
+        images.append((f"official_variants.{cuda}", image))
+    for field, image in images:
+        try:
+            check_image_ref(image, f"{where}.{field}")
+        except UnsafeValue as exc:
+            problems.append(Problem(f"{where}.{field}", str(exc).replace(f"{where}.{field} ", "")))
+    return problems
+
+
+def _table_problems(where: str, row: dict[Any, Any], table: Mapping[str, Any]) -> list[Problem]:
+    """What the row model cannot see: the row against the rest of the shipped ``table`` (its CUDA rows and image
+    layouts), its release (the pip pin) and what the kit can build (FlashInfer modules, the CPU build or why not)."""
+    version = where.removeprefix("versions.")
+    problems: list[Problem] = []
+    cudas = {str(c) for c in table.get("cuda") or {}}
+    if "cuda" in row and str(row["cuda"]) not in cudas:
+        problems.append(Problem(f"{where}.cuda", f"{row['cuda']!r} is not a CUDA release the kit knows "
+                                f"({', '.join(sorted(cudas))})"))
+    for key in ("torch", "python"):
+        if isinstance(row.get(key), str) and not re.fullmatch(r"\d+\.\d+(\.\d+)?(\S*)", row[key]):
+            problems.append(Problem(f"{where}.{key}", "is not a version in quotes (\"2.14.0\")"))
+    if isinstance(row.get("pip"), str) and row["pip"] != f"vllm=={version}":
+        problems.append(Problem(f"{where}.pip", f"is {row['pip']!r}, not vllm=={version}"))
+    problems += _image_problems(where, row, cudas)
+    layouts = table.get("official_layouts") or {}
+    if isinstance(row.get("official_layout"), str) and row["official_layout"] not in layouts:
+        problems.append(Problem(f"{where}.official_layout",
+                                f"{row['official_layout']!r} is not one of: {', '.join(layouts)}"))
+    aot = row.get("flashinfer_aot", [])
+    if aot is None or (isinstance(aot, list) and not all(m in FLASHINFER_AOT_MODULES for m in aot)):
+        problems.append(Problem(f"{where}.flashinfer_aot", "is not a list of FlashInfer modules the kit compiles into "
+                                f"an image ({', '.join(FLASHINFER_AOT_MODULES)})"))
+    reason = row.get("no_cpu_build", "given")
+    if reason is None or (isinstance(reason, str) and not reason.strip()):  # another type: the row model says so
+        problems.append(Problem(f"{where}.no_cpu_build", "is not a sentence saying why the release has no CPU build"))
+    if "no_cpu_build" in row and "cpu" in row:
+        problems.append(Problem(f"{where}.no_cpu_build", "goes with no `cpu` build: give one or the other"))
+    return problems
+
+
+def _row_problems(version: object, row: object, table: Mapping[str, Any]) -> tuple[list[Problem], VersionRow | None]:
+    """The problems of one `versions` row (each naming the dotted field, not yet the file), and the row as its model
+    when there are none: kit/core/tables.py VersionRow checks the fields and their types, then ``_table_problems``
+    what the model cannot see."""
+    where = f"versions.{version}"
+    if not isinstance(version, str) or not re.match(VERSION_RE, version):
+        return [Problem(where, "is not a release X.Y.Z (quote it: \"0.34.0\")")], None
+    if not isinstance(row, dict):
+        return [Problem(where, "is not a mapping of the release's fields")], None
+    model = None
+    try:
+        model = check_table(VersionRow, row, "", error=UserDataError, prefix=where)
+        problems = []
+    except UserDataError as exc:
+        # a key of `defaults` the model does not know is a planner rule the kit does not have
+        problems = [Problem(p.where, RULE_UNKNOWN, p.hint) if p.where.rpartition(".")[0] == f"{where}.defaults"
+                    and p.message == FIELD_UNKNOWN else p for p in exc.problems]
+    problems += _table_problems(where, row, table)
+    return problems, (model if not problems else None)
+
+
+def version_row_problems(version: object, row: object, table: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, what is wrong) of one `versions` row against the shipped ``table`` (its CUDA rows, image layouts and
+    rule names): the one check of every row, shipped (tests/unit/test_userdata.py) or the user's."""
+    return [(p.where, p.message) for p in _row_problems(version, row, table)[0]]
+
+
+def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, VersionRow]:
+    """The user's `versions` rows (``folder``/vllm.yaml) of releases the ``shipped`` table lacks, each checked (as
+    version_row_problems says) into its model; one UserDataError listing every problem of the first bad row, each
+    naming the user's file and the field."""
+    path, rows = read_user_rows(folder)
+    found: dict[str, VersionRow] = {}
+    for version, row in rows.items():
+        if str(version) in shipped["versions"]:
+            continue  # the kit ships this release: its own row wins (shadowed_user_files says so)
+        problems, model = _row_problems(version, row, shipped)
+        if problems or model is None:
+            first = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise UserDataError(f"{path}: {first.where}: {first.message}{more}", hint=ROW_HINT,
+                                problems=[Problem(f"{path}: {p.where}", p.message, p.hint) for p in problems])
+        found[str(version)] = model
+    return found
+
+
+@functools.cache
+def user_rows_with(user_folder: Path | None) -> dict[str, VersionRow]:
+    """The user's `versions` rows in ``user_folder`` (releases the shipped table lacks), each checked into its model
+    (user_version_rows, errors naming the user's file): read and checked once per folder in a process, so an edit
+    shows at the next command. kit/core/datafiles.py vllm_table() and ``vllm_model()`` both take them from here."""
+    return {} if user_folder is None else user_version_rows(user_folder, load_yaml("vllm.yaml"))

@@ -6,7 +6,7 @@ directory spec says) may hold, beside ``presets/`` (kit/config/preset_files.py):
 - ``flags/vllm-X.Y.Z.json``: the flag snapshot of a release (``python -m kit.config.flagsnap --regenerate X.Y.Z``
   writes it there), read as kit/data/flags/ is;
 - ``vllm.yaml``: ``versions:`` rows of releases, each checked as the shipped rows of kit/data/vllm.yaml are
-  (``version_row_problems``).
+  (kit/core/tables.py ``version_row_problems``).
 
 So a kit installed from a wheel (pipx) can move to a release newer than itself without editing the package. The
 shipped data wins: a user file for a release the kit ships is not read (``shadowed_user_files`` names it, and
@@ -21,27 +21,19 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kit.core.errors import KitError, Problem
-from kit.core.safevalue import UnsafeValue, check_image_ref
+from kit.core.dataread import DATA_DIR, SAFE_LOADER, load_yaml
+from kit.core.errors import KitError
+from kit.core.inputfiles import decode_utf8, input_limits, read_capped
 from kit.core.versions import VERSION_RE
-
-if TYPE_CHECKING:
-    from kit.core.tables import VersionRow
 
 APP_FOLDER = "vllm-kit"
 FLAGS_FOLDER = "flags"
 VERSIONS_FILE = "vllm.yaml"
 SNAPSHOT_NAME_RE = re.compile(r"vllm-(?P<version>.+)\.json")
 
-ROW_HINT = "a row has the fields of the kit's own rows (README: Releases the kit does not ship)"
-RULE_UNKNOWN = "is not a planner rule the kit knows (kit/data/vllm.yaml rule_changes)"
-# The FlashInfer modules images/flashinfer_aot.py can compile into a slim image (its GENERATORS): a release row may
-# name only these, since they go into the Dockerfile's RUN line.
-FLASHINFER_AOT_MODULES = ("sampling", "rope")
 # The fields of a flag snapshot the kit reads (kit/config/flags.py FlagSnapshot.from_dict), and argparse's kinds.
 SNAPSHOT_FORMAT = 1
 FLAG_KINDS = ("store", "store_true", "store_false", "store_const", "boolean_optional", "append", "count", "other")
@@ -87,8 +79,6 @@ def user_file(relative: str, folder: Path | None = None) -> Path | None:
 
 
 def _read_text(path: Path, limit_key: str, what: str) -> str:
-    from kit.core.inputfiles import decode_utf8, input_limits, read_capped
-
     limit = int(input_limits()["files"][limit_key])
     return decode_utf8(read_capped(path, str(path), limit, error=UserDataError, what=what), str(path),
                        error=UserDataError)
@@ -168,91 +158,11 @@ def load_user_snapshot_data(path: Path, version: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- version rows
 
 
-def _image_problems(where: str, row: dict[Any, Any], cudas: set[str]) -> list[Problem]:
-    """The row's official image and CUDA variants: image references the kit can render, for CUDA it knows."""
-    problems: list[Problem] = []
-    images = [("official_image", row.get("official_image"))] if "official_image" in row else []
-    variants = row.get("official_variants", {})
-    if not isinstance(variants, dict):
-        variants = {}  # the row model says what it should be
-    for cuda, image in variants.items():
-        if str(cuda) not in cudas:
-            problems.append(Problem(f"{where}.official_variants.{cuda}", "is not a CUDA release the kit knows"))
-        images.append((f"official_variants.{cuda}", image))
-    for field, image in images:
-        try:
-            check_image_ref(image, f"{where}.{field}")
-        except UnsafeValue as exc:
-            problems.append(Problem(f"{where}.{field}", str(exc).replace(f"{where}.{field} ", "")))
-    return problems
-
-
-def _table_problems(where: str, row: dict[Any, Any], table: Mapping[str, Any]) -> list[Problem]:
-    """What the row model cannot see: the row against the rest of the shipped ``table`` (its CUDA rows and image
-    layouts), its release (the pip pin) and what the kit can build (FlashInfer modules, the CPU build or why not)."""
-    version = where.removeprefix("versions.")
-    problems: list[Problem] = []
-    cudas = {str(c) for c in table.get("cuda") or {}}
-    if "cuda" in row and str(row["cuda"]) not in cudas:
-        problems.append(Problem(f"{where}.cuda", f"{row['cuda']!r} is not a CUDA release the kit knows "
-                                f"({', '.join(sorted(cudas))})"))
-    for key in ("torch", "python"):
-        if isinstance(row.get(key), str) and not re.fullmatch(r"\d+\.\d+(\.\d+)?(\S*)", row[key]):
-            problems.append(Problem(f"{where}.{key}", "is not a version in quotes (\"2.14.0\")"))
-    if isinstance(row.get("pip"), str) and row["pip"] != f"vllm=={version}":
-        problems.append(Problem(f"{where}.pip", f"is {row['pip']!r}, not vllm=={version}"))
-    problems += _image_problems(where, row, cudas)
-    layouts = table.get("official_layouts") or {}
-    if isinstance(row.get("official_layout"), str) and row["official_layout"] not in layouts:
-        problems.append(Problem(f"{where}.official_layout",
-                                f"{row['official_layout']!r} is not one of: {', '.join(layouts)}"))
-    aot = row.get("flashinfer_aot", [])
-    if aot is None or (isinstance(aot, list) and not all(m in FLASHINFER_AOT_MODULES for m in aot)):
-        problems.append(Problem(f"{where}.flashinfer_aot", "is not a list of FlashInfer modules the kit compiles into "
-                                f"an image ({', '.join(FLASHINFER_AOT_MODULES)})"))
-    reason = row.get("no_cpu_build", "given")
-    if reason is None or (isinstance(reason, str) and not reason.strip()):  # another type: the row model says so
-        problems.append(Problem(f"{where}.no_cpu_build", "is not a sentence saying why the release has no CPU build"))
-    if "no_cpu_build" in row and "cpu" in row:
-        problems.append(Problem(f"{where}.no_cpu_build", "goes with no `cpu` build: give one or the other"))
-    return problems
-
-
-def _row_problems(version: object, row: object, table: Mapping[str, Any]) -> tuple[list[Problem], VersionRow | None]:
-    """The problems of one `versions` row (each naming the dotted field, not yet the file), and the row as its model
-    when there are none: kit/core/tables.py VersionRow checks the fields and their types, then ``_table_problems``
-    what the model cannot see."""
-    where = f"versions.{version}"
-    if not isinstance(version, str) or not re.match(VERSION_RE, version):
-        return [Problem(where, "is not a release X.Y.Z (quote it: \"0.34.0\")")], None
-    if not isinstance(row, dict):
-        return [Problem(where, "is not a mapping of the release's fields")], None
-    from kit.core.tables import FIELD_UNKNOWN, VersionRow, check_table  # pydantic: not at import (`kit --help`)
-
-    model = None
-    try:
-        model = check_table(VersionRow, row, "", error=UserDataError, prefix=where)
-        problems = []
-    except UserDataError as exc:
-        # a key of `defaults` the model does not know is a planner rule the kit does not have
-        problems = [Problem(p.where, RULE_UNKNOWN, p.hint) if p.where.rpartition(".")[0] == f"{where}.defaults"
-                    and p.message == FIELD_UNKNOWN else p for p in exc.problems]
-    problems += _table_problems(where, row, table)
-    return problems, (model if not problems else None)
-
-
-def version_row_problems(version: object, row: object, table: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(field, what is wrong) of one `versions` row against the shipped ``table`` (its CUDA rows, image layouts and
-    rule names): the one check of every row, shipped (tests/unit/test_userdata.py) or the user's."""
-    return [(p.where, p.message) for p in _row_problems(version, row, table)[0]]
-
-
 @functools.lru_cache(maxsize=16)
-def _user_rows(folder: Path) -> tuple[Path | None, dict[Any, Any]]:
+def read_user_rows(folder: Path) -> tuple[Path | None, dict[Any, Any]]:
     """The user's vllm.yaml in ``folder`` and its `versions` mapping, as written (not yet checked)."""
     import yaml
 
-    from kit.core.datafiles import SAFE_LOADER
 
     path = user_file(VERSIONS_FILE, folder)
     if path is None:
@@ -276,29 +186,8 @@ def _user_rows(folder: Path) -> tuple[Path | None, dict[Any, Any]]:
     return path, rows
 
 
-def user_version_rows(folder: Path, shipped: Mapping[str, Any]) -> dict[str, VersionRow]:
-    """The user's `versions` rows (``folder``/vllm.yaml) of releases the ``shipped`` table lacks, each checked (as
-    version_row_problems says) into its model; one UserDataError listing every problem of the first bad row, each
-    naming the user's file and the field."""
-    path, rows = _user_rows(folder)
-    found: dict[str, VersionRow] = {}
-    for version, row in rows.items():
-        if str(version) in shipped["versions"]:
-            continue  # the kit ships this release: its own row wins (shadowed_user_files says so)
-        problems, model = _row_problems(version, row, shipped)
-        if problems or model is None:
-            first = problems[0]
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise UserDataError(f"{path}: {first.where}: {first.message}{more}", hint=ROW_HINT,
-                                problems=[Problem(f"{path}: {p.where}", p.message, p.hint) for p in problems])
-        found[str(version)] = model
-    return found
-
-
 def shadowed_user_files(versions: list[str]) -> list[str]:
     """A note for each user file about one of ``versions`` that the kit's own data of that release overrides."""
-    from kit.core.datafiles import DATA_DIR, load_yaml
-
     notes: list[str] = []
     folder = user_config_dir()
     if folder is None:
@@ -309,7 +198,7 @@ def shadowed_user_files(versions: list[str]) -> list[str]:
             notes.append(f"{mine} is not read: the kit ships the snapshot of vLLM {version}, which wins; "
                          "delete your copy")
     try:
-        path, rows = _user_rows(folder)
+        path, rows = read_user_rows(folder)
     except UserDataError:
         return notes  # reading the release's row says what is wrong
     shipped_rows = load_yaml("vllm.yaml")["versions"]

@@ -138,7 +138,7 @@ def test_a_release_row_names_only_modules_the_script_compiles():
     images/flashinfer_aot.py has a generator for, and the kit's own rows use no others."""
     import ast
 
-    from kit.core.userdata import FLASHINFER_AOT_MODULES
+    from kit.core.tables import FLASHINFER_AOT_MODULES
 
     tree = ast.parse((IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text())
     [generators] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)

@@ -16,7 +16,8 @@ from kit.core.datafiles import load_yaml
 from kit.core.errors import KitError
 from kit.core.releaserules import quantization_min_cc, versioned
 from kit.core.tables import CompatTable, Since, VersionRow, VllmTable, check_table, compat_model, vllm_model
-from kit.core.userdata import UserDataError, user_version_rows
+from kit.core.tables import user_version_rows
+from kit.core.userdata import UserDataError
 
 pytestmark = pytest.mark.unit
 

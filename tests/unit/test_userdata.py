@@ -181,7 +181,7 @@ def test_the_shipped_snapshot_and_row_win_over_a_users_copy(config):
 
 
 def test_every_shipped_row_passes_the_check_a_users_row_gets():
-    from kit.core.userdata import version_row_problems
+    from kit.core.tables import version_row_problems
 
     table = load_yaml("vllm.yaml")
     for version, row in table["versions"].items():
