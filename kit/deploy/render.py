@@ -58,7 +58,7 @@ class RenderContext:
     included_by: str = ""  # that stack's main file, for the header
     includes: list[str] = field(default_factory=list)  # compose files of the servers beside this one
     door: bool = False  # the API behind the front door (kit/deploy/door.py): a one-node compose stack
-    profile_parts: tuple[Any, ...] = ()  # kit.deploy.profiles.ProfileParts of `--with PROFILE`, merged into compose.yaml
+    profile_parts: tuple[Any, ...] = ()  # kit.deploy.profile_parts.ProfileParts of `--with PROFILE`, merged into compose.yaml
     head_service: str = dep.HEAD_SERVICE
     worker_service: str = dep.WORKER_SERVICE
     node_env: dict[str, str] = field(default_factory=lambda: dict(dep.NODE_ENV))
