@@ -32,6 +32,19 @@ GPU34_CASES = [
     ("q8-restart", "restart, the kit's volumes, `vllm serve`'s own spawn of the engine core"),
     ("q8-restart-fork", "restart, the kit's volumes and VLLM_WORKER_MULTIPROC_METHOD=fork (what the kit renders now)"),
 ]
+# The second GPU session (2026-12-04): starts as the kit renders GPU presets (engine core forked, FlashInfer's sampler
+# compiled ahead of time), each set with a spawned start beside it on the same machine.
+GPU33_FORK = DATA / "h200-vllm-0.33.0-fork"
+GPU34_R2 = DATA / "h200-vllm-0.34.0-r2"
+FORK_CASES = [
+    ("q8-first", "Qwen3-8B bf16: first start (caches empty, page cache dropped), engine core spawned"),
+    ("q8-first-fork", "Qwen3-8B bf16: first start, engine core forked (what the kit renders)"),
+    ("q8-restart", "restart, the kit's volumes, spawned"),
+    ("q8-restart-fork", "restart, the kit's volumes, forked (what the kit renders)"),
+    ("awq-first", "rtx4090-awq's model and flags: first start, spawned"),
+    ("awq-first-fork", "rtx4090-awq's model and flags: first start, forked"),
+    ("awq-restart-fork", "rtx4090-awq's model and flags: restart, forked"),
+]
 # Issue 37's targets for the 8B on a GPU: seconds to /health on a first start, to the first token on a restart.
 FIRST_TARGET_S, RESTART_TOKEN_TARGET_S = 110.0, 40.0
 
@@ -115,6 +128,20 @@ def gpu034_notes(results: dict[str, Any]) -> list[str]:
             f"{results['q8-restart']['completion']['first_token_at']:.1f} s"]
 
 
+def fork_notes(results: dict[str, Any]) -> list[str]:
+    first = results["q8-first-fork"]["ready_s"]
+    token = results["q8-restart-fork"]["completion"]["first_token_at"]
+    return [f"  first start to /health, as rendered (fork): {first:.1f} s (target <= {FIRST_TARGET_S:g}); spawned "
+            f"{results['q8-first']['ready_s']:.1f} s",
+            f"  restart to first token, as rendered (fork): {token:.1f} s (target <= {RESTART_TOKEN_TARGET_S:g})"]
+
+
+def recorded(folder: Path, cases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The cases this set recorded (a set need not hold every case)."""
+    results = json.loads((folder / "results.json").read_text())
+    return [(name, what) for name, what in cases if results.get(name, {}).get("ready_s")]
+
+
 def cpu_table() -> list[str]:
     path = CPU / "results.json"
     if not path.is_file():
@@ -144,6 +171,13 @@ def main() -> int:
     print()
     print("\n".join(gpu_table(GPU34, "GPU: one H200, vLLM 0.34.0, slim package set, FlashInfer sampler AOT "
                                "(kit/data/startup/h200-vllm-0.34.0)", GPU34_CASES, gpu034_notes)))
+    print()
+    print("\n".join(gpu_table(GPU33_FORK, "GPU: one H200, vLLM 0.33.0 (the presets' pin), as rendered: fork, sampler "
+                               "AOT (kit/data/startup/h200-vllm-0.33.0-fork)", recorded(GPU33_FORK, FORK_CASES),
+                               fork_notes)))
+    print()
+    print("\n".join(gpu_table(GPU34_R2, "GPU: another H200, vLLM 0.34.0, as rendered: fork, sampler AOT "
+                               "(kit/data/startup/h200-vllm-0.34.0-r2)", recorded(GPU34_R2, FORK_CASES), fork_notes)))
     print()
     print("\n".join(cpu_table()))
     return 0
