@@ -50,6 +50,9 @@ KV_AFTER_WARMUP = re.compile(
 )
 KV_EXTENDED = re.compile(r"Extended KV cache to (\d+) blocks \(" + _NUM + r" GiB\)")
 GRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB total")
+# FlashInfer compiling a module just in time (flashinfer/jit/core.py: "Building JIT module NAME; this can take several
+# minutes on first use."): minutes on a first start that an image compiled ahead of time never spends.
+JIT_BUILD = re.compile(r"Building JIT module ([\w.\-]+)")
 GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _NUM + r" GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
 GRAPH_CAPTURE = re.compile(r"Graph capturing finished in " + _NUM + " secs, took " + _NUM + " GiB")
 GRAPH_CHARGED = re.compile(r"CUDA graph memory profiling is enabled")
@@ -114,6 +117,7 @@ class StartupLog:
     warnings: list[str] = field(default_factory=list)
     deprecations: list[str] = field(default_factory=list)
     vllm_version: str | None = None
+    jit_modules: list[str] = field(default_factory=list)  # FlashInfer modules this start compiled just in time
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -299,8 +303,13 @@ def _read_engine(reading: _Reading, line: str) -> None:
 
 # Every line goes through every step, in this order: a later step reads what an earlier one set from the same line
 # (the ready line's stamp, the runner the weights line implied, the KV cache size an extension replaces).
+def _read_jit_build(reading: _Reading, line: str) -> None:
+    if (m := JIT_BUILD.search(line)) and m.group(1) not in reading.out.jit_modules:
+        reading.out.jit_modules.append(m.group(1))
+
+
 _LINE_STEPS = (_read_logger_line, _read_ready, _read_weights_and_kv_cache, _read_usage_summary,
-               _read_kv_cache_after_warm_up, _read_cuda_graphs, _read_engine)
+               _read_kv_cache_after_warm_up, _read_cuda_graphs, _read_engine, _read_jit_build)
 
 
 def _split_consumed(reading: _Reading) -> None:

@@ -32,7 +32,13 @@ from kit.config.modelinfo import catalog_path, load_model_spec
 from kit.core.datafiles import gpu_catalog
 from kit.core.docker_engine import docker_client
 from kit.core.errors import KitError
-from kit.deploy.deployment import CONTAINER_PORT, plan_deployment, serve_args_for, server_command_for
+from kit.deploy.deployment import (
+    CONTAINER_PORT,
+    flashinfer_aot_modules,
+    plan_deployment,
+    serve_args_for,
+    server_command_for,
+)
 from kit.memory import vllmlog
 from kit.memory.plan import plan
 from kit.memory.preset_plan import as_preset_fixes, plan_inputs_for
@@ -498,6 +504,13 @@ def probe_notes(preset: Preset, result: ProbeResult) -> list[str]:
         if unset and (total >= 70) != (gpu["memory_gib"] >= 70):
             notes.append(f"{' and '.join(unset)} not set: vLLM's defaults differ between GPUs under and over 70 GiB "
                          "(EngineArgs.get_batch_defaults); set them to compare like with like")
+    if result.log.jit_modules:
+        modules = ", ".join(result.log.jit_modules)
+        aot = ", ".join(flashinfer_aot_modules(preset, gpu)) or "none"
+        notes.append(f"this start compiled FlashInfer module(s) {modules} just in time (\"Building JIT module\" in "
+                     f"vLLM's log; minutes each on a first start). The kit's slim image for this preset (vLLM "
+                     f"{preset.image.vllm_version}) compiles {aot} while it is built (kit/data/vllm.yaml "
+                     "flashinfer_aot), and its first start builds none of those")
     if result.log.vllm_version and result.log.vllm_version != preset.image.vllm_version:
         notes.append(f"the engine that ran is vLLM {result.log.vllm_version}; the preset pins {preset.image.vllm_version}")
     return notes

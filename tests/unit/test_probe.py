@@ -170,3 +170,24 @@ def test_a_0_34_log_compares_the_pool_as_captured_and_what_was_kept_for_transien
     assert rows["cuda_graph_gib"]["measured"] == 0.45
     assert rows["kv_cache_gib"]["measured"] == 117.04
     assert (rows["kept_for_transients_gib"]["planned"], rows["kept_for_transients_gib"]["measured"]) == (2.0, 2.30)
+
+
+def test_a_start_that_compiles_flashinfer_just_in_time_is_named_in_the_probes_notes() -> None:
+    # Real H200 logs (bench/start_timing.py): vLLM 0.33's first start before the image compiled the sampler ahead of
+    # time built FlashInfer's `sampling` at start (115.7 s); the same first start as the kit renders now built none.
+    startup = LOGS.parent.parent / "startup"
+    _name, _path, preset = load_preset("rtx4090-awq")
+    found = {}
+    for key, path in (("jit", startup / "h200-vllm-0.33.0" / "q8-first.log.xz"),
+                      ("aot", startup / "h200-vllm-0.33.0-fork" / "q8-first-fork.log.xz")):
+        with lzma.open(path, "rt", errors="replace") as handle:
+            text = handle.read()
+        log = probe.vllmlog.parse(text)
+        result = probe.ProbeResult(command=None, log=log, log_text=text, ready=True,
+                                   seconds_to_ready=1.0, exit_code=None, timed_out=False)
+        found[key] = (log.jit_modules, [n for n in probe.probe_notes(preset, result) if "just in time" in n])
+    modules, notes = found["jit"]
+    assert modules == ["sampling"] and len(notes) == 1, found
+    assert "sampling just in time" in notes[0] and "(vLLM 0.33.0) compiles sampling while it is built" in notes[0]
+    assert found["aot"] == ([], []), found
+    assert probe.vllmlog.parse(text).to_json()["jit_modules"] == []
