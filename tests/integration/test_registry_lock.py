@@ -101,18 +101,39 @@ def remove_image(client, ref: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
+def lock_base(docker_client):
+    """The local base under an image ID of this module's own: the base committed with one label, same files.
+
+    This module runs beside the engine's tests (its own xdist unit, tests/conftest.py DIST_UNITS) and its builds are
+    --no-cache. The classic builder takes, of the cached images that match a step, the newest: two no-cache builds on
+    the shared base would leave the newest copies of the builder's first steps (ARG, ENV, SHELL, RUN) on a chain
+    whose COPY the other unit's builds do not match, and a rebuild there would miss its cache from that COPY on (seen:
+    the journey's rebuild after a tweak took 22 of 27 steps from the cache). On a base of its own, nothing this
+    module builds is a candidate for another unit's steps."""
+    ref = f"vllm-kit/lockcheck-base:{os.getpid()}"
+    container = docker_client.containers.create(BASE_IMAGE, command=["true"])
+    try:
+        image = container.commit(*ref.split(":"), changes=["LABEL io.vllm-kit.test=registry-lock"])
+    finally:
+        container.remove(force=True)
+    assert image.id != docker_client.images.get(BASE_IMAGE).id
+    yield ref
+    remove_image(docker_client, ref)
+
+
+@pytest.fixture(scope="module")
+def locked_builds(docker_client, cpu_wheelhouse, lock_base, tmp_path_factory):
     """The locked `cpu` image built twice with --no-cache: (prepared, out dir, lock, build A, build B).
 
     The lock is made as a user makes it, `kit lock` into a deployment folder (which records the preset, the
     overrides and the base); the two builds go through the library for their detailed results."""
     out = tmp_path_factory.mktemp("locked-cpu")
-    locked = CliRunner().invoke(cli, ["lock", "preset=cpu", *OVERRIDES, "--base-image", BASE_IMAGE, "--out", str(out),
+    locked = CliRunner().invoke(cli, ["lock", "preset=cpu", *OVERRIDES, "--base-image", lock_base, "--out", str(out),
                                       "--wheelhouse", str(cpu_wheelhouse), "--offline"])
     assert locked.exit_code == 0, locked.output
-    prepared = prepare("cpu", OVERRIDES, base_image=BASE_IMAGE)
+    prepared = prepare("cpu", OVERRIDES, base_image=lock_base)
     lock = read_lock(out / LOCK_FILE)
-    assert lock.overrides == OVERRIDES and lock.base_image_option == BASE_IMAGE
+    assert lock.overrides == OVERRIDES and lock.base_image_option == lock_base
     builds = []
     made: set[str] = set()
     try:
@@ -130,12 +151,12 @@ def locked_builds(docker_client, cpu_wheelhouse, tmp_path_factory):
         remove_untagged(docker_client, made)
 
 
-def test_lock_pins_the_base_and_every_wheel(locked_builds, docker_client, cpu_wheelhouse):
+def test_lock_pins_the_base_and_every_wheel(locked_builds, docker_client, cpu_wheelhouse, lock_base):
     prepared, out, lock, _, _ = locked_builds
     assert read_lock(out / LOCK_FILE) == lock
     # An imported base has no repo digest: offline, the lock pins its content-addressed image ID.
     assert lock.base.kind == "image-id"
-    assert lock.base.pinned == docker_client.images.get(BASE_IMAGE).id
+    assert lock.base.pinned == docker_client.images.get(lock_base).id
     wheelhouse_pins = {}
     for line in (cpu_wheelhouse / "requirements.lock.txt").read_text().splitlines():
         if line and not line.startswith("#"):
@@ -204,7 +225,7 @@ def test_unreachable_registry_is_one_line(locked_builds, tmp_path):
 
 
 def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, cpu_wheelhouse, docker_client,
-                                                      tmp_path):
+                                                      lock_base, tmp_path):
     """The pin journey past the first release, as a user walks it (issue 36): `kit lock` into a folder, a locked
     build, `kit push --out DIR`, the `pin` line it prints run as printed; then `kit upgrade --apply` with a change of
     the image under the pin, and its printed `next:` steps (build, push, the new pin) as printed: compose now runs the
@@ -233,10 +254,10 @@ def test_an_image_change_under_the_pin_reaches_compose(locked_builds, registry, 
     out = tmp_path / "pin-journey"
     repository = "vllm-kit/pinjourney"
     alias = f"vllm-kit/base:pin-journey-{os.getpid()}"
-    docker_client.images.get(BASE_IMAGE).tag(*alias.rsplit(":", 1))
+    docker_client.images.get(lock_base).tag(*alias.rsplit(":", 1))
     locked_flags = f"--wheelhouse {cpu_wheelhouse} --locked --offline"
     try:
-        run(f"kit lock preset=cpu image.repository={repository} image.base={BASE_IMAGE} runtime.port={free_port()} "
+        run(f"kit lock preset=cpu image.repository={repository} image.base={lock_base} runtime.port={free_port()} "
             f"--out {out} --wheelhouse {cpu_wheelhouse} --offline")
         first = json.loads(run(f"kit build --out {out} {locked_flags} --json").stdout)["data"]
         pushed = run(f"kit push --out {out} --registry {registry}")
