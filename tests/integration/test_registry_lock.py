@@ -211,10 +211,10 @@ def test_a_tampered_lock_fails_and_moves_no_release_tag(locked_builds, docker_cl
     assert not [t for image in docker_client.images.list(REPOSITORY) for t in image.tags if "kit-building" in t]
 
 
-def test_unreachable_registry_is_one_line(locked_builds, tmp_path):
+def test_unreachable_registry_is_one_line(locked_builds, lock_base, tmp_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["push", "preset=cpu", *OVERRIDES, "--registry", "127.0.0.1:1",
-                                 "--base-image", BASE_IMAGE, "--out", str(tmp_path)])
+                                 "--base-image", lock_base, "--out", str(tmp_path)])
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if "127.0.0.1:1" in line and "failed" in line]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
