@@ -359,7 +359,7 @@ RUN echo "a later stage the target leaves out" > /extra
 """
 
 
-def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
+def test_build_script_reproduces_the_sdk_build(docker_client, lock_base, tmp_path):
     """`.kit/build.sh` rebuilds exactly what the SDK built: same builder (classic), build args, target, platform,
     Dockerfile and tags. Run after the SDK build, every step comes from the layer cache, so the script must end on
     the very same image ID; a missing build arg, target or -f would build something else."""
@@ -369,7 +369,7 @@ def test_build_script_reproduces_the_sdk_build(docker_client, tmp_path):
     context.mkdir()
     (context / "Dockerfile.tiny").write_text(TINY_DOCKERFILE)
     tags = [f"vllm-kit/buildscript:{os.getpid()}", f"vllm-kit/buildscript:{os.getpid()}-second"]
-    request = BuildRequest(context, tags, base_image=BASE_IMAGE, offline=True, platform="linux/amd64",
+    request = BuildRequest(context, tags, base_image=lock_base, offline=True, platform="linux/amd64",
                            extra_args={"KIT_MARK": "a value with spaces and $dollar"}, dockerfile="Dockerfile.tiny",
                            target="runtime")
     try:
