@@ -83,8 +83,10 @@ def header() -> str:
 
 def gpu_table(folder: Path, title: str, cases: list[tuple[str, str]],
               notes: Callable[[dict[str, Any]], list[str]]) -> list[str]:
-    """One recorded GPU set (``folder``, bench/start_timing.py): a row per case, what each case is, then ``notes``."""
+    """One recorded GPU set (``folder``, bench/start_timing.py): a row per case it holds a log of, what each case is,
+    then ``notes``."""
     results = json.loads((folder / "results.json").read_text())
+    cases = [(name, what) for name, what in cases if (folder / f"{name}.log.xz").is_file()]
     lines = [title, "  seconds from process start; jit: FlashInfer JIT inside the phases", header()]
     for name, _what in cases:
         r = results.get(name, {})
@@ -136,12 +138,6 @@ def fork_notes(results: dict[str, Any]) -> list[str]:
             f"  restart to first token, as rendered (fork): {token:.1f} s (target <= {RESTART_TOKEN_TARGET_S:g})"]
 
 
-def recorded(folder: Path, cases: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The cases this set recorded (a set need not hold every case)."""
-    results = json.loads((folder / "results.json").read_text())
-    return [(name, what) for name, what in cases if results.get(name, {}).get("ready_s")]
-
-
 def cpu_table() -> list[str]:
     path = CPU / "results.json"
     if not path.is_file():
@@ -173,11 +169,11 @@ def main() -> int:
                                "(kit/data/startup/h200-vllm-0.34.0)", GPU34_CASES, gpu034_notes)))
     print()
     print("\n".join(gpu_table(GPU33_FORK, "GPU: one H200, vLLM 0.33.0 (the presets' pin), as rendered: fork, sampler "
-                               "AOT (kit/data/startup/h200-vllm-0.33.0-fork)", recorded(GPU33_FORK, FORK_CASES),
+                               "AOT (kit/data/startup/h200-vllm-0.33.0-fork)", FORK_CASES,
                                fork_notes)))
     print()
     print("\n".join(gpu_table(GPU34_R2, "GPU: another H200, vLLM 0.34.0, as rendered: fork, sampler AOT "
-                               "(kit/data/startup/h200-vllm-0.34.0-r2)", recorded(GPU34_R2, FORK_CASES), fork_notes)))
+                               "(kit/data/startup/h200-vllm-0.34.0-r2)", FORK_CASES, fork_notes)))
     print()
     print("\n".join(cpu_table()))
     return 0
