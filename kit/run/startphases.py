@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from kit.memory.vllmlog import JIT_BUILD
+
 # (phase, what it covers, end marker[, fallback marker]). Order is vLLM's start-up order. A fallback is looked for
 # only where the marker never comes (the CPU worker reports loading its weights, not the model).
 PHASES: list[tuple[str, ...]] = [
@@ -39,7 +41,7 @@ PHASES: list[tuple[str, ...]] = [
     ("api start", "routes, uvicorn",
      r"Application startup complete"),
 ]
-JIT_START = re.compile(r"Building JIT module")
+JIT_START = JIT_BUILD  # one pattern for FlashInfer's JIT line: kit/memory/vllmlog.py reads its module names
 
 
 @dataclass
