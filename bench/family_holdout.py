@@ -40,7 +40,7 @@ FITTED: tuple[tuple[tuple[str, ...], float], ...] = (
     (("memory_accounting", "cuda_graph_estimate", "per_graph_gib"), 0.0),
     (("memory_accounting", "cuda_graph_estimate", "per_full_graph_gib"), 0.0),
     (("memory_accounting", "cuda_graph_estimate", "moe_scale"), 1.0),
-    (("machete_awq_residual_bytes_per_param",), 0.0),
+    (("machete_awq_residual_mib_per_linear",), 0.0),
 )
 METRICS = ("weights_gib", "activation_gib", "cuda_graph_gib", "kv_cache_gib")
 

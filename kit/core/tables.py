@@ -226,7 +226,8 @@ class RuleChange(Table):
     kv_in_flight_batches: int | None = None
     kv_sizing: KVSizing | None = None
     machete_capability: str | None = None
-    machete_awq_residual_bytes_per_param: float | None = None
+    humming_capability: str | None = None
+    machete_awq_residual_mib_per_linear: float | None = None
     load_max_split_mb: int | None = None
     memory_accounting: MemoryAccounting | None = None
     cuda_graph_capture: CudaGraphCapture | None = None
@@ -286,7 +287,7 @@ class Rules(RuleChange):
     cpu_process_overhead_gib: float
     kv_error_wording: str
     kv_sizing: FoldedKVSizing | None = None  # its fields: all of them, from the first release that has it
-    machete_awq_residual_bytes_per_param: float
+    machete_awq_residual_mib_per_linear: float
     memory_accounting: FoldedMemoryAccounting
     cuda_graph_capture: FoldedGraphCapture
 

@@ -13,7 +13,7 @@ from kit.config.modelinfo import ModelSpec
 from kit.memory.inputs import GIB, QUANT_FAMILY, Resolved
 from kit.memory.rules import rules_for
 from kit.memory.terms import Term
-from kit.memory.weights import machete_runs
+from kit.memory.weights import mixed_precision_kernel
 
 
 def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
@@ -34,11 +34,13 @@ def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
                     source="memory_accounting.non_torch_gib_single (one GPU, measured per release)")
     terms = [base]
     marlin = float(rule.non_torch_marlin_gib or 0.0)
+    q = model.quantization
+    group = (q.group_size if q else None) or 0
     if marlin and r.device == "cuda" and QUANT_FAMILY.get(r.quantization or "", r.quantization) in ("awq", "gptq") \
-            and not machete_runs(r):
-        terms.append(Term(figure="non_torch", name="Marlin kernels (fitted)", bytes=marlin * GIB, fitted=True,
-                          source="memory_accounting.non_torch_marlin_gib: AWQ/GPTQ on Marlin (compute capability 8.x; "
-                                 "Machete only runs on 9.0) leaves this much more after the profile run"))
+            and mixed_precision_kernel(r, group) != "machete":
+        terms.append(Term(figure="non_torch", name="Marlin/Humming kernels (fitted)", bytes=marlin * GIB, fitted=True,
+                          source="memory_accounting.non_torch_marlin_gib: AWQ/GPTQ where Machete does not run leaves "
+                                 "this much more after the profile run (measured on Humming, fitted; approximate)"))
     per_entry = rule.sampler_state_bytes_per_vocab_entry
     if per_entry and r.runner != "pooling" and r.device == "cuda":
         terms.append(Term(

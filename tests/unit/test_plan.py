@@ -192,17 +192,69 @@ def test_weights_include_the_allocator_tails_of_each_layer():
 def test_machete_keeps_awq_zero_points_in_the_activation_dtype():
     """On compute capability 9.0 AWQ runs through Machete, which stores each group's zero point as fp16 (2 B)
     instead of a packed 4-bit value (0.5 B): 1.5 B more per group and output column, plus the fitted residual per
-    weight (kit/data/vllm.yaml machete_awq_residual_bytes_per_param)."""
+    quantised linear layer (kit/data/vllm.yaml machete_awq_residual_mib_per_linear) and whatever the allocator
+    replay finds different."""
     spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
     hopper = plan(inputs(spec, gpu="h200", vllm_version="0.26.0", max_model_len=8192))
     ada = plan(inputs(spec, gpu="l40s", vllm_version="0.26.0", max_model_len=8192))
     dense = load_model_spec("Qwen/Qwen3-8B")
     linear = weights.stage_counts(dense, 1, range(dense.num_layers), True, True, 1).linear
     group = spec.quantization.group_size
-    residual = rules.rules_for("0.26.0").machete_awq_residual_bytes_per_param
+    residual = rules.rules_for("0.26.0").machete_awq_residual_mib_per_linear
     assert residual > 0
-    assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(
-        linear * (1.5 / group + residual), rel=1e-6)
+    expected = linear * 1.5 / group + 4 * dense.num_layers * residual * (1 << 20)
+    assert (hopper.weights_gib - ada.weights_gib) * plan_inputs.GIB == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize(("gpu", "version", "kernel"), [
+    ("h200", "0.33.0", "machete"), ("h100", "0.26.0", "machete"), ("rtx4090", "0.33.0", "marlin"),
+    ("a100-80gb", "0.33.0", "marlin"), ("l40s", "0.26.0", "marlin")])
+def test_the_mixed_precision_kernel_follows_vllms_order(gpu, version, kernel):
+    """vLLM 0.33.0 kernels/linear/__init__.py: Machete on 9.0, Marlin on 7.5-8.x (Humming only outranks Marlin on
+    9.0, where Machete is there first unless disabled)."""
+    r, _, _ = resolve(inputs(load_model_spec("Qwen/Qwen3-8B-AWQ"), gpu=gpu, vllm_version=version, max_model_len=8192))
+    assert weights.mixed_precision_kernel(r, 128) == kernel
+
+
+def test_humming_is_preferred_on_9_0_where_machete_cannot_take_the_group_size():
+    r, _, _ = resolve(inputs(load_model_spec("Qwen/Qwen3-8B-AWQ"), gpu="h200", vllm_version="0.33.0",
+                          max_model_len=8192))
+    assert weights.mixed_precision_kernel(r, 32) == "humming"
+    r26, _, _ = resolve(inputs(load_model_spec("Qwen/Qwen3-8B-AWQ"), gpu="h200", vllm_version="0.26.0",
+                         max_model_len=8192))
+    assert weights.mixed_precision_kernel(r26, 32) == "marlin"  # humming_capability from 0.33.0 only
+
+
+def test_gptq_zero_points_stay_on_machete_and_go_on_marlin():
+    """auto_gptq.py registers and loads qzeros for a symmetric checkpoint; Machete never touches them, Marlin
+    replaces them with an empty tensor (marlin_make_empty)."""
+    r9, _, _ = resolve(inputs(load_model_spec("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"), gpu="h200", vllm_version="0.33.0",
+                        max_model_len=8192))
+    r8, _, _ = resolve(inputs(load_model_spec("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"), gpu="rtx4090", vllm_version="0.33.0",
+                        max_model_len=8192))
+    assert weights.mixed_precision_kept_bytes(r9, "gptq", 4, 128, 2) == pytest.approx(0.5 + 2.5 / 128)
+    assert weights.mixed_precision_kept_bytes(r8, "gptq", 4, 128, 2) == pytest.approx(0.5 + 2 / 128)
+    assert weights.mixed_precision_kept_bytes(r8, "awq", 4, 128, 2) == pytest.approx(0.5 + 2.5 / 128)
+    assert weights.mixed_precision_kept_bytes(r9, "awq", 4, 128, 2) == pytest.approx(0.5 + 4 / 128)
+
+
+def test_the_large_pool_hands_a_fragment_of_1_mib_or_less_whole():
+    """CUDACachingAllocator should_split: a request under max_split_size splits its block only when more than 1 MiB
+    would remain; one of max_split_size or more keeps its 2 MiB-rounded segment whole."""
+    mib = 1 << 20
+    pool = weights._LargePool(20 * mib)
+    assert pool.alloc(6 * mib) == 6 * mib  # from a new 20 MiB segment, 14 MiB left free
+    assert pool.alloc(13.5 * mib) == 14 * mib  # 0.5 MiB would remain: the whole fragment is taken
+    assert pool.alloc(25 * mib) == 26 * mib  # its own segment, never split at max_split_size and above
+    assert pool.counted - pool.requested == pytest.approx(1.5 * mib)
+
+
+def test_tile_padding_is_zero_for_catalog_shapes_and_counts_odd_ones():
+    spec = load_model_spec("Qwen/Qwen2.5-14B-Instruct-GPTQ-Int4")
+    r, _, _ = resolve(inputs(spec, gpu="rtx4090", vllm_version="0.33.0", max_model_len=8192))
+    assert weights.tile_padding_bytes(r, spec, 1, range(spec.num_layers)) == 0
+    odd = spec.model_copy(update={"intermediate_size": spec.intermediate_size + 32})
+    assert weights.tile_padding_bytes(r, odd, 1, range(spec.num_layers)) > 0
 
 
 def test_exact_weights_bytes_from_local_safetensors(tmp_path):

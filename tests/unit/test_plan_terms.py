@@ -347,15 +347,16 @@ def test_033_cold_compile_peak_is_at_least_the_floor_and_grows_with_the_forward_
     assert peak(2048, "Qwen/Qwen2.5-14B-Instruct") == pytest.approx(1.49, abs=0.03)
 
 def test_033_marlin_leaves_more_non_torch_memory_than_machete():
-    """AWQ/GPTQ on Marlin (a compute capability 8.x card) logged 0.03-0.06 GiB more non-torch memory than the plan
-    without it (h200-vllm-0.33.0-families, Machete disabled); Machete (9.0) and unquantised models take no such term."""
+    """AWQ/GPTQ where Machete does not run logged 0.03-0.06 GiB more non-torch memory than the plan without it
+    (h200-vllm-0.33.0-families, Machete disabled: the H200 ran Humming); Marlin on 8.x takes the same term, Machete
+    (9.0) and unquantised models none."""
     def non_torch(model: str, gpu: str, **kw) -> list[str]:
         _, stages, _ = _compute(gpu_inputs(model, gpu_name=gpu, vllm_version="0.33.0", max_model_len=4096, **kw))
         return [t.name for t in stages[0].terms if t.figure == "non_torch"]
-    assert "Marlin kernels (fitted)" in non_torch("Qwen/Qwen3-8B-AWQ", "rtx4090")
-    assert "Marlin kernels (fitted)" in non_torch("Qwen/Qwen2.5-14B-Instruct-GPTQ-Int4", "rtx4090")
-    assert "Marlin kernels (fitted)" not in non_torch("Qwen/Qwen3-8B-AWQ", "h200")
-    assert "Marlin kernels (fitted)" not in non_torch("Qwen/Qwen3-8B", "rtx4090")
+    assert "Marlin/Humming kernels (fitted)" in non_torch("Qwen/Qwen3-8B-AWQ", "rtx4090")
+    assert "Marlin/Humming kernels (fitted)" in non_torch("Qwen/Qwen2.5-14B-Instruct-GPTQ-Int4", "rtx4090")
+    assert "Marlin/Humming kernels (fitted)" not in non_torch("Qwen/Qwen3-8B-AWQ", "h200")
+    assert "Marlin/Humming kernels (fitted)" not in non_torch("Qwen/Qwen3-8B", "rtx4090")
 
 
 def test_033_dense_graph_pools_grow_with_the_layers_and_moe_keeps_its_scale():
