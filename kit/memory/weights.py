@@ -436,21 +436,28 @@ def weight_terms(r: Resolved, model: ModelSpec, layers: range, first: bool, last
         # ParallelLMHead becomes a missing layer), so an untied head's weights are not loaded.
         params -= padded_vocab(model.vocab_size) / tp * model.hidden_size * dtype_bytes
     exact = " (scaled to the checkpoint's exact bytes)" if scale != 1.0 else ""
-    return [
+    terms = [
         Term(figure="weights", name="parameters", bytes=params,
-             source=f"config.json shapes: parameter counts per rank x the quantisation's packing{exact} (stage_counts)"),
+             source=f"config.json shapes: parameter counts per rank x the quantisation's packing as the kernel keeps "
+                    f"it{exact} (stage_counts, mixed_precision_kept_bytes)"),
         Term(figure="weights", name="RoPE cos/sin cache", bytes=rope_cache_bytes(model, dtype_bytes),
              source="vllm/model_executor/layers/rotary_embedding: [max_position, rotary_dim] in the model dtype"),
-        Term(figure="weights", name="Marlin/Humming tile padding",
-             bytes=tile_padding_bytes(r, model, tp, layers) * scale,
-             source="marlin_utils.py marlin_padded_nk; humming linear.py pad_n_to_multiple=256, "
-                    "pad_k_to_multiple=128 (tile_padding_bytes; 0 where the shapes are multiples of the tiles)"),
-        Term(figure="weights", name="Machete AWQ residual (fitted)", bytes=machete_awq_residual_bytes(r, model, layers),
-             fitted=True,
-             source="kit/data/vllm.yaml machete_awq_residual_mib_per_linear: what Machete's AWQ loading leaves "
-                    "counted beyond its tensors and the allocator replay, per quantised linear layer"),
-        Term(figure="weights", name="allocator segment tails",
-             bytes=allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp),
-             source="c10/cuda/CUDACachingAllocator.cpp round_size, should_split: the tails PyTorch's allocator leaves "
-                    "with the large weight tensors (allocator_block_bytes)"),
     ]
+    padding = tile_padding_bytes(r, model, tp, layers) * scale
+    if padding:
+        terms.append(Term(figure="weights", name="Marlin/Humming tile padding", bytes=padding,
+                          source="marlin_utils.py marlin_padded_nk; humming linear.py pad_n_to_multiple=256, "
+                                 "pad_k_to_multiple=128 (tile_padding_bytes)"))
+    residual = machete_awq_residual_bytes(r, model, layers)
+    if residual:
+        terms.append(Term(figure="weights", name="Machete AWQ residual (fitted)", bytes=residual, fitted=True,
+                          source="kit/data/vllm.yaml machete_awq_residual_mib_per_linear: what Machete's AWQ loading "
+                                 "leaves counted beyond its tensors and the allocator replay, per quantised linear "
+                                 "layer (approximate)"))
+    terms.append(Term(
+        figure="weights", name="allocator segment tails",
+        bytes=allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp),
+        source="c10/cuda/CUDACachingAllocator.cpp get_free_block, should_split: segment tails and 20 MiB segments' "
+               "last fragments the allocator hands out whole, replayed over vLLM's allocation order "
+               "(allocator_slack_bytes)"))
+    return terms
