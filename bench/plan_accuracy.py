@@ -12,6 +12,7 @@ Run: python bench/plan_accuracy.py (make bench-plan)
 
 from __future__ import annotations
 
+import json
 import lzma
 import statistics
 import sys
@@ -202,6 +203,7 @@ def gpu_report() -> bool:
     ok &= verdict_report(cases)
     ok &= family_report(cases)
     allowance_report(cases)
+    preregistered_report()
     cold = vllm_seconds("h200-qwen3-8b-bf16-graphs-cold")
     warm = vllm_seconds("h200-qwen3-8b-bf16-graphs-warm")
     if cold and warm:
@@ -297,6 +299,49 @@ def allowance_report(cases: list[dict], version: str = "0.34.0") -> None:
     print(f"{version} allowance, family held out: KV GiB error {min(errors)[0]:+.2f}% to {max(errors)[0]:+.2f}% "
           f"(n={len(errors)}); over vLLM: "
           f"{', '.join(over) or 'none'}")
+    values = [error for error, _ in errors]
+    median, worst, most_over = statistics.median(abs(v) for v in values), max(abs(v) for v in values), max(values)
+    met = median <= 1.0 and worst <= 3.0 and most_over <= 1.0
+    print(f"{version} allowance, family held out: median |error| {median:.2f}%, max {worst:.2f}%, most over vLLM "
+          f"{most_over:+.2f}%; target (median <= 1 %, every case <= 3 %, never > +1 %): {'met' if met else 'MISSED'}")
+
+
+def preregistered_report(version: str = "0.34.0") -> None:
+    """Each start-up of ``version`` planned before it ran (a ``preregistered-plans*.json`` beside its log, written by
+    bench/preregister.py and committed before the GPU run): the KV tokens and verdict planned then against vLLM's
+    log. The plans are as registered, not replanned with today's rules."""
+    cases = {case["log"]: case for case in yaml.safe_load(CALIBRATION.read_text())["gpu_cases"]
+             if case_version(case) == version}
+    folders = sorted({Path(log).parent for log in cases})
+    rows = []
+    for folder in folders:
+        for path in sorted((LOG_DIR / folder).glob("preregistered-plans*.json")):
+            for name, planned in json.loads(path.read_text())["plans"].items():
+                case = cases.get(str(folder / f"{name}.log.xz"))
+                if case is None:
+                    continue  # planned, never run
+                rows.append((path.name, folder.name, case, planned))
+    if not rows:
+        return
+    print(f"\nvLLM {version}: plans registered before the engines ran, against vLLM (KV tokens; verdict)")
+    header = f"{'registered in':<48}{'case':<40}{'planned':>11}{'vLLM':>11}{'error':>9}  verdict"
+    print(header)
+    print("-" * len(header))
+    for file, folder, case, planned in rows:
+        label = f"{folder}/{file}"
+        if case.get("start_failed"):
+            print(f"{label:<48}{case['id']:<40}{planned['kv_cache_tokens']:>11,}{'-':>11}{'':>9}  did not start "
+                  "(not a memory verdict)")
+            continue
+        log = read_log(case)
+        started = not case.get("expect_error")
+        verdict = "right" if bool(planned["fits"]) == started else "WRONG"
+        if log.kv_cache_tokens:
+            error = f"{pct(planned['kv_cache_tokens'], log.kv_cache_tokens):+8.2f}%"
+            actual = f"{log.kv_cache_tokens:,}"
+        else:
+            error, actual = "", "refused"
+        print(f"{label:<48}{case['id']:<40}{planned['kv_cache_tokens']:>11,}{actual:>11}{error:>9}  {verdict}")
 
 
 def verdict_report(cases: list[dict]) -> bool:

@@ -262,7 +262,7 @@ def test_034_runs_on_the_h200_read_as_vllm_sized_them() -> None:
     """The seventeen 0.34.0 start-ups (kit/data/calibration/h200-vllm-0.34.0): with the extensible cache the KV cache
     is what fitted after warm-up; Gemma-2's refusals are read with the room they had (2.38 and 2.58 GiB for 2.64 GiB
     needed); vLLM keeps the larger of the allocated peak and torch's reservation growth."""
-    logs = {c["id"]: vllmlog.parse(text_of(c)) for c in CASES_034}
+    logs = {c["id"]: vllmlog.parse(text_of(c)) for c in CASES_034 if c["log"].startswith("h200-vllm-0.34.0/")}
     assert len(logs) == 17
     gemma64 = logs["h200-034-gemma2-9b-24g-64seqs"]
     assert not gemma64.ready and gemma64.kv_fit_after_warmup_gib == 2.58 and "2.64 GiB KV cache is needed" in gemma64.fatal
@@ -312,11 +312,43 @@ def test_034_round_three_mla_was_planned_before_it_ran_held_and_compiled_nothing
 
 
 def test_034_plans_are_never_above_what_vllm_found_room_for() -> None:
-    """With the measured baseline and post-warm-up allowance, every 0.34.0 plan is on the safe side of vLLM's KV
-    cache and every verdict is right (the allowance is in-sample: bench/plan_accuracy.py holds it out by family)."""
+    """With the measured baseline and post-warm-up allowance, every 0.34.0 plan is within issue 33's "never more than
+    1 % above vLLM" and every verdict is right (the allowance is in-sample: bench/plan_accuracy.py holds it out by
+    family). One run is above vLLM's cache at all: Qwen2.5-7B at an 80 GiB card's batch defaults, whose sizing step
+    left 0.63 GiB resident (two prompt-logprobs chunks' worth, one charged), 0.05 GiB above on 55 GiB (+0.09 %)."""
+    above = []
     for entry in CASES_034:
+        if entry.get("start_failed"):
+            continue  # no memory verdict (h200-034f-qwen2.5-32b-awq-4090-marlin: Humming's NVRTC compile failed)
         log = vllmlog.parse(text_of(entry))
         result = planner.plan(_inputs_033(entry, log))
         assert result.fits == (not entry.get("expect_error")), entry["id"]
         room = log.kv_fit_after_warmup_gib if log.kv_fit_after_warmup_gib is not None else log.kv_cache_gib
-        assert result.kv_cache_gib <= room + 0.01, entry["id"]
+        assert result.kv_cache_gib <= room * 1.01 + 0.01, entry["id"]
+        if result.kv_cache_gib > room + 0.01:
+            above.append(entry["id"])
+    assert above == ["h200-034f-qwen2.5-7b-80g"]
+
+
+def test_034_held_out_families_were_planned_before_they_ran_and_every_verdict_held() -> None:
+    """Round four (h200-vllm-0.34.0-families/preregistered-plans.json, committed in 61def94 before the engines ran):
+    Mistral and Qwen2.5, model types no 0.34 figure had seen, and new models of 0.34 families. Every engine that
+    started served, as planned; the registered KV figures are -8.2 % to +0.1 % of vLLM's (below the issue's 3 %
+    target in the median: the flat post-warm-up allowance, docs/gpu-planning.md). Qwen2.5-32B-AWQ did not start for a
+    reason outside memory (Humming's NVRTC compile)."""
+    folder = DATA / "calibration" / "h200-vllm-0.34.0-families"
+    plans = json.loads((folder / "preregistered-plans.json").read_text())["plans"]
+    by_log = {Path(c["log"]).name.removesuffix(".log.xz"): c for c in CASES_034
+              if c["log"].startswith("h200-vllm-0.34.0-families/")}
+    assert set(by_log) == set(plans)
+    errors = {}
+    for name, plan in plans.items():
+        entry = by_log[name]
+        log = vllmlog.parse(text_of(entry))
+        if entry.get("start_failed"):
+            assert name == "q32awq-4090" and "NVRTCCompiler failed" in (log.fatal or "")
+            continue
+        assert plan["fits"] and log.ready, name
+        errors[name] = (plan["kv_cache_tokens"] - log.kv_cache_tokens) / log.kv_cache_tokens * 100
+    assert len(errors) == 9
+    assert min(errors.values()) > -8.3 and max(errors.values()) < 0.1
