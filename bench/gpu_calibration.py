@@ -283,8 +283,21 @@ CASES_034_FAMILIES: dict[str, dict] = {
     "mistral7b-80g": dict(model="mistralai/Mistral-7B-Instruct-v0.3",
                           flags=dict(dtype="bfloat16", max_model_len=32768, **_card(C80))),
 }
+# Issue 33, a diagnostic, not accuracy cases: four 0.34.0 starts already measured, again with torch's expandable
+# segments (PYTORCH_CUDA_ALLOC_CONF, which vllm/config/vllm.py allows without a KV connector). If what the planner
+# misses at 0.34 is the caching allocator's placement of the sizing step's tensors (torch's reservation growing past
+# the allocated peak, a prompt-logprobs chunk's segment kept past empty_cache), these runs should keep about the
+# allocated peak and leave next to nothing resident.
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+CASES_034_ALLOC: dict[str, dict] = {
+    f"{name}-expandable": {**case, "env": {**case.get("env", {}), **EXPANDABLE}}
+    for name, case in (("llama32-3b-12g", CASES_034_FAMILIES["llama32-3b-12g"]),
+                       ("q7-80g", CASES_034_FAMILIES["q7-80g"]),
+                       ("gemma2-9b-24g", CASES_034["gemma2-9b-24g"]),
+                       ("llama8b-24g-64seqs", CASES_034["llama8b-24g-64seqs"]))
+}
 MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033, "0.33.0-families": CASES_033_FAMILIES, "0.34.0": CASES_034,
-            "0.34.0-families": CASES_034_FAMILIES}
+            "0.34.0-families": CASES_034_FAMILIES, "0.34.0-alloc": CASES_034_ALLOC}
 
 
 def sh(argv: list[str], timeout: float = 120) -> str:
