@@ -99,6 +99,9 @@ class ImageStrategy(ABC):
     name: ClassVar[StrategyName]
     # The Dockerfile template under images/: the kit's venv on a base, or the official image plus what it lacks.
     dockerfile_template: ClassVar[str] = "venv.Dockerfile.j2"
+    # Which of the Engine's builders builds it (kit/image/build.py): "classic", which gives two clean builds of one
+    # lock the same layers (the reproducible edge builds), or "buildkit", for mounts and stages that run at once.
+    builder: ClassVar[str] = "classic"
     # The kit builds its own venv (the server runs the venv's executables by path, as the kit's user).
     owns_venv: ClassVar[bool] = True
     # The base is vLLM's own image (vllm/vllm-openai and its CUDA variants, chosen by image.cuda).
@@ -229,6 +232,10 @@ class SlimStrategy(ImageStrategy):
 
     name = StrategyName.SLIM
     honours_leave_out = True
+    # A 2.5 GB CUDA venv: BuildKit installs it in place from bind-mounted wheels (no copy of the wheels or of the venv
+    # into a layer) and compiles FlashInfer's modules beside the byte-code (images/slim.Dockerfile.j2).
+    dockerfile_template = "slim.Dockerfile.j2"
+    builder = "buildkit"
 
     def base(self, preset: Preset) -> BaseChoice:
         cuda = self.build_cuda(preset)

@@ -188,6 +188,7 @@ class ImageSpec:
     image_repository: str = field(compare=False)
     labels: dict[str, str] = field(default_factory=dict, compare=False)
     notes: list[str] = field(default_factory=list, compare=False)
+    builder: str = field(default="classic", compare=False)  # the strategy's: "classic" or "buildkit"
 
     def differences(self, other: ImageSpec) -> list[str]:
         """The compared fields whose values differ, in declaration order."""
@@ -645,6 +646,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         image_repository=repository,
         labels=labels,
         notes=notes,
+        builder=strategy.builder,
     )
     serve = ServeSpec(
         entrypoint=entrypoint,

@@ -5,6 +5,7 @@ kept next to the output so a failure can be re-run by hand.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kit.core.docker_engine import docker_client
+from kit.image.buildkit import Trace, Vertex, context_stream
 from kit.core.safepaths import WORK_DIR, open_nofollow, refuse_link
 from kit.core.errors import BuildError, KitError
 from kit.core.secretrules import redact
@@ -26,6 +28,7 @@ KIT_DIR = WORK_DIR  # the deployment folder's work folder (kit/core/safepaths.py
 
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
 OPTIONAL_CONTEXT_FILES = BUILD_FILES  # rendered for images that prune or lay out a CUDA_HOME
+STEPS_FILE = "steps.txt"  # the build's step table, beside build.log and build.sh
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
 PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")
@@ -70,6 +73,7 @@ class BuildRequest:
     dockerfile: str = "Dockerfile"  # relative to the context, as the Engine API takes it
     target: str | None = None  # a stage of a multi-stage Dockerfile (None: the last)
     pull: bool = False  # pull a newer base first (off: the base is pinned or local)
+    builder: str = "classic"  # or "buildkit": the Engine's BuildKit (kit/image/buildkit.py), for the slim image
 
     def buildargs(self) -> dict[str, str]:
         args = dict(self.extra_args)
@@ -89,9 +93,12 @@ class BuildRequest:
         """The `docker build` argv that does what ``build_image``'s SDK call does, for re-running by hand.
 
         The SDK posts to the Engine's /build endpoint, which is the classic builder; the CLI picks BuildKit by
-        default, so the script sets DOCKER_BUILDKIT=0 (see ``script()``). rm/forcerm and pull are stated,
-        not left to the CLI's defaults."""
-        argv = ["docker", "build", "--rm", "--force-rm", f"--pull={'true' if self.pull else 'false'}"]
+        default, so the script sets DOCKER_BUILDKIT=0 (see ``script()``), or 1 for an image BuildKit builds.
+        rm/forcerm (the classic builder's) and pull are stated, not left to the CLI's defaults."""
+        argv = ["docker", "build"]
+        if self.builder == "classic":
+            argv += ["--rm", "--force-rm"]
+        argv.append(f"--pull={'true' if self.pull else 'false'}")
         if self.no_cache:
             argv.append("--no-cache")
         if self.platform:
@@ -105,14 +112,24 @@ class BuildRequest:
         argv += ["-f", str(self.context_dir / self.dockerfile), str(self.context_dir)]
         return argv
 
+    @property
+    def env(self) -> str:
+        """The variable that makes the CLI use the same builder."""
+        return "DOCKER_BUILDKIT=1" if self.builder == "buildkit" else "DOCKER_BUILDKIT=0"
+
     def script(self) -> str:
-        """build.sh: the same builder (classic), the same arguments, quoted for the shell."""
+        """build.sh: the same builder, the same arguments, quoted for the shell."""
+        if self.builder == "buildkit":
+            which = ("# the Engine's BuildKit, as `kit build` asked for it (DOCKER_BUILDKIT=1; the CLI needs its buildx\n"
+                     "# plugin for that, which Docker's own packages ship)")
+        else:
+            which = "# the classic builder the Docker SDK drives (DOCKER_BUILDKIT=0)"
         return ("#!/bin/sh\n"
-                "# The build `kit build` ran, for re-running by hand: the classic builder the Docker SDK drives\n"
-                "# (DOCKER_BUILDKIT=0), with the same build args, platform, tags, cache and pull flags, target,\n"
-                "# Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
+                "# The build `kit build` ran, for re-running by hand:\n"
+                f"{which}, with the same build args, platform, tags, cache and pull flags,\n"
+                "# target, Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
                 "set -eu\n"
-                f"DOCKER_BUILDKIT=0 {redact(shlex.join(self.command()))}\n")
+                f"{self.env} {redact(shlex.join(self.command()))}\n")
 
 
 def prepare_build_context(rendered_dir: Path, context_dir: Path, wheelhouse: Path | None = None,
@@ -276,13 +293,17 @@ def _failing_step(lines: list[str]) -> str:
 def build_image(request: BuildRequest, log_dir: Path,
                 progress: Callable[[str], None] | None = None) -> BuildResult:
     """Build with the Docker SDK, streaming the log to ``log_dir/build.log`` and steps to ``progress``."""
-    client = docker_client()
     log_dir.mkdir(parents=True, exist_ok=True)  # callers pass a safepaths.work_folder, made without following links
     log_path = log_dir / "build.log"
     script_path = log_dir / "build.sh"
     with open_nofollow(script_path) as script:
         script.write(request.script())
         os.fchmod(script.fileno(), 0o755)
+    if request.builder == "buildkit":
+        return _build_buildkit(request, log_path, script_path, progress)
+    if request.builder != "classic":
+        raise KitError(f"builder {request.builder!r}: the kit drives \"classic\" or \"buildkit\"")
+    client = docker_client()
     lines: list[str] = []
     image_id = None
     cached = total = 0
@@ -339,7 +360,15 @@ def build_image(request: BuildRequest, log_dir: Path,
     steps = tuple([BuildStep(0, "(send the build context)", (timeline[0][2] if timeline else ended) - started, False)]
                   + [BuildStep(number, instruction, end - start, was_cached)
                      for (number, instruction, start, was_cached), end in zip(timeline, ends, strict=True)])
-    image = client.images.get(image_id)
+    return _result(request, image_id, started, log_path, script_path, cached, total, steps)
+
+
+def _result(request: BuildRequest, image_id: str, started: float, log_path: Path, script_path: Path, cached: int,
+            total: int, steps: tuple[BuildStep, ...]) -> BuildResult:
+    """The built image with the request's other tags added; its steps and seconds go beside the log (steps.txt)."""
+    with open_nofollow(log_path.parent / STEPS_FILE) as handle:
+        handle.write(step_table(steps) + "\n")
+    image = docker_client().images.get(image_id)
     for tag in request.tags[1:]:
         repo, _, tag_name = tag.rpartition(":")
         image.tag(repo, tag_name)
@@ -356,6 +385,77 @@ def build_image(request: BuildRequest, log_dir: Path,
         total_steps=total,
         steps=steps,
     )
+
+
+# BuildKit's own steps that are not the Dockerfile's, as the step table names them.
+SEND_STEP = "[internal] load remote build context"
+BUILDKIT_STEPS = {SEND_STEP: "(send the build context)",
+                  "copy /context /": "(unpack the build context)",
+                  "exporting to image": "(export the image)"}
+
+
+def _build_buildkit(request: BuildRequest, log_path: Path, script_path: Path,
+                    progress: Callable[[str], None] | None) -> BuildResult:
+    """The Engine's BuildKit (``version=2``, kit/image/buildkit.py): the context streamed as the request's body, the
+    trace read for the steps, their output and their cache hits."""
+    client = docker_client()
+    params: dict[str, object] = {"version": "2", "t": request.tags[0], "dockerfile": request.dockerfile,
+                                 "buildargs": json.dumps(request.buildargs()), "nocache": request.no_cache,
+                                 "pull": request.pull}
+    if request.platform:
+        params["platform"] = request.platform
+    if request.target:
+        params["target"] = request.target
+    trace = Trace()
+    image_id = None
+    error = None
+    started, wall_started = time.monotonic(), time.time()
+    numbers: dict[str, int] = {}
+    with open_nofollow(log_path) as log:
+        log.write(redact(f"$ {request.env} " + shlex.join(request.command())) + "\n")
+        response = client.api._post(client.api._url("/build"), params=params, data=context_stream(request.context_dir),
+                                    headers={"Content-Type": "application/x-tar"}, stream=True, timeout=None)
+        client.api._raise_for_status(response)
+        for raw in response.iter_lines():
+            if not raw:
+                continue
+            chunk = json.loads(raw)
+            if chunk.get("id") == "moby.buildkit.trace":
+                fresh, output = trace.read(chunk["aux"])
+                for vertex in fresh:
+                    numbers[vertex.digest] = len(numbers) + 1
+                    log.write(redact(f"#{numbers[vertex.digest]} {vertex.name}") + "\n")
+                    if progress and (vertex.name in BUILDKIT_STEPS or vertex.name.startswith("[")):
+                        progress(f"step: {BUILDKIT_STEPS.get(vertex.name, vertex.name)[:100]}")
+                for vertex, line in output:
+                    log.write(redact(f"#{numbers.get(vertex.digest, 0)} {line}") + "\n")
+                    if progress and line.strip().startswith(PIP_PROGRESS):
+                        progress(f"    pip: {redact(line.strip())[:100]}")
+            elif chunk.get("id") == "moby.image.id":
+                image_id = chunk["aux"]["ID"]
+            elif "error" in chunk:
+                error = chunk["error"]
+                log.write(redact("ERROR: " + error) + "\n")
+    if error is not None:
+        failed = trace.failed()
+        where = f"step {failed.name[:200]}" if failed else "before the first step"
+        raise BuildError(f"build failed at {where}: {redact(error.strip().splitlines()[-1])[:300]}",
+                         hint=f"full log: {log_path}; re-run by hand: {script_path}")
+    if image_id is None:
+        raise BuildError("build produced no image", hint=f"full log: {log_path}")
+    dockerfile_steps = trace.steps()
+    named = [v for v in trace.vertexes.values() if v.name in BUILDKIT_STEPS]
+    ordered = sorted([*named, *dockerfile_steps], key=lambda v: (v.started is None, v.started or 0.0))
+
+    def seconds(v: Vertex) -> float:
+        # BuildKit starts the context's step when the Engine has the whole body: its time is the send, from the request
+        end = v.completed or v.started or 0.0
+        return max(0.0, end - (wall_started if v.name == SEND_STEP else v.started or end))
+
+    steps = tuple(BuildStep(number, BUILDKIT_STEPS.get(v.name, v.name), seconds(v), v.cached)
+                  for number, v in enumerate(ordered))
+    cached = sum(1 for v in dockerfile_steps if v.cached)
+    return _result(request, image_id, started, log_path, script_path, cached, len(dockerfile_steps), steps)
 
 
 def step_table(steps: tuple[BuildStep, ...] | list[BuildStep], width: int = 90) -> str:

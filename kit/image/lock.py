@@ -414,7 +414,7 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}
     request = BuildRequest(context_dir=context, tags=[building], base_image=pinned, no_cache=no_cache,
                            offline=bool(wheels), platform=d.image.platform if d.image.platform != "linux/amd64" else None,
-                           extra_args=extra)
+                           extra_args=extra, builder=d.image.builder)
     result = build_image(request, work_folder(out_dir), progress=say)
     try:
         found = installed_in(building, d.serve.python)

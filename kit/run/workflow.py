@@ -75,7 +75,8 @@ def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
     context = prepare_build_context(out_dir, work_folder(out_dir) / "build-context", wheelhouse, d.image.requirements)
     tags = [prepared.image_ref, f"{d.image.image_repository}:{d.image.vllm_version}", *(extra_tags or [])]
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
-                           platform=d.image.platform if d.image.platform != "linux/amd64" else None)
+                           platform=d.image.platform if d.image.platform != "linux/amd64" else None,
+                           builder=d.image.builder)
     return build_image(request, work_folder(out_dir), progress=progress)
 
 

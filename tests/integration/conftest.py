@@ -135,6 +135,27 @@ def remove_untagged(client, image_ids: set[str]) -> None:
             pass
 
 
+def build_cache_ids(client) -> set[str]:
+    """The IDs of the records in the Engine's BuildKit cache (`docker system df -v`'s Build Cache)."""
+    return {record["ID"] for record in client.df().get("BuildCache") or []}
+
+
+def remove_build_cache(client, before: set[str]) -> None:
+    """Remove the BuildKit cache records made since ``before`` was read (a slim build leaves its context, its inputs
+    stage and its venv there: over 15 GB), one record at a time, children before parents (a record another one
+    stands on is refused until that one is gone: a few passes); records other builds made before stay. Never a prune
+    of the whole cache: the engine is shared with other work."""
+    for _ in range(8):
+        left = sorted(build_cache_ids(client) - before)
+        for record_id in left:
+            try:
+                client.api.prune_builds(filters={"id": [record_id]}, all=True)
+            except Exception:  # noqa: BLE001 - gone with its parent already, or in use by a build that is running
+                pass
+        if not left or build_cache_ids(client) - before == set(left):
+            return
+
+
 @pytest.fixture(scope="session")
 def cpu_wheelhouse(docker_client) -> Path:
     """The CPU image's wheels, resolved and downloaded on the host once; reused across runs (host cache)."""

@@ -12,10 +12,9 @@ import subprocess
 import pytest
 
 from kit.deploy.pipeline import prepare
-from kit.image.build import step_table
 from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 from kit.run.workflow import build, render_into
-from tests.integration.conftest import BASE_IMAGE, CACHE, remove_untagged, session_progress, step_images
+from tests.integration.conftest import BASE_IMAGE, CACHE, build_cache_ids, remove_build_cache, session_progress
 
 pytestmark = pytest.mark.slow
 
@@ -29,15 +28,14 @@ def slim_image(docker_client, tmp_path_factory):
                      progress=session_progress)
     out = tmp_path_factory.mktemp("rtx4090-render")
     render_into(prepared, out)
+    cache_before = build_cache_ids(docker_client)
     result = build(prepared, out, wheelhouse=wheelhouse, progress=session_progress)
-    # The build's steps and seconds, kept beside its log in the test's temp folder (issue 37's step table).
-    (out / ".kit" / "steps.txt").write_text(step_table(result.steps) + "\n")
     yield prepared, docker_client.images.get(result.image_id)
     # ~20 GB of image and builder stage: give the disk back (the wheelhouse stays in the host cache). Only this
     # build's own images, never a prune: the engine is shared.
     for tag in result.tags:
         docker_client.images.remove(tag, force=True)
-    remove_untagged(docker_client, step_images(result.log_path.read_text()))
+    remove_build_cache(docker_client, cache_before)
 
 
 def test_pinned_versions_and_cuda(slim_image, docker_client):

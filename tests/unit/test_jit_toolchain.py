@@ -33,11 +33,11 @@ def test_slim_release_pins_the_compiler_to_torchs_toolkit_and_sets_cuda_home():
     assert files[dep.JIT_LAYOUT_FILE] == LAYOUT.read_text()
     assert f"!{dep.JIT_LAYOUT_FILE}" in files[".dockerignore"].splitlines()
     dockerfile = files["Dockerfile"]
-    assert f"COPY {dep.JIT_LAYOUT_FILE} /tmp/kit-jit/" in dockerfile
-    assert f'sh /tmp/kit-jit/cuda_jit_layout.sh "$site/nvidia/{d.image.cuda_jit}"' in dockerfile
+    assert f"COPY {dep.JIT_LAYOUT_FILE} /jit/" in dockerfile  # the inputs stage, bind-mounted at /mnt
+    assert f'sh /mnt/jit/cuda_jit_layout.sh "$site/nvidia/{d.image.cuda_jit}"' in dockerfile
     assert "CUDA_HOME=\"/opt/venv/cuda\"" in dockerfile
     # The layout runs after the prune step (which would otherwise see the links) and before the byte-code purge.
-    assert dockerfile.index("prune_site.py /tmp/kit-prune") < dockerfile.index("cuda_jit_layout.sh \"$site")
+    assert dockerfile.index("prune_site.py /mnt/prune") < dockerfile.index("cuda_jit_layout.sh \"$site")
 
 
 def test_the_layout_script_is_part_of_the_image_tag():
@@ -67,9 +67,11 @@ def test_the_sampler_is_compiled_into_slim_images_of_gpus_that_sample_with_flash
     assert files[dep.FLASHINFER_AOT_FILE] == (IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text()
     assert f"!{dep.FLASHINFER_AOT_FILE}" in files[".dockerignore"].splitlines()
     dockerfile = files["Dockerfile"]
-    run = "/opt/venv/bin/python /tmp/kit-aot/flashinfer_aot.py --arch 8.9 sampling"
-    # in the runtime stage (its g++ and Python headers), after the environment is copied in, before the user switch
-    assert dockerfile.index("COPY --from=builder /opt/venv") < dockerfile.index(run) < dockerfile.index("USER 10001")
+    run = "/opt/venv/bin/python /mnt/aot/flashinfer_aot.py --arch 8.9 --root /opt/kit-aot sampling"
+    # in a stage of its own on the venv's (the runtime's g++ and Python headers), copied onto the image's root after
+    # the byte-code, before the user switch
+    assert (dockerfile.index("FROM runtime AS venv") < dockerfile.index("FROM venv AS kit-aot") < dockerfile.index(run)
+            < dockerfile.index("COPY --from=kit-aot /opt/kit-aot/ /") < dockerfile.index("USER 10001"))
     changed = dict(files, **{dep.FLASHINFER_AOT_FILE: files[dep.FLASHINFER_AOT_FILE] + "# edit\n"})
     assert replace(prepared, files=changed).image_ref != prepared.image_ref
     t4 = prepare("rtx4090-awq", overrides=["hardware.gpu=t4"]).deployment
@@ -177,7 +179,7 @@ def test_deepseeks_scaled_rope_is_compiled_into_its_image_and_no_other_models():
     deepseek = prepare("rtx4090-awq", overrides=[*base, "model.id=deepseek-ai/DeepSeek-V2-Lite-Chat",
                                                  "engine.quantization=null", "engine.dtype=bfloat16"])
     assert deepseek.deployment.image.flashinfer_aot == ["sampling", "rope"]
-    assert "/tmp/kit-aot/flashinfer_aot.py --arch 9.0 sampling rope" in deepseek.files["Dockerfile"]
+    assert "/mnt/aot/flashinfer_aot.py --arch 9.0 --root /opt/kit-aot sampling rope" in deepseek.files["Dockerfile"]
     qwen = prepare("rtx4090-awq", overrides=base)
     assert qwen.deployment.image.flashinfer_aot == ["sampling"] and qwen.image_ref != deepseek.image_ref
     yarn = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}

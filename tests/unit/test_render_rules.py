@@ -25,12 +25,21 @@ def rendered():
 @pytest.mark.parametrize("name", PRESETS)
 def test_dockerfile_contract(rendered, name):
     dockerfile = rendered[name].files["Dockerfile"]
-    froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    froms = re.findall(r"^FROM (\S+)(?: AS (\S+))?$", dockerfile, re.M)
     base = re.search(r'^ARG BASE_IMAGE="([^"]+)"', dockerfile, re.M).group(1)
     assert ":latest" not in dockerfile and base.rsplit("/", 1)[-1].count(":") == 1, "pinned tag, never latest"
-    assert all(f.startswith("${BASE_IMAGE}") for f in froms)
-    if rendered[name].deployment.image.strategy != "official":
+    # Every stage starts from the pinned base, an earlier stage, or nothing (BuildKit's inputs stage).
+    for index, (image, _) in enumerate(froms):
+        assert image == "${BASE_IMAGE}" or image == "scratch" or image in [alias for _, alias in froms[:index]]
+    builder = rendered[name].deployment.image.builder
+    if builder == "classic" and rendered[name].deployment.image.strategy != "official":
         assert len(froms) == 2, "multi-stage: builder + runtime"
+    if builder == "buildkit":
+        # the wheels reach pip through a mount, never a layer; pip's cache is a cache mount
+        assert "COPY --from=kit-inputs" not in dockerfile and "--mount=type=bind,from=kit-inputs" in dockerfile
+        for instruction in re.sub(r"\\\n", " ", dockerfile).splitlines():
+            if instruction.startswith("RUN") and "pip install" in instruction:
+                assert "--mount=type=cache" in instruction and "/root/.cache/pip" in instruction
     runtime = dockerfile.split("\nFROM ")[-1]
     # Official images run as upstream's own user (vllm, uid 2000, gid 0); the kit's images as uid 10001.
     user = "2000:0" if rendered[name].deployment.image.strategy == "official" else "10001:10001"
@@ -40,7 +49,7 @@ def test_dockerfile_contract(rendered, name):
     for label in ("org.opencontainers.image.version", "io.vllm-kit.preset", "org.opencontainers.image.source"):
         assert f"LABEL {label}=" in runtime
     # No package lists or pip caches survive in the final stage.
-    for instruction in re.sub(r"\\\n", " ", runtime).splitlines():
+    for instruction in re.sub(r"\\\n", " ", dockerfile).splitlines():
         if "apt-get install" in instruction:
             assert "rm -rf /var/lib/apt/lists/*" in instruction
     assert "--no-cache-dir" in runtime or "PIP_NO_CACHE_DIR" not in runtime or "pip install" not in runtime
@@ -48,9 +57,10 @@ def test_dockerfile_contract(rendered, name):
 
 @pytest.mark.parametrize("name", [n for n in PRESETS if n in ("cpu", "rtx4090-awq", "orin")])
 def test_a_renamed_preset_shares_every_costly_layer(name, tmp_path):
-    """The classic builder reuses a layer while every instruction before it is the same. A user's copy of a preset
-    under another name (and another port) changes labels and settings only, which come after the venv: the
-    Dockerfile is the same up to and including `COPY --from=builder`, so the rebuild takes the cache's layers."""
+    """A builder reuses a layer while every instruction before it is the same. A user's copy of a preset under another
+    name (and another port) changes labels and settings only, which come after the venv: the Dockerfile is the same
+    up to and including the copy of the venv (classic: `COPY --from=builder`) or of FlashInfer's modules (BuildKit:
+    `COPY --from=kit-aot`), so the rebuild takes the cache's layers."""
     from kit.core.datafiles import PRESETS_DIR
 
     data = yaml.safe_load((PRESETS_DIR / f"{name}.yaml").read_text())
@@ -62,7 +72,7 @@ def test_a_renamed_preset_shares_every_costly_layer(name, tmp_path):
 
     def costly(text: str) -> str:
         steps = [line for line in text.splitlines() if not line.startswith("#")]
-        end = next(i for i, line in enumerate(steps) if line.startswith("COPY --from=builder"))
+        end = next(i for i, line in enumerate(steps) if line.startswith(("COPY --from=builder", "COPY --from=kit-aot")))
         return "\n".join(steps[:end + 1])
 
     assert "my-own-copy" not in costly(renamed)

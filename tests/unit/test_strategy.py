@@ -115,13 +115,13 @@ def test_every_strategy_the_preset_admits_has_one_class():
         strategy_for("fat")
 
 
-# What each strategy answers without a preset: (Dockerfile template, kit's venv, vLLM's image, NVIDIA runtime,
-# image.leave_out honoured, start-up slower by).
+# What each strategy answers without a preset: (Dockerfile template, builder, kit's venv, vLLM's image, NVIDIA
+# runtime, image.leave_out honoured, start-up slower by).
 PROPERTIES = {
-    "slim": ("venv.Dockerfile.j2", True, False, False, True, None),
-    "official": ("official.Dockerfile.j2", False, True, False, False, None),
-    "cpu": ("venv.Dockerfile.j2", True, False, False, False, None),
-    "jetson": ("venv.Dockerfile.j2", True, False, True, False, 2),
+    "slim": ("slim.Dockerfile.j2", "buildkit", True, False, False, True, None),
+    "official": ("official.Dockerfile.j2", "classic", False, True, False, False, None),
+    "cpu": ("venv.Dockerfile.j2", "classic", True, False, False, False, None),
+    "jetson": ("venv.Dockerfile.j2", "classic", True, False, True, False, 2),
 }
 
 
@@ -129,7 +129,7 @@ PROPERTIES = {
 def test_each_strategy_answers_its_properties(name):
     s = strategy_for(name)
     factor = s.start_period_factor[0] if s.start_period_factor else None
-    assert (s.dockerfile_template, s.owns_venv, s.vllm_image, s.nvidia_runtime, s.honours_leave_out,
+    assert (s.dockerfile_template, s.builder, s.owns_venv, s.vllm_image, s.nvidia_runtime, s.honours_leave_out,
             factor) == PROPERTIES[name]
     assert s.prunes() == (name == "slim")  # kit/data/prune.yaml applies_to
 

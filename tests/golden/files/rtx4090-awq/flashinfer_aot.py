@@ -1,7 +1,9 @@
 """Compile FlashInfer's JIT modules while the image is built, so a first start on the GPU compiles nothing.
 
-Run by the image's own Python in the runtime stage (vllm-kit renders it beside the Dockerfile):
-    python flashinfer_aot.py --arch 8.9 sampling [rope]
+Run by the image's own Python (vllm-kit renders it beside the Dockerfile):
+    python flashinfer_aot.py --arch 8.9 [--root DIR] sampling [rope]
+With --root, the libraries go under DIR as if DIR were / (DIR/opt/venv/.../flashinfer/data/aot/...), for a stage of
+their own whose DIR the image copies onto its root: the compile then runs beside the venv's byte-code.
 For each module it builds what FlashInfer's JIT builds at first use (flashinfer/jit/core.py JitSpec.build: nvcc and
 g++ from CUDA_HOME, for the compute capability in FLASHINFER_CUDA_ARCH_LIST) in a scratch workspace, then installs the
 library where FlashInfer looks for precompiled modules before it compiles (flashinfer/jit/env.py get_aot_artifacts:
@@ -31,6 +33,7 @@ GENERATORS = {"sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),
 def main() -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--arch", required=True, help="compute capability, as FLASHINFER_CUDA_ARCH_LIST takes it (8.9)")
+    cli.add_argument("--root", type=Path, default=Path("/"), help="install under this folder as if it were /")
     cli.add_argument("modules", nargs="+", choices=sorted(GENERATORS))
     args = cli.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kit-flashinfer-aot-"))
@@ -50,7 +53,7 @@ def main() -> int:
             spec = getattr(importlib.import_module(module), generator)()
             started = time.monotonic()
             spec.build(verbose=False)
-            target = jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so"
+            target = args.root / (jit_env.FLASHINFER_AOT_DIR / name / f"{name}.so").relative_to("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(spec.jit_library_path, target)
             print(f"flashinfer_aot: {name} for compute capability {args.arch} in {time.monotonic() - started:.0f} s: "

@@ -1,0 +1,192 @@
+"""BuildKit through the Engine's own API, with no buildx and no session.
+
+The Engine's ``POST /build`` runs BuildKit when asked for ``version=2``. Without a client session, the Engine serves
+the request's body to BuildKit as the build context (a tar it fetches over an internal URL): cache and bind mounts,
+parallel stages and the Engine's image store all work, and nothing but the Docker socket is needed. What BuildKit
+reports comes back as JSON lines whose ``moby.buildkit.trace`` entries carry a protobuf ``StatusResponse``
+(moby/buildkit ``api/services/control/control.proto``): the steps (vertexes) with their start, end and cache hit,
+and each step's output. This module writes the context and reads those messages; ``build.py`` drives the build.
+
+The context is written as a GNU tar whose first member has a short name: BuildKit tells a tar from a Dockerfile by
+reading the first header of the body alone, and an extended header first (Python's default pax format adds one for
+a fractional mtime; GNU's for a name over 100 characters) makes it take the whole body for a Dockerfile.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kit.core.errors import BuildError
+
+CHUNK = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------------ the context
+
+
+def _members(context_dir: Path) -> Iterator[Path]:
+    """Every path under the context, parents first, in sorted order (two builds send the same bytes)."""
+    for root, dirs, files in os.walk(context_dir):
+        dirs.sort()
+        base = Path(root)
+        for name in sorted(dirs + files):
+            yield base / name
+
+
+def context_stream(context_dir: Path) -> Iterator[bytes]:
+    """The context folder as a tar, in chunks, written by a thread into a pipe: a 3 GB wheelhouse is streamed, never
+    written to a temporary file. Owners are root's and times whole seconds."""
+    read_fd, write_fd = os.pipe()
+    failure: list[Exception] = []
+
+    def write() -> None:
+        try:
+            with os.fdopen(write_fd, "wb") as sink, \
+                    tarfile.open(fileobj=sink, mode="w|", format=tarfile.GNU_FORMAT) as tar:
+                for path in _members(context_dir):
+                    info = tar.gettarinfo(str(path), arcname=path.relative_to(context_dir).as_posix())
+                    info.mtime = int(info.mtime)  # a float would add a pax header (see the module's note)
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    if info.isfile():
+                        with open(path, "rb") as handle:
+                            tar.addfile(info, handle)
+                    else:
+                        tar.addfile(info)
+        except (OSError, tarfile.TarError) as error:  # raised by the reader; a broken pipe: the reader stopped first
+            failure.append(error)
+
+    writer = threading.Thread(target=write, name="build-context", daemon=True)
+    writer.start()
+    with os.fdopen(read_fd, "rb") as source:
+        while chunk := source.read(CHUNK):
+            yield chunk
+    writer.join()
+    if failure and not isinstance(failure[0], BrokenPipeError):
+        raise BuildError(f"{context_dir}: the build context could not be sent: {failure[0]}")
+
+
+# ------------------------------------------------------------------------------------------------ the trace
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of one protobuf message: varints as ints, length-delimited fields as bytes; fixed-width
+    fields (none in the messages read here) are skipped."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+            yield number, value
+        elif wire == 2:
+            size, at = _varint(data, at)
+            yield number, data[at:at + size]
+            at += size
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+
+
+def _timestamp(data: bytes) -> float:
+    """google.protobuf.Timestamp: seconds (1), nanos (2)."""
+    seconds = nanos = 0
+    for number, value in _fields(data):
+        if number == 1 and isinstance(value, int):
+            seconds = value
+        elif number == 2 and isinstance(value, int):
+            nanos = value
+    return seconds + nanos / 1e9
+
+
+@dataclass
+class Vertex:
+    """One step of the solve (control.proto ``Vertex``): a Dockerfile instruction is named ``[stage N/M] INSTR``."""
+
+    digest: str
+    name: str = ""
+    cached: bool = False
+    started: float | None = None
+    completed: float | None = None
+    error: str = ""
+
+
+@dataclass
+class Trace:
+    """What the build's trace messages said so far: the vertexes in the order first seen, and their output."""
+
+    vertexes: dict[str, Vertex] = field(default_factory=dict)
+    output: dict[str, list[str]] = field(default_factory=dict)
+
+    def read(self, aux: str) -> tuple[list[Vertex], list[tuple[Vertex, str]]]:
+        """Fold one trace message in; returns the vertexes that started with it and the output lines it carried."""
+        started: list[Vertex] = []
+        lines: list[tuple[Vertex, str]] = []
+        for number, value in _fields(base64.b64decode(aux)):
+            if number == 1 and isinstance(value, bytes):
+                vertex, fresh = self._vertex(value)
+                if fresh:
+                    started.append(vertex)
+            elif number == 3 and isinstance(value, bytes):
+                lines.extend(self._log(value))
+        return started, lines
+
+    def _vertex(self, data: bytes) -> tuple[Vertex, bool]:
+        parsed: dict[int, int | bytes] = {}
+        for number, value in _fields(data):
+            parsed.setdefault(number, value)
+        digest = bytes(parsed.get(1, b"")).decode() if isinstance(parsed.get(1), bytes) else ""
+        vertex = self.vertexes.setdefault(digest, Vertex(digest))
+        was_started = vertex.started is not None
+        if isinstance(parsed.get(3), bytes):
+            vertex.name = bytes(parsed[3]).decode(errors="replace")
+        if parsed.get(4):
+            vertex.cached = True
+        if isinstance(parsed.get(5), bytes):
+            vertex.started = _timestamp(parsed[5])  # type: ignore[arg-type]
+        if isinstance(parsed.get(6), bytes):
+            vertex.completed = _timestamp(parsed[6])  # type: ignore[arg-type]
+        if isinstance(parsed.get(7), bytes):
+            vertex.error = bytes(parsed[7]).decode(errors="replace")
+        return vertex, not was_started and vertex.started is not None
+
+    def _log(self, data: bytes) -> list[tuple[Vertex, str]]:
+        digest, message = "", b""
+        for number, value in _fields(data):
+            if number == 1 and isinstance(value, bytes):
+                digest = value.decode()
+            elif number == 4 and isinstance(value, bytes):
+                message = value
+        vertex = self.vertexes.setdefault(digest, Vertex(digest))
+        text = message.decode(errors="replace")
+        found = [line for line in text.splitlines() if line.strip()]
+        self.output.setdefault(digest, []).extend(found)
+        return [(vertex, line) for line in found]
+
+    def steps(self) -> list[Vertex]:
+        """The Dockerfile's own instructions (``[stage N/M] ...``), in the order they started."""
+        named = [v for v in self.vertexes.values() if v.name.startswith("[") and not v.name.startswith("[internal]")]
+        return sorted(named, key=lambda v: (v.started is None, v.started or 0.0))
+
+    def failed(self) -> Vertex | None:
+        return next((v for v in self.vertexes.values() if v.error), None)
