@@ -96,7 +96,8 @@ loadtest: $(VENV)/.installed-loadtest  ## load-test the stack `make run` started
 		--report $(RUN_DIR)/loadtest.json $(if $(BASELINE),--baseline $(BASELINE))
 
 bench: setup  ## build, size and start-up figures (printed, not asserted)
-	$(PYTHON) bench/bench.py --wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE)
+	$(PYTHON) bench/bench.py --wheelhouse $(CACHE_DIR)/wheelhouse-cpu --base-image $(BASE_IMAGE) \
+		--slim-wheelhouse $(CACHE_DIR)/wheelhouse-rtx4090-awq
 	$(PYTHON) bench/image_sizes.py
 
 bench-size: install  ## slim images' size breakdown vs the official image's published size; pruning's cut from the rtx4090-awq wheelhouse

@@ -7,6 +7,8 @@ Printed, not asserted: `make bench`. Needs the Docker engine and base image from
   image size           cpu image; rtx4090-awq slim image if present locally; the official image's published size
   time to ready        first start on fresh volumes; restart with the HF-cache and compile-cache volumes kept
   kit smoke            wall time of `kit smoke preset=cpu` with the image already built
+  slim build           with --slim-wheelhouse: no-cache BuildKit build of the rtx4090-awq slim image on the base,
+                       its steps' seconds, then a copy of the preset under another name (labels differ) rebuilt
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import yaml
+
+from kit.core.datafiles import PRESETS_DIR
 from kit.deploy.pipeline import prepare
 from kit.image.build import step_table
-from kit.image.wheelhouse import build_wheelhouse
+from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 from kit.run.stack import Stack, write_smoke_env
 from kit.run.workflow import build, image_exists, render_into, start
 
@@ -41,10 +46,37 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def slim_build(args: argparse.Namespace, tmp: Path, rows: list[tuple[str, str]], tables: list[tuple[str, str]],
+               say) -> None:
+    """The slim GPU image from a warm wheelhouse (BuildKit), then a renamed copy of its preset: the copy differs in
+    labels only, so every costly step comes from the cache."""
+    prepared = prepare("rtx4090-awq", base_image=args.base_image)
+    python_version, glibc = probe_base_image(args.base_image)
+    build_wheelhouse(prepared.deployment, args.slim_wheelhouse, python_version=python_version, glibc=glibc, progress=say)
+    out = tmp / "rtx4090-awq"
+    render_into(prepared, out)
+    say("slim image: cold build (--no-cache, BuildKit)")
+    cold = build(prepared, out, wheelhouse=args.slim_wheelhouse, no_cache=True)
+    rows.append(("cold build, rtx4090-awq slim image", f"{cold.seconds:.1f} s ({gib(cold.size_bytes)})"))
+    tables.append(("cold build, rtx4090-awq slim image: steps", step_table(cold.steps)))
+    data = yaml.safe_load((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
+    copy = tmp / "my-awq.yaml"
+    copy.write_text(yaml.safe_dump(data))
+    renamed = prepare(str(copy), base_image=args.base_image)
+    out2 = tmp / "my-awq"
+    render_into(renamed, out2)
+    say("slim image: a renamed copy of the preset")
+    warm = build(renamed, out2, wheelhouse=args.slim_wheelhouse)
+    rows.append(("rebuild, slim preset renamed",
+                 f"{warm.seconds:.1f} s; {warm.cached_steps}/{warm.total_steps} steps from cache"))
+    tables.append(("rebuild, slim preset renamed: steps", step_table(warm.steps)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheelhouse", type=Path, required=True)
     parser.add_argument("--base-image", default="vllm-kit/base:bookworm")
+    parser.add_argument("--slim-wheelhouse", type=Path, help="also build the rtx4090-awq slim image from this wheelhouse")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
     tables: list[tuple[str, str]] = []
@@ -79,6 +111,8 @@ def main() -> int:
         else:
             rows.append(("image size, rtx4090-awq slim", "not built here (pytest -m slow builds it)"))
         rows.append(("image size, official GPU image", OFFICIAL_GPU_IMAGE))
+        if args.slim_wheelhouse:
+            slim_build(args, Path(tmp), rows, tables, say)
 
         port = free_port()
         run = prepare("cpu", [f"runtime.port={port}"], base_image=args.base_image)

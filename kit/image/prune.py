@@ -103,13 +103,13 @@ def plan(rules: dict, site: Path, arch: str | None) -> list[tuple[str, str, int]
     compiled = file_rules(rules, arch)
     for dirpath, _dirs, files in os.walk(site):
         for filename in files:
-            full = os.path.join(dirpath, filename)
-            rel = os.path.relpath(full, site)
-            if rel in removals or os.path.islink(full):
+            path = os.path.join(dirpath, filename)
+            rel = os.path.relpath(path, site)
+            if rel in removals or os.path.islink(path):
                 continue
             rule = matching_rule(rel, compiled)
             if rule:
-                removals[rel] = (rule["pattern"], os.path.getsize(full))
+                removals[rel] = (rule["pattern"], os.path.getsize(path))
     return sorted((rel, why, size) for rel, (why, size) in removals.items())
 
 

@@ -19,8 +19,8 @@ from tests.conftest import require_module
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-OVERRIDE_BLOCKS_MAX = 1
-HIDDEN_ERRORS_MAX = 1
+OVERRIDE_BLOCKS_MAX = 0  # 2026-12-04: the last one (kit.image.prune) fixed
+HIDDEN_ERRORS_MAX = 0
 ANY_ANNOTATIONS_MAX = 50
 OVERRIDE = re.compile(r"\[\[tool\.mypy\.overrides\]\][^\n]*\nmodule = [^\n]*\ndisable_error_code = [^\n]*\n")
 
@@ -29,7 +29,7 @@ def test_override_blocks_do_not_grow():
     text = (REPO / "pyproject.toml").read_text()
     blocks = OVERRIDE.findall(text)
     # every block is in the one shape this test strips (module, then disable_error_code), nothing else overrides
-    assert len(blocks) == len(tomllib.loads(text)["tool"]["mypy"]["overrides"])
+    assert len(blocks) == len(tomllib.loads(text)["tool"]["mypy"].get("overrides", []))
     assert len(blocks) <= OVERRIDE_BLOCKS_MAX
 
 
