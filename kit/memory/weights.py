@@ -117,6 +117,28 @@ def machete_awq_residual_bytes(r: Resolved, model: ModelSpec, layers: range) -> 
     return linears * mib * MIB
 
 
+def humming_lock_bytes(r: Resolved, model: ModelSpec, layers: range) -> float:
+    """Humming's per-layer lock buffer, read at 0.33.0: kernels/linear/mixed_precision/humming.py
+    `HummingLinearKernel.process_weights_after_loading` ends with `self.locks = create_humming_locks(device)`, and
+    vllm/utils/humming.py `create_humming_locks` is `torch.zeros(num_compute_units * 8, dtype=int32)`: SMs x 32 B per
+    quantised linear layer, kept for the engine's life (H200, 132 SMs: 4,224 B, a 4,608 B block of the small pool).
+    vLLM fuses q/k/v and gate/up, so a dense layer has 4 such linears (qkv, o, gate_up, down; Llama-3.1-70B: 320,
+    1.41 MiB). Marlin has none per layer (marlin_utils.py `get_marlin_workspace`: one buffer per device and stream,
+    from the workspace manager) and Machete none. Zero where the GPU's SM count is not in the catalog."""
+    method = QUANT_FAMILY.get(r.quantization or "", r.quantization)
+    q = model.quantization
+    group = (q.group_size if q else None) or 0
+    if method not in ("awq", "gptq") or r.device != "cuda" or not r.gpu_sm_count:
+        return 0.0
+    if mixed_precision_kernel(r, group) != "humming":
+        return 0.0
+    moe = moe_layers_in(model, layers)
+    dense = 0 if model.is_mla else len(layers) - moe
+    linears = 4 * dense + 2 * (len(layers) - dense)  # as machete_awq_residual_bytes: attention only where MoE/MLA
+    block = -(-int(r.gpu_sm_count) * 8 * 4 // ALLOC_MIN_BLOCK) * ALLOC_MIN_BLOCK
+    return linears * block
+
+
 def machete_runs(r: Resolved) -> bool:
     """vLLM picks Machete for AWQ/GPTQ checkpoints on compute capability 9.0 only (machete.py:35 can_implement:
     "Machete requires compute capability of 90"; kit/data/vllm.yaml `machete_capability`, per release); the H200
@@ -454,6 +476,11 @@ def weight_terms(r: Resolved, model: ModelSpec, layers: range, first: bool, last
                           source="kit/data/vllm.yaml machete_awq_residual_mib_per_linear: what Machete's AWQ loading "
                                  "leaves counted beyond its tensors and the allocator replay, per quantised linear "
                                  "layer (approximate)"))
+    locks = humming_lock_bytes(r, model, layers)
+    if locks:
+        terms.append(Term(figure="weights", name="Humming per-layer locks", bytes=locks,
+                          source="vllm/utils/humming.py create_humming_locks: SMs x 8 int32 per quantised linear "
+                                 "layer (humming_lock_bytes)"))
     terms.append(Term(
         figure="weights", name="allocator segment tails",
         bytes=allocator_slack_bytes(r, model, tp, layers, first, last and not pooled_head_dropped, pp),

@@ -225,6 +225,18 @@ def test_humming_is_preferred_on_9_0_where_machete_cannot_take_the_group_size():
     assert weights.mixed_precision_kernel(r26, 32) == "marlin"  # humming_capability from 0.33.0 only
 
 
+def test_humming_keeps_a_lock_buffer_per_quantised_linear_and_marlin_none():
+    """vllm/utils/humming.py create_humming_locks at 0.33.0: SMs x 8 int32 per layer (H200: 132 SMs, 4,224 B in a
+    4,608 B block); qkv, o, gate_up and down are the quantised linears of a dense layer."""
+    spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
+    g32 = spec.model_copy(update={"quantization": spec.quantization.model_copy(update={"group_size": 32})})
+    r, _, _ = resolve(inputs(g32, gpu="h200", vllm_version="0.33.0", max_model_len=8192))
+    assert weights.humming_lock_bytes(r, g32, range(g32.num_layers)) == 4 * g32.num_layers * 4608
+    assert weights.humming_lock_bytes(r, spec, range(spec.num_layers)) == 0  # group 128: Machete
+    r8, _, _ = resolve(inputs(spec, gpu="rtx4090", vllm_version="0.33.0", max_model_len=8192))
+    assert weights.humming_lock_bytes(r8, spec, range(spec.num_layers)) == 0  # Marlin: one shared workspace
+
+
 def test_gptq_zero_points_stay_on_machete_and_go_on_marlin():
     """auto_gptq.py registers and loads qzeros for a symmetric checkpoint; Machete never touches them, Marlin
     replaces them with an empty tensor (marlin_make_empty)."""
