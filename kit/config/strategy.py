@@ -115,6 +115,9 @@ class ImageStrategy(ABC):
     start_period_factor: ClassVar[tuple[int, str] | None] = None
     # The image has a C++ compiler at run time, which torch.compile's inductor backend needs on a CPU.
     cxx_at_run_time: ClassVar[bool] = True
+    # On x86-64 the venv asks Linux for AMX's tile data at every start (images/amx_permission.py): vLLM's CPU kernels
+    # use AMX without asking.
+    asks_for_amx: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------ preset rules
 
@@ -391,6 +394,7 @@ class CpuStrategy(ImageStrategy):
 
     name = StrategyName.CPU
     cxx_at_run_time = False  # slim: no compiler in the image
+    asks_for_amx = True
 
     def check_hardware(self, image: Image, hw: Hardware) -> None:
         if hw.gpu is not None:

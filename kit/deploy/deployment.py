@@ -50,7 +50,10 @@ JIT_LAYOUT_FILE = "cuda_jit_layout.sh"
 # `flashinfer_aot`), so a first start compiles none.
 FLASHINFER_AOT_FILE = "flashinfer_aot.py"
 # The build files beyond Dockerfile, requirements and the fetch script, in the order the image's tag hashes them.
-BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE, FLASHINFER_AOT_FILE)
+# ... and, for the cpu image on x86-64, ask Linux for AMX's tile data at every Python start (images/amx_permission.py
+# says why: vLLM's CPU kernels use AMX without asking, a SIGILL at the first request), installed with a .pth file.
+AMX_PERMISSION_FILE = "amx_permission.py"
+BUILD_FILES = (PRUNE_RULES_FILE, PRUNE_SCRIPT_FILE, JIT_LAYOUT_FILE, FLASHINFER_AOT_FILE, AMX_PERMISSION_FILE)
 # Image labels a reader of a built image relies on (`kit doctor`): the CUDA its wheels are built for and the
 # minimum NVIDIA driver of that CUDA. Images built before the kit recorded the driver carry only the CUDA.
 CUDA_LABEL = "io.vllm-kit.cuda"
@@ -176,6 +179,7 @@ class ImageSpec:
     prune_arch: str | None  # the GPU's compute capability, for the rules of other GPU families
     cuda_jit: str | None  # folder of the CUDA compiler wheels under site-packages/nvidia (CUDA_HOME), slim images
     flashinfer_aot: list[str]  # FlashInfer modules compiled at build for prune_arch (flashinfer_aot_modules)
+    amx_permission: bool  # the venv asks for AMX's tile data at every start (cpu on x86-64: AMX_PERMISSION_FILE)
     runtime_packages: list[str]  # distro packages the runtime stage needs
     runtime_trim: list[dict[str, str]]  # files of those packages the image deletes ({glob, what}), never run
     image_env: dict[str, str]  # ENV baked into the image (never secrets)
@@ -634,6 +638,7 @@ def plan_deployment(name: str, preset: Preset, base_image: str | None = None,
         prune_arch=str(gpu["compute_capability"]) if gpu and strategy.prunes() else None,
         cuda_jit=(strategy.jit_toolchain(preset) or {}).get("cuda_jit"),
         flashinfer_aot=flashinfer_aot_modules(preset, gpu) if strategy.prunes() and strategy.jit_toolchain(preset) else [],
+        amx_permission=strategy.asks_for_amx and hw.arch == "amd64",
         runtime_packages=runtime_packages,
         runtime_trim=list(GPU_JIT_TRIM) if "gcc" in runtime_packages else [],
         image_env=strategy.image_env(preset),

@@ -34,6 +34,7 @@ DOCKERIGNORE = """\
 !prune-rules.json
 !cuda_jit_layout.sh
 !flashinfer_aot.py
+!amx_permission.py
 !wheels/
 """
 
@@ -177,6 +178,8 @@ def build_files(d: Deployment) -> dict[str, str]:
         files[dep.JIT_LAYOUT_FILE] = (IMAGES_DIR / dep.JIT_LAYOUT_FILE).read_text(encoding="utf-8")
     if d.image.flashinfer_aot:
         files[dep.FLASHINFER_AOT_FILE] = (IMAGES_DIR / dep.FLASHINFER_AOT_FILE).read_text(encoding="utf-8")
+    if d.image.amx_permission:
+        files[dep.AMX_PERMISSION_FILE] = (IMAGES_DIR / dep.AMX_PERMISSION_FILE).read_text(encoding="utf-8")
     return {name: files[name] for name in dep.BUILD_FILES if name in files}
 
 

@@ -1,13 +1,18 @@
 """What a rendered stack gets right, one rule per test, across every preset where it applies."""
 
 import json
+import os
+import runpy
 import re
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kit.config.preset_files import preset_names
 from kit.core.errors import PresetError
+from kit.core.datafiles import IMAGES_DIR
+from kit.deploy import deployment as dep
 from kit.deploy.pipeline import prepare
 
 PRESETS = preset_names()
@@ -316,3 +321,28 @@ def test_official_cpu_image_refuses_cuda():
     with pytest.raises(KitError):
         prepare("cpu", overrides=["image.strategy=official", "image.cuda=13.0"])
     # arm64 takes vLLM's arm64 CPU image (tests/unit/test_cpu_arm64.py)
+
+
+def test_the_cpu_image_asks_for_amx_before_vllm_runs(rendered):
+    """vLLM's CPU kernels use AMX for bfloat16 without asking Linux for its tile data (a SIGILL at the first request
+    on Sapphire Rapids and later): the cpu image installs images/amx_permission.py with a .pth file, so every start of
+    the venv's Python asks, before the byte-code is made; GPU images do not carry it."""
+    cpu = rendered["cpu"]
+    assert cpu.deployment.image.amx_permission and cpu.files[dep.AMX_PERMISSION_FILE] == (
+        IMAGES_DIR / dep.AMX_PERMISSION_FILE).read_text()
+    dockerfile = cpu.files["Dockerfile"]
+    assert "COPY amx_permission.py /tmp/kit-amx/" in dockerfile
+    assert dockerfile.index('cp /tmp/kit-amx/amx_permission.py "$site/vllm_kit_amx.py"') < dockerfile.index(
+        "echo 'import vllm_kit_amx' > \"$site/vllm_kit_amx.pth\"") < dockerfile.index("-m compileall")
+    assert "!amx_permission.py" in cpu.files[".dockerignore"].splitlines()
+    assert not rendered["rtx4090-awq"].deployment.image.amx_permission
+    assert dep.AMX_PERMISSION_FILE not in rendered["rtx4090-awq"].files
+
+
+def test_the_amx_request_is_granted_exactly_where_the_cpu_has_amx():
+    """The module's call on this host: granted where Linux on x86-64 lists amx_tile, refused (False, no error)
+    elsewhere."""
+    module = runpy.run_path(str(IMAGES_DIR / "amx_permission.py"))
+    cpuinfo = Path("/proc/cpuinfo")
+    has_amx = cpuinfo.is_file() and " amx_tile" in cpuinfo.read_text() and os.uname().machine == "x86_64"
+    assert module["GRANTED"] is has_amx and module["request"]() is has_amx

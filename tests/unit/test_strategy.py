@@ -228,7 +228,7 @@ def test_the_image_inputs_are_the_compared_fields_of_the_image_spec():
 
     assert [f.name for f in fields(ImageSpec) if f.compare] == [
         "strategy", "vllm_version", "platform", "base_image", "python_version", "cuda", "requirements",
-        "exclude_packages", "prune", "prune_arch", "cuda_jit", "flashinfer_aot", "runtime_packages", "runtime_trim", "image_env",
+        "exclude_packages", "prune", "prune_arch", "cuda_jit", "flashinfer_aot", "amx_permission", "runtime_packages", "runtime_trim", "image_env",
         "pip_index_url"]
 
 

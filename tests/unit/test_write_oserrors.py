@@ -229,7 +229,7 @@ def test_a_read_only_directory_with_nothing_to_change_renders(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # every rendered file: fetch_files.py, serve_watchdog.py, tinymodel.py, door/haproxy.cfg and the record
     # vllm-kit.yaml among them
-    assert proc.stdout.count("identical") == 10
+    assert proc.stdout.count("identical") == 11
     changed = run_on_tmpfs("size=1m", mnt, seed, tmp_path / "snap2", [*OLD, "runtime.port=8203"], mnt, writable=False)
     assert changed.returncode == 1 and changed.stderr.splitlines()[0].endswith("Read-only file system (EROFS)")
     assert snapshot(tmp_path / "snap2") == snapshot(seed)
