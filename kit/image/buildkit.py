@@ -133,10 +133,9 @@ class Vertex:
 
 @dataclass
 class Trace:
-    """What the build's trace messages said so far: the vertexes in the order first seen, and their output."""
+    """What the build's trace messages said so far: the vertexes, in the order first seen."""
 
     vertexes: dict[str, Vertex] = field(default_factory=dict)
-    output: dict[str, list[str]] = field(default_factory=dict)
 
     def read(self, aux: str) -> tuple[list[Vertex], list[tuple[Vertex, str]]]:
         """Fold one trace message in; returns the vertexes that started with it and the output lines it carried."""
@@ -152,22 +151,24 @@ class Trace:
         return started, lines
 
     def _vertex(self, data: bytes) -> tuple[Vertex, bool]:
-        parsed: dict[int, int | bytes] = {}
-        for number, value in _fields(data):
-            parsed.setdefault(number, value)
-        digest = bytes(parsed.get(1, b"")).decode() if isinstance(parsed.get(1), bytes) else ""
-        vertex = self.vertexes.setdefault(digest, Vertex(digest))
+        """Fold one Vertex message into the vertex of its digest; True when it is the message that started it."""
+        found: dict[int, int | bytes] = dict(_fields(data))  # each field read here occurs once (2, inputs, repeats)
+        digest = found.get(1)
+        key = digest.decode() if isinstance(digest, bytes) else ""
+        vertex = self.vertexes.setdefault(key, Vertex(key))
         was_started = vertex.started is not None
-        if isinstance(parsed.get(3), bytes):
-            vertex.name = bytes(parsed[3]).decode(errors="replace")
-        if parsed.get(4):
-            vertex.cached = True
-        if isinstance(parsed.get(5), bytes):
-            vertex.started = _timestamp(parsed[5])  # type: ignore[arg-type]
-        if isinstance(parsed.get(6), bytes):
-            vertex.completed = _timestamp(parsed[6])  # type: ignore[arg-type]
-        if isinstance(parsed.get(7), bytes):
-            vertex.error = bytes(parsed[7]).decode(errors="replace")
+        for number, value in found.items():
+            if number == 4 and value:
+                vertex.cached = True
+            elif isinstance(value, bytes):
+                if number == 3:
+                    vertex.name = value.decode(errors="replace")
+                elif number == 5:
+                    vertex.started = _timestamp(value)
+                elif number == 6:
+                    vertex.completed = _timestamp(value)
+                elif number == 7:
+                    vertex.error = value.decode(errors="replace")
         return vertex, not was_started and vertex.started is not None
 
     def _log(self, data: bytes) -> list[tuple[Vertex, str]]:
@@ -178,10 +179,7 @@ class Trace:
             elif number == 4 and isinstance(value, bytes):
                 message = value
         vertex = self.vertexes.setdefault(digest, Vertex(digest))
-        text = message.decode(errors="replace")
-        found = [line for line in text.splitlines() if line.strip()]
-        self.output.setdefault(digest, []).extend(found)
-        return [(vertex, line) for line in found]
+        return [(vertex, line) for line in message.decode(errors="replace").splitlines() if line.strip()]
 
     def steps(self) -> list[Vertex]:
         """The Dockerfile's own instructions (``[stage N/M] ...``), in the order they started."""
