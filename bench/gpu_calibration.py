@@ -296,8 +296,43 @@ CASES_034_ALLOC: dict[str, dict] = {
                        ("gemma2-9b-24g", CASES_034["gemma2-9b-24g"]),
                        ("llama8b-24g-64seqs", CASES_034["llama8b-24g-64seqs"]))
 }
+# Issue 33: Marlin measured on the H200. On compute capability 9.0 vLLM 0.33 picks Machete, then Humming
+# (humming/priority.py moves it ahead of Marlin on 9.0 only), so every earlier "Machete disabled" run ran Humming.
+# Disabling both (choose_mp_linear_kernel skips a class VLLM_DISABLED_KERNELS names) leaves MarlinLinearKernel, the
+# kernel an RTX 4090 (8.9) runs. What Marlin allocates by card: its locks, SMs x 4 int32 (marlin_utils.py
+# get_marlin_workspace, 2,112 B on the H200's 132 SMs, 2,048 B on a 4090's 128), and in each GEMM an fp32 c_tmp of
+# SMs x min(m, 64) x 256 (marlin.cu marlin_gemm: 8.25 MiB on the H200, 8 MiB on a 4090), freed with the GEMM and
+# smaller than the MLP's activations beside it. These are planned for the H200 with those kernels disabled
+# (bench/preregister.py). First the flagship preset's own serve arguments at its 24 GiB budget, compiled, then
+# the Humming runs' cases again (direct comparisons), then new sizes, one with CUDA graphs.
+NO_MACHETE_HUMMING = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel,HummingLinearKernel"}
+CASES_033_MARLIN: dict[str, dict] = {
+    "rtx4090-awq-preset-marlin": dict(preset="rtx4090-awq", model="Qwen/Qwen3-8B-AWQ", graphs=True, timeout=330,
+                                      env=NO_MACHETE_HUMMING,
+                                      overrides=[f"engine.gpu_memory_utilization={card_util(C24, 0.90)}",
+                                                 "engine.max_num_batched_tokens=2048"]),  # a 4090's default
+    "q32awq-4090-marlin": dict(model="Qwen/Qwen2.5-32B-Instruct-AWQ", env=NO_MACHETE_HUMMING,
+                               flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=4096,
+                                          **_card(C24))),
+    "q14gptq-16g-marlin": dict(model="Qwen/Qwen2.5-14B-Instruct-GPTQ-Int4", gptq_modules=True, env=NO_MACHETE_HUMMING,
+                               flags=dict(dtype="float16", quantization="gptq_marlin", max_model_len=8192,
+                                          **_card(C16))),
+    "llama70awq-48g-marlin": dict(model="hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", env=NO_MACHETE_HUMMING,
+                                  flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=8192,
+                                             **_card(C48))),
+    "q7gptq-12g-graphs-marlin": dict(model="Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", gptq_modules=True, graphs=True,
+                                     env=NO_MACHETE_HUMMING,
+                                     flags=dict(dtype="float16", quantization="gptq_marlin", max_model_len=8192,
+                                                **_card(C12))),
+    "q3-32awq-32g-marlin": dict(model="Qwen/Qwen3-32B-AWQ", env=NO_MACHETE_HUMMING,
+                                flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=8192,
+                                           **_card(C32))),
+    "q15awq-12g-marlin": dict(model="Qwen/Qwen2.5-1.5B-Instruct-AWQ", env=NO_MACHETE_HUMMING,
+                              flags=dict(dtype="float16", quantization="awq_marlin", max_model_len=8192,
+                                         **_card(C12))),
+}
 MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033, "0.33.0-families": CASES_033_FAMILIES, "0.34.0": CASES_034,
-            "0.34.0-families": CASES_034_FAMILIES, "0.34.0-alloc": CASES_034_ALLOC}
+            "0.34.0-families": CASES_034_FAMILIES, "0.34.0-alloc": CASES_034_ALLOC, "0.33.0-marlin": CASES_033_MARLIN}
 
 
 def sh(argv: list[str], timeout: float = 120) -> str:

@@ -31,8 +31,16 @@ FLAG_FIELDS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "max_
                "gpu_memory_utilization")
 
 
+def disabled_kernels(case: dict) -> tuple[str, ...]:
+    return tuple(n for n in case.get("env", {}).get("VLLM_DISABLED_KERNELS", "").split(",") if n)
+
+
 def card_of(case: dict) -> str:
-    if "MacheteLinearKernel" not in case.get("env", {}).get("VLLM_DISABLED_KERNELS", ""):
+    """The H200, unless only Machete is disabled (then vLLM 0.33 runs Humming, and the case was planned as the card
+    whose Marlin path it stood for). With Humming disabled too the H200 runs Marlin itself and is planned as the
+    H200, with the kernels disabled (PlanInputs.disabled_kernels)."""
+    disabled = disabled_kernels(case)
+    if "MacheteLinearKernel" not in disabled or "HummingLinearKernel" in disabled:
         return "h200"
     util = case["flags"].get("gpu_memory_utilization")
     for gib, name in MARLIN_CARDS.items():
@@ -41,13 +49,31 @@ def card_of(case: dict) -> str:
     raise SystemExit(f"no card for a Machete-disabled case at utilization {util}")
 
 
+def preset_inputs(case: dict) -> planner.PlanInputs:
+    """A preset case: the preset's own plan inputs (with the case's overrides), on the H200 that runs it."""
+    from kit.config.presetload import load_preset
+    from kit.memory.preset_plan import plan_inputs_for
+
+    _name, _path, preset = load_preset(case["preset"], case.get("overrides", []))
+    inputs = plan_inputs_for(preset)
+    if inputs is None:
+        raise SystemExit(f"{case['preset']}: no plan inputs")
+    return inputs.model_copy(update={"gpu_name": card_of(case), "gpu_memory_gib": calib.H200_TOTAL_GIB,
+                                     "disabled_kernels": disabled_kernels(case)})
+
+
 def plan_case(case: dict, version: str) -> dict:
-    flags = case["flags"]
-    raw = {k: flags[k] for k in FLAG_FIELDS if k in flags}
-    if "enable_extensible_kv_cache" in flags:
-        raw["extensible_kv_cache"] = bool(flags["enable_extensible_kv_cache"])
-    inputs = planner.PlanInputs(model=load_model_spec(case["model"]), vllm_version=version, gpu_name=card_of(case),
-                                gpu_memory_gib=calib.H200_TOTAL_GIB, enforce_eager=not case.get("graphs"), **raw)
+    if "preset" in case:
+        inputs = preset_inputs(case)
+    else:
+        flags = case["flags"]
+        raw = {k: flags[k] for k in FLAG_FIELDS if k in flags}
+        if "enable_extensible_kv_cache" in flags:
+            raw["extensible_kv_cache"] = bool(flags["enable_extensible_kv_cache"])
+        inputs = planner.PlanInputs(model=load_model_spec(case["model"]), vllm_version=version,
+                                    gpu_name=card_of(case), gpu_memory_gib=calib.H200_TOTAL_GIB,
+                                    enforce_eager=not case.get("graphs"), disabled_kernels=disabled_kernels(case),
+                                    **raw)
     plan = planner.plan(inputs, suggest=False).to_json()
     keep = ("weights_gib", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib", "kv_cache_tokens",
             "fits", "approximate")
@@ -59,6 +85,8 @@ def main() -> int:
     cli.add_argument("--matrix", default="0.34.0", choices=sorted(calib.MATRICES))
     cli.add_argument("--cases", type=lambda s: s.split(","), metavar="NAME,NAME",
                      help="only these cases (a later round: the ones that have not run yet)")
+    cli.add_argument("--presets", action="store_true",
+                     help="plan preset cases too (the preset's plan inputs, on the H200)")
     cli.add_argument("out", type=Path)
     args = cli.parse_args()
     unknown = set(args.cases or ()) - set(calib.MATRICES[args.matrix])
@@ -69,7 +97,9 @@ def main() -> int:
                             cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     plans = {}
     for name, case in calib.MATRICES[args.matrix].items():
-        if "preset" in case or case["model"] == "tiny" or (args.cases and name not in args.cases):
+        if case["model"] == "tiny" or (args.cases and name not in args.cases):
+            continue
+        if "preset" in case and not args.presets:
             continue
         plans[name] = plan_case(case, version)
     args.out.write_text(json.dumps({

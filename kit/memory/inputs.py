@@ -120,6 +120,10 @@ class PlanInputs(BaseModel):
     # --enable-extensible-kv-cache / --no-enable-extensible-kv-cache (vLLM 0.34+); None: the release's default
     # (kit/data/vllm.yaml `kv_sizing`). kv_cache_memory_bytes or num_gpu_blocks_override also turn it off.
     extensible_kv_cache: bool | None = None
+    # VLLM_DISABLED_KERNELS: kernel class names vLLM skips when it picks one (vllm/envs.py, split on ","; read at
+    # 0.33.0 in kernels/linear/__init__.py `choose_mp_linear_kernel`), e.g. MacheteLinearKernel,HummingLinearKernel
+    # makes an H200 run AWQ/GPTQ through Marlin. A preset sets it in runtime.env.
+    disabled_kernels: tuple[str, ...] = ()
 
 
 
@@ -177,6 +181,7 @@ class Resolved(BaseModel):
     pooling_task: str | None = None  # embed | classify with the pooling runner
     encoder_only: bool = False  # encoder-only attention: vLLM keeps no KV cache
     extensible_kv_cache: bool = False  # sized after warm-up and CUDA-graph capture (vLLM 0.34+, kv_sizing)
+    disabled_kernels: tuple[str, ...] = ()  # VLLM_DISABLED_KERNELS
 
 
 def derived_max_model_len(model: ModelSpec) -> int:
@@ -341,6 +346,7 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         pooling_task=pooling.task,
         encoder_only=pooling.encoder_only,
         extensible_kv_cache=extensible,
+        disabled_kernels=tuple(inputs.disabled_kernels),
     )
     return resolved, gpu, notes
 

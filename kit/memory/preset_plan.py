@@ -72,6 +72,12 @@ def extensible_kv_cache_for(preset: Preset) -> bool | None:
     return None if wanted is None else bool(wanted)
 
 
+def disabled_kernels_for(preset: Preset) -> tuple[str, ...]:
+    """runtime.env's VLLM_DISABLED_KERNELS as vLLM reads it (vllm/envs.py: the value split on ",")."""
+    value = (preset.runtime.env or {}).get("VLLM_DISABLED_KERNELS", "")
+    return tuple(name for name in value.split(",") if name)
+
+
 def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs | None:
     spec = model_spec_for(preset, base_dir)
     if spec is None:
@@ -96,6 +102,7 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         lora=lora_inputs_for(preset),
         draft=draft_inputs_for(preset, base_dir),
         extensible_kv_cache=extensible_kv_cache_for(preset),
+        disabled_kernels=disabled_kernels_for(preset),
     )
     if hw.gpu is None:
         inputs = PlanInputs(device="cpu", cpu_kvcache_space_gib=preset.runtime.cpu_kvcache_space_gib or 1, **common)

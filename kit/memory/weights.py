@@ -56,14 +56,19 @@ def mixed_precision_kernel(r: Resolved, group: int = 128) -> str:
     The Humming preference is per release: kit/data/vllm.yaml `humming_capability` (0.33.0; earlier releases not
     re-read). A layer whose shape Machete cannot tile (machete_utils.py `check_machete_supports_shape`: in % 64,
     out % 128) also falls through; dense models of the catalog tile, so the whole model is taken as one kernel.
+    A kernel named in VLLM_DISABLED_KERNELS (`r.disabled_kernels`) is skipped, as `choose_mp_linear_kernel` skips
+    it ("disabled by environment variable"): MacheteLinearKernel and HummingLinearKernel make an H200 take Marlin,
+    and log "Using MarlinLinearKernel for mixed-precision linear". Marlin disabled as well is not modelled (the
+    next kernels, Conch, Exllama and TritonW4A16, keep other layouts): it is planned as Marlin.
     """
     if r.device != "cuda":
         return "cpu"
     folded = rules_for(r.vllm_version)
-    if machete_runs(r) and group in (-1, 0, 64, 128):
+    disabled = set(r.disabled_kernels)
+    if machete_runs(r) and group in (-1, 0, 64, 128) and "MacheteLinearKernel" not in disabled:
         return "machete"
     humming = folded.humming_capability
-    if humming is not None and r.compute_capability == str(humming):
+    if humming is not None and r.compute_capability == str(humming) and "HummingLinearKernel" not in disabled:
         return "humming"
     return "marlin"
 

@@ -225,6 +225,32 @@ def test_humming_is_preferred_on_9_0_where_machete_cannot_take_the_group_size():
     assert weights.mixed_precision_kernel(r26, 32) == "marlin"  # humming_capability from 0.33.0 only
 
 
+@pytest.mark.parametrize(("disabled", "kernel"), [
+    ((), "machete"), (("MacheteLinearKernel",), "humming"),
+    (("MacheteLinearKernel", "HummingLinearKernel"), "marlin"), (("HummingLinearKernel",), "machete")])
+def test_vllm_disabled_kernels_are_skipped_in_vllms_order(disabled, kernel):
+    """choose_mp_linear_kernel (0.33.0) skips a class VLLM_DISABLED_KERNELS names: with Machete and Humming both
+    disabled an H200 runs Marlin, and plans as an RTX 4090 does at the same budget (the card-dependent Marlin
+    buffers, SMs x 4 int32 of locks, are under a KiB apart)."""
+    spec = load_model_spec("Qwen/Qwen3-8B-AWQ")
+    r, _, _ = resolve(inputs(spec, gpu="h200", vllm_version="0.33.0", max_model_len=8192, disabled_kernels=disabled))
+    assert weights.mixed_precision_kernel(r, 128) == kernel
+    if kernel == "marlin":
+        h200 = plan(inputs(spec, gpu="h200", gpu_memory_gib=139.8, gpu_memory_utilization=0.15, max_model_len=8192,
+                           vllm_version="0.33.0", disabled_kernels=disabled))
+        ada = plan(inputs(spec, gpu="rtx4090", gpu_memory_gib=139.8, gpu_memory_utilization=0.15,
+                          max_model_len=8192, vllm_version="0.33.0"))
+        assert (h200.weights_gib, h200.kv_cache_tokens) == (ada.weights_gib, ada.kv_cache_tokens)
+
+
+def test_a_presets_runtime_env_disables_kernels_in_its_plan():
+    from kit.config.presetload import load_preset
+    from kit.memory.preset_plan import plan_inputs_for
+
+    _n, _p, preset = load_preset("rtx4090-awq", ["runtime.env.VLLM_DISABLED_KERNELS=MacheteLinearKernel,X"])
+    assert plan_inputs_for(preset).disabled_kernels == ("MacheteLinearKernel", "X")
+
+
 def test_humming_keeps_a_lock_buffer_per_quantised_linear_and_marlin_none():
     """vllm/utils/humming.py create_humming_locks at 0.33.0: SMs x 8 int32 per layer (H200: 132 SMs, 4,224 B in a
     4,608 B block); qkv, o, gate_up and down are the quantised linears of a dense layer."""
