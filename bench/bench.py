@@ -8,7 +8,8 @@ Printed, not asserted: `make bench`. Needs the Docker engine and base image from
   time to ready        first start on fresh volumes; restart with the HF-cache and compile-cache volumes kept
   kit smoke            wall time of `kit smoke preset=cpu` with the image already built
   slim build           with --slim-wheelhouse: no-cache BuildKit build of the rtx4090-awq slim image on the base,
-                       its steps' seconds, then a copy of the preset under another name (labels differ) rebuilt
+                       its steps' seconds (the first, the wheelhouse as an image: imported, or there from an
+                       earlier build), then a copy of the preset under another name (labels differ) rebuilt
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def slim_build(args: argparse.Namespace, tmp: Path, rows: list[tuple[str, str]],
     render_into(prepared, out)
     say("slim image: cold build (--no-cache, BuildKit)")
     cold = build(prepared, out, wheelhouse=args.slim_wheelhouse, no_cache=True)
-    rows.append(("cold build, rtx4090-awq slim image", f"{cold.seconds:.1f} s ({gib(cold.size_bytes)})"))
+    rows.append(("cold build, rtx4090-awq slim image", f"{cold.seconds:.1f} s ({gib(cold.size_bytes)}); "
+                 f"{cold.steps[0].instruction.strip('()')} in {cold.steps[0].seconds:.1f} s"))
     tables.append(("cold build, rtx4090-awq slim image: steps", step_table(cold.steps)))
     data = yaml.safe_load((PRESETS_DIR / "rtx4090-awq.yaml").read_text())
     copy = tmp / "my-awq.yaml"

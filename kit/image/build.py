@@ -12,11 +12,11 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kit.core.docker_engine import docker_client
-from kit.image.buildkit import Trace, Vertex, context_stream
+from kit.image.buildkit import Trace, Vertex, context_stream, wheelhouse_image
 from kit.core.safepaths import WORK_DIR, open_nofollow, refuse_link
 from kit.core.errors import BuildError, KitError
 from kit.core.secretrules import redact
@@ -29,6 +29,8 @@ KIT_DIR = WORK_DIR  # the deployment folder's work folder (kit/core/safepaths.py
 CONTEXT_FILES = ("Dockerfile", "requirements.txt", FETCH_FILE, ".dockerignore")
 OPTIONAL_CONTEXT_FILES = BUILD_FILES  # rendered for images that prune or lay out a CUDA_HOME
 STEPS_FILE = "steps.txt"  # the build's step table, beside build.log and build.sh
+# The slim Dockerfile's build argument naming the wheelhouse image (images/slim.Dockerfile.j2; scratch without one).
+WHEELHOUSE_ARG = "KIT_WHEELHOUSE"
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # pip's own progress lines in a RUN step (one per wheel, then the install), passed on as progress.
 PIP_PROGRESS = ("Collecting ", "Processing ", "Downloading ", "Installing collected packages", "Successfully installed")
@@ -57,6 +59,7 @@ class BuildResult:
     cached_steps: int = 0
     total_steps: int = 0
     steps: tuple[BuildStep, ...] = ()
+    wheelhouse_image: str = ""  # the wheels as a local image, mounted by a BuildKit build (kit/image/buildkit.py)
 
 
 @dataclass
@@ -124,10 +127,15 @@ class BuildRequest:
                      "# plugin for that, which Docker's own packages ship)")
         else:
             which = "# the classic builder the Docker SDK drives (DOCKER_BUILDKIT=0)"
+        wheels = ""
+        if WHEELHOUSE_ARG in self.extra_args:
+            wheels = (f"# {WHEELHOUSE_ARG} is the wheelhouse as a local image `kit build` made (it makes it again "
+                      "when it is gone).\n")
         return ("#!/bin/sh\n"
                 "# The build `kit build` ran, for re-running by hand:\n"
                 f"{which}, with the same build args, platform, tags, cache and pull flags,\n"
                 "# target, Dockerfile and context. `kit build` adds its other tags after the first with `docker tag`.\n"
+                f"{wheels}"
                 "set -eu\n"
                 f"{self.env} {redact(shlex.join(self.command()))}\n")
 
@@ -282,6 +290,20 @@ def require_wheelhouse_for(wheelhouse: Path, requirements: list[str], out_dir: P
                        f"`kit wheelhouse --out {shlex.quote(str(out_dir))} --wheelhouse {shlex.quote(str(wheelhouse))}`")
 
 
+def _wheels_as_image(request: BuildRequest, progress: Callable[[str], None] | None) -> tuple[BuildRequest, BuildStep]:
+    """A BuildKit build's wheels go to it as a local image named by a build argument, not in the context
+    (kit/image/buildkit.py says why); the context's wheels/ is dropped. Returns the request and the step's figure."""
+    began = time.monotonic()
+    if progress:
+        progress("step: (the wheelhouse as an image)")
+    wheels = request.context_dir / "wheels"
+    ref, imported = wheelhouse_image(docker_client(), wheels, request.tags[0].rpartition(":")[0])
+    shutil.rmtree(wheels)
+    step = BuildStep(0, f"(the wheelhouse as an image: {'imported' if imported else 'there'}, {ref})",
+                     time.monotonic() - began, not imported)
+    return replace(request, extra_args={**request.extra_args, WHEELHOUSE_ARG: ref}), step
+
+
 def _failing_step(lines: list[str]) -> str:
     for line in reversed(lines):
         m = STEP_RE.match(line.strip())
@@ -296,11 +318,17 @@ def build_image(request: BuildRequest, log_dir: Path,
     log_dir.mkdir(parents=True, exist_ok=True)  # callers pass a safepaths.work_folder, made without following links
     log_path = log_dir / "build.log"
     script_path = log_dir / "build.sh"
+    began = time.monotonic()
+    before: list[BuildStep] = []
+    if request.builder == "buildkit" and (request.context_dir / "wheels").is_dir():
+        request, step = _wheels_as_image(request, progress)
+        before.append(step)
     with open_nofollow(script_path) as script:
         script.write(request.script())
         os.fchmod(script.fileno(), 0o755)
     if request.builder == "buildkit":
-        return _build_buildkit(request, log_path, script_path, progress)
+        result = _build_buildkit(request, log_path, script_path, progress, before, began)
+        return replace(result, wheelhouse_image=request.extra_args.get(WHEELHOUSE_ARG, ""))
     if request.builder != "classic":
         raise KitError(f"builder {request.builder!r}: the kit drives \"classic\" or \"buildkit\"")
     client = docker_client()
@@ -395,7 +423,7 @@ BUILDKIT_STEPS = {SEND_STEP: "(send the build context)",
 
 
 def _build_buildkit(request: BuildRequest, log_path: Path, script_path: Path,
-                    progress: Callable[[str], None] | None) -> BuildResult:
+                    progress: Callable[[str], None] | None, before: list[BuildStep], began: float) -> BuildResult:
     """The Engine's BuildKit (``version=2``, kit/image/buildkit.py): the context streamed as the request's body, the
     trace read for the steps, their output and their cache hits."""
     client = docker_client()
@@ -409,7 +437,7 @@ def _build_buildkit(request: BuildRequest, log_path: Path, script_path: Path,
     trace = Trace()
     image_id = None
     error = None
-    started, wall_started = time.monotonic(), time.time()
+    wall_started = time.time()
     numbers: dict[str, int] = {}
     with open_nofollow(log_path) as log:
         log.write(redact(f"$ {request.env} " + shlex.join(request.command())) + "\n")
@@ -452,10 +480,10 @@ def _build_buildkit(request: BuildRequest, log_path: Path, script_path: Path,
         end = v.completed or v.started or 0.0
         return max(0.0, end - (wall_started if v.name == SEND_STEP else v.started or end))
 
-    steps = tuple(BuildStep(number, BUILDKIT_STEPS.get(v.name, v.name), seconds(v), v.cached)
-                  for number, v in enumerate(ordered))
+    steps = tuple(BuildStep(number, step.instruction, step.seconds, step.cached) for number, step in enumerate(
+        [*before, *(BuildStep(0, BUILDKIT_STEPS.get(v.name, v.name), seconds(v), v.cached) for v in ordered)]))
     cached = sum(1 for v in dockerfile_steps if v.cached)
-    return _result(request, image_id, started, log_path, script_path, cached, len(dockerfile_steps), steps)
+    return _result(request, image_id, began, log_path, script_path, cached, len(dockerfile_steps), steps)
 
 
 def step_table(steps: tuple[BuildStep, ...] | list[BuildStep], width: int = 90) -> str:

@@ -7,6 +7,12 @@ reports comes back as JSON lines whose ``moby.buildkit.trace`` entries carry a p
 (moby/buildkit ``api/services/control/control.proto``): the steps (vertexes) with their start, end and cache hit,
 and each step's output. This module writes the context and reads those messages; ``build.py`` drives the build.
 
+The wheels do not travel in the context. Sent there, a 3.5 GB wheelhouse was written four times per build (the
+request's body, BuildKit's fetch of it, its unpacking, the COPY into the inputs stage) and hashed again for the
+mount's cache key: about 45 s on 2 cores. Instead the wheelhouse becomes a local image once (``wheelhouse_image``,
+the Engine's import: one write), which the Dockerfile mounts by the ``KIT_WHEELHOUSE`` build argument; BuildKit keeps
+the content hash of an image's layer, so a later build from the same wheelhouse reads the wheels where they lie.
+
 The context is written as a GNU tar whose first member has a short name: BuildKit tells a tar from a Dockerfile by
 reading the first header of the body alone, and an extended header first (Python's default pax format adds one for
 a fractional mtime; GNU's for a name over 100 characters) makes it take the whole body for a Dockerfile.
@@ -15,12 +21,17 @@ a fractional mtime; GNU's for a name over 100 characters) makes it take the whol
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import tarfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from docker import DockerClient
+from docker.errors import APIError
 
 from kit.core.errors import BuildError
 
@@ -39,9 +50,10 @@ def _members(context_dir: Path) -> Iterator[Path]:
             yield base / name
 
 
-def context_stream(context_dir: Path) -> Iterator[bytes]:
+def context_stream(context_dir: Path, prefix: str = "") -> Iterator[bytes]:
     """The context folder as a tar, in chunks, written by a thread into a pipe: a 3 GB wheelhouse is streamed, never
-    written to a temporary file. Owners are root's and times whole seconds."""
+    written to a temporary file. Owners are root's and times whole seconds. With ``prefix``, the folder's files go
+    under that folder of the tar (its own header first)."""
     read_fd, write_fd = os.pipe()
     failure: list[Exception] = []
 
@@ -49,8 +61,9 @@ def context_stream(context_dir: Path) -> Iterator[bytes]:
         try:
             with os.fdopen(write_fd, "wb") as sink, \
                     tarfile.open(fileobj=sink, mode="w|", format=tarfile.GNU_FORMAT) as tar:
-                for path in _members(context_dir):
-                    info = tar.gettarinfo(str(path), arcname=path.relative_to(context_dir).as_posix())
+                for path in [context_dir] * bool(prefix) + list(_members(context_dir)):
+                    name = (Path(prefix) / path.relative_to(context_dir)).as_posix()
+                    info = tar.gettarinfo(str(path), arcname=name)
                     info.mtime = int(info.mtime)  # a float would add a pax header (see the module's note)
                     info.uid = info.gid = 0
                     info.uname = info.gname = ""
@@ -70,6 +83,55 @@ def context_stream(context_dir: Path) -> Iterator[bytes]:
     writer.join()
     if failure and not isinstance(failure[0], BrokenPipeError):
         raise BuildError(f"{context_dir}: the build context could not be sent: {failure[0]}")
+
+
+# ------------------------------------------------------------------------------------------------ the wheelhouse
+
+WHEELHOUSE_REPOSITORY = "vllm-kit/wheelhouse"
+# Which image repository's builds made a wheelhouse image: a newer one for the same repository replaces it.
+WHEELHOUSE_LABEL = "org.vllm-kit.wheelhouse-for"
+
+
+def wheelhouse_key(wheels_dir: Path) -> str:
+    """The wheelhouse image's tag: a digest of the files pip will read, by name. A wheel counts by its size and
+    modification time (one written again gets a new time; hashing 3.5 GB would cost what the image saves), any other
+    file (the lock) by its content. A locked build's pip checks every wheel's sha256 itself."""
+    digest = hashlib.sha256()
+    for path in sorted(wheels_dir.iterdir()):
+        stat = path.stat()
+        if path.suffix == ".whl":
+            mark = f"{stat.st_size} {stat.st_mtime_ns}"
+        else:
+            mark = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest.update(f"{path.name}\0{mark}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def wheelhouse_image(client: DockerClient, wheels_dir: Path, owner: str) -> tuple[str, bool]:
+    """The wheels as a local image (``WHEELHOUSE_REPOSITORY:key``, the files under /wheels), imported unless there;
+    returns it and whether it was imported. Older wheelhouse images ``owner``'s builds made are removed (one a
+    repository: each holds the whole wheelhouse); one in use stays."""
+    key = wheelhouse_key(wheels_dir)
+    ref = f"{WHEELHOUSE_REPOSITORY}:{key}"
+    if client.images.list(name=ref):
+        return ref, False
+    response = client.api._post(client.api._url("/images/create"),
+                                params={"fromSrc": "-", "repo": WHEELHOUSE_REPOSITORY, "tag": key,
+                                        "changes": [f"LABEL {WHEELHOUSE_LABEL}={json.dumps(owner)}"]},
+                                data=context_stream(wheels_dir, prefix="wheels"),
+                                headers={"Content-Type": "application/x-tar"}, stream=True, timeout=None)
+    client.api._raise_for_status(response)
+    for raw in response.iter_lines():
+        message = json.loads(raw) if raw else {}
+        if "error" in message:
+            raise BuildError(f"{wheels_dir}: the wheels could not be made an image: {message['error']}")
+    for image in client.images.list(name=WHEELHOUSE_REPOSITORY, filters={"label": f"{WHEELHOUSE_LABEL}={owner}"}):
+        if ref not in image.tags:
+            try:
+                client.images.remove(image.id)
+            except APIError:  # in use by a build that is running, or removed meanwhile
+                pass
+    return ref, True
 
 
 # ------------------------------------------------------------------------------------------------ the trace

@@ -49,6 +49,7 @@ EMBEDDINGS = "POST /v1/embeddings returns a vector per input"
 RERANK = "POST /rerank scores every document"
 KV_PLAN = "KV cache size matches the plan"
 MANIFEST = "fetched model files match their manifest"
+NO_JIT = "the start compiled no kernel just in time"
 
 
 def select_api_checks(profile: PoolingProfile) -> list[tuple[str, str | None]]:
@@ -327,6 +328,22 @@ def _plan_matches(server: _Server) -> tuple[bool, str]:
     return error <= 0.05, f"server {actual:,} tokens, planned {predicted:,} ({error:.1%})"
 
 
+def jit_skip(deployment: Deployment) -> str | None:
+    """Why the no-JIT row does not apply, or None: it holds where the image compiled FlashInfer's modules ahead."""
+    if not deployment.image.flashinfer_aot:
+        return "this image compiles no FlashInfer module ahead of time (none runs here, or upstream's image ships them)"
+    return None
+
+
+def _no_jit(server: _Server) -> tuple[bool, str]:
+    # After the completion rows: FlashInfer's sampler is built at the first request when it was not compiled ahead.
+    modules = vllmlog.parse(server.container.logs().decode("utf-8", errors="replace")).jit_modules
+    if modules:
+        return False, (f"compiled {', '.join(modules)} (\"Building JIT module\" in the server log); the image has "
+                       f"{', '.join(server.deployment.image.flashinfer_aot)} ahead of time")
+    return True, f"no \"Building JIT module\" line; ahead of time: {', '.join(server.deployment.image.flashinfer_aot)}"
+
+
 def _manifest(server: _Server) -> tuple[bool, str]:
     return manifest_check(server.container, server.deployment.serve.fetch_command)
 
@@ -369,6 +386,7 @@ def run_checks(stack: Stack, prepared: Prepared, env_values: dict[str, str], por
     if prepared.files.get(_door_file(service)):
         checks.append(_run_one("the front door refuses routes beyond the inference API", _door_closed, server))
     checks.append(_run_or_skip(KV_PLAN, _plan_matches, server, kv_check_skip(server.profile)))
+    checks.append(_run_or_skip(NO_JIT, _no_jit, server, jit_skip(server.deployment)))
     return checks
 
 

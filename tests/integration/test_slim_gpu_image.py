@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
-from kit.deploy.pipeline import prepare
+from kit.core.datafiles import PRESETS_DIR
+from kit.deploy.pipeline import Prepared, prepare
+from kit.image.build import BuildResult
 from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 from kit.run.workflow import build, render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, build_cache_ids, remove_build_cache, session_progress
@@ -19,8 +24,15 @@ from tests.integration.conftest import BASE_IMAGE, CACHE, build_cache_ids, remov
 pytestmark = pytest.mark.slow
 
 
+@dataclass
+class SlimBuild:
+    prepared: Prepared
+    result: BuildResult
+    wheelhouse: Path
+
+
 @pytest.fixture(scope="module")
-def slim_image(docker_client, tmp_path_factory):
+def slim_build(docker_client, tmp_path_factory):
     prepared = prepare("rtx4090-awq", base_image=BASE_IMAGE)
     python_version, glibc = probe_base_image(BASE_IMAGE)
     wheelhouse = CACHE / "wheelhouse-rtx4090-awq"
@@ -30,12 +42,19 @@ def slim_image(docker_client, tmp_path_factory):
     render_into(prepared, out)
     cache_before = build_cache_ids(docker_client)
     result = build(prepared, out, wheelhouse=wheelhouse, progress=session_progress)
-    yield prepared, docker_client.images.get(result.image_id)
-    # ~20 GB of image and builder stage: give the disk back (the wheelhouse stays in the host cache). Only this
-    # build's own images, never a prune: the engine is shared.
+    yield SlimBuild(prepared, result, wheelhouse)
+    # ~20 GB of image, wheelhouse image and builder stage: give the disk back (the wheelhouse stays in the host
+    # cache). Only this build's own images, never a prune: the engine is shared.
     for tag in result.tags:
         docker_client.images.remove(tag, force=True)
+    if result.wheelhouse_image:
+        docker_client.images.remove(result.wheelhouse_image, force=True)
     remove_build_cache(docker_client, cache_before)
+
+
+@pytest.fixture(scope="module")
+def slim_image(slim_build, docker_client):
+    return slim_build.prepared, docker_client.images.get(slim_build.result.image_id)
 
 
 def test_pinned_versions_and_cuda(slim_image, docker_client):
@@ -243,3 +262,40 @@ def test_the_sampler_is_compiled_into_the_image_and_resolves_to_the_precompiled_
     # linked as the JIT links it: the CUDA runtime torch loads, no driver library (the build's stand-in left nothing)
     assert "libcudart.so.13" in found["needed"] and "libcuda.so.1" not in found["needed"], found
     assert found["jit_dir_made"] is False, found  # nothing compiled into the cache volume
+
+
+def test_the_wheels_reach_the_build_as_an_image_and_stay_out_of_the_image(slim_build, docker_client):
+    """Issue 37: the wheelhouse is a local image the venv's step mounts (kit/image/buildkit.py), not 3.5 GB of
+    build context: the context holds no wheels, the build read the wheelhouse image, and neither mount point
+    keeps a file in the image."""
+    result = slim_build.result
+    ref = result.wheelhouse_image
+    assert ref.startswith("vllm-kit/wheelhouse:") and result.steps[0].instruction.endswith(f", {ref})")
+    docker_client.images.get(ref)
+    context = result.log_path.parent / "build-context"
+    assert (context / "Dockerfile").is_file() and not (context / "wheels").exists()
+    assert f"--build-arg KIT_WHEELHOUSE={ref}" in result.script_path.read_text()
+    assert f"load metadata for docker.io/{ref}" in result.log_path.read_text()
+    listing = docker_client.containers.run(result.image_id, ["-c", "ls -A /srv /mnt"], entrypoint="sh", remove=True)
+    assert listing.decode().split() == ["/mnt:", "/srv:"]
+
+
+def test_a_renamed_preset_rebuilds_from_the_cache_without_sending_the_wheels(slim_build, docker_client, tmp_path):
+    """Issue 37: a preset change that does not touch the image (here its name, so its labels) rebuilds in seconds:
+    the wheelhouse image is there already, and every step but the labels' comes from the cache."""
+    copy = tmp_path / "my-awq.yaml"
+    copy.write_text(yaml.safe_dump(yaml.safe_load((PRESETS_DIR / "rtx4090-awq.yaml").read_text())))
+    renamed = prepare(str(copy), base_image=BASE_IMAGE)
+    out = tmp_path / "my-awq"
+    render_into(renamed, out)
+    result = build(renamed, out, wheelhouse=slim_build.wheelhouse, progress=session_progress)
+    try:
+        first = result.steps[0]
+        assert result.wheelhouse_image == slim_build.result.wheelhouse_image
+        assert first.instruction.startswith("(the wheelhouse as an image: there, ") and first.cached
+        runs = [s for s in result.steps if "] RUN " in s.instruction]  # packages, venv, byte-code, FlashInfer
+        assert len(runs) == 4 and all(s.cached for s in runs), [(s.instruction[:60], s.cached) for s in runs]
+        assert result.image_id != slim_build.result.image_id  # its labels name the copy
+    finally:
+        for tag in result.tags:
+            docker_client.images.remove(tag, force=True)

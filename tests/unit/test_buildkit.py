@@ -16,7 +16,7 @@ import tarfile
 import pytest
 
 from kit.image.build import BuildRequest
-from kit.image.buildkit import Trace, context_stream
+from kit.image.buildkit import Trace, context_stream, wheelhouse_key
 
 
 def varint(value: int) -> bytes:
@@ -124,3 +124,45 @@ def test_the_build_script_asks_for_the_same_builder(tmp_path):
     classic = BuildRequest(context_dir=tmp_path, tags=["t:1"])
     assert "\nDOCKER_BUILDKIT=1 docker build --pull=false -t t:1" in buildkit.script()
     assert "\nDOCKER_BUILDKIT=0 docker build --rm --force-rm --pull=false -t t:1" in classic.script()
+
+
+def test_the_wheelhouse_stream_puts_the_files_under_its_folder(tmp_path):
+    """The import makes an image whose files lie under /wheels, where the slim Dockerfile's mount reads them."""
+    (tmp_path / "a-1.0-py3-none-any.whl").write_bytes(b"a" * 1000)
+    (tmp_path / "requirements.lock.txt").write_text("a==1.0\n")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(context_stream(tmp_path, prefix="wheels")))) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == ["wheels", "wheels/a-1.0-py3-none-any.whl", "wheels/requirements.lock.txt"]
+        assert members[0].isdir() and tar.extractfile(members[1]).read() == b"a" * 1000
+
+
+def test_the_wheelhouse_key_changes_with_what_pip_would_read(tmp_path):
+    """Same files: same image, reused. A wheel written again (new time), grown, renamed or added, or a lock whose
+    text changed even at the same time and size: another image, so a build never installs a stale wheel."""
+    wheel = tmp_path / "a-1.0-py3-none-any.whl"
+    lock = tmp_path / "requirements.lock.txt"
+    wheel.write_bytes(b"a" * 1000)
+    lock.write_text("a==1.0\n")
+    os.utime(wheel, ns=(10**18, 10**18))
+    os.utime(lock, ns=(10**18, 10**18))
+    first = wheelhouse_key(tmp_path)
+    assert wheelhouse_key(tmp_path) == first and len(first) == 16
+    seen = {first}
+    os.utime(wheel, ns=(10**18, 10**18 + 1))
+    seen.add(wheelhouse_key(tmp_path))
+    wheel.write_bytes(b"a" * 1001)
+    seen.add(wheelhouse_key(tmp_path))
+    lock.write_text("a==1.1\n")
+    os.utime(lock, ns=(10**18, 10**18))
+    seen.add(wheelhouse_key(tmp_path))
+    (tmp_path / "b-2.0-py3-none-any.whl").write_bytes(b"b")
+    seen.add(wheelhouse_key(tmp_path))
+    assert len(seen) == 5
+
+
+def test_the_build_script_names_the_wheelhouse_image(tmp_path):
+    request = BuildRequest(context_dir=tmp_path, tags=["t:1"], builder="buildkit",
+                           extra_args={"KIT_WHEELHOUSE": "vllm-kit/wheelhouse:0123456789abcdef"})
+    script = request.script()
+    assert "--build-arg KIT_WHEELHOUSE=vllm-kit/wheelhouse:0123456789abcdef" in script
+    assert "# KIT_WHEELHOUSE is the wheelhouse as a local image" in script

@@ -33,8 +33,14 @@ def test_dockerfile_contract(rendered, name):
     froms = re.findall(r"^FROM (\S+)(?: AS (\S+))?$", dockerfile, re.M)
     base = re.search(r'^ARG BASE_IMAGE="([^"]+)"', dockerfile, re.M).group(1)
     assert ":latest" not in dockerfile and base.rsplit("/", 1)[-1].count(":") == 1, "pinned tag, never latest"
-    # Every stage starts from the pinned base, an earlier stage, or nothing (BuildKit's inputs stage).
-    for index, (image, _) in enumerate(froms):
+    # Every stage starts from the pinned base, an earlier stage, or nothing (BuildKit's inputs stage), or is the
+    # wheelhouse image `kit build` makes (nothing, scratch, by default), which is only ever mounted.
+    for index, (image, alias) in enumerate(froms):
+        if image == "${KIT_WHEELHOUSE}":
+            assert re.search(r"^ARG KIT_WHEELHOUSE=scratch$", dockerfile, re.M) and alias == "kit-wheelhouse"
+            assert "--mount=type=bind,from=kit-wheelhouse," in dockerfile
+            assert not re.search(r"^(FROM kit-wheelhouse|COPY --from=kit-wheelhouse)", dockerfile, re.M)
+            continue
         assert image == "${BASE_IMAGE}" or image == "scratch" or image in [alias for _, alias in froms[:index]]
     builder = rendered[name].deployment.image.builder
     if builder == "classic" and rendered[name].deployment.image.strategy != "official":
@@ -42,6 +48,7 @@ def test_dockerfile_contract(rendered, name):
     if builder == "buildkit":
         # the wheels reach pip through a mount, never a layer; pip's cache is a cache mount
         assert "COPY --from=kit-inputs" not in dockerfile and "--mount=type=bind,from=kit-inputs" in dockerfile
+        assert "${KIT_WHEELHOUSE}" in dockerfile
         for instruction in re.sub(r"\\\n", " ", dockerfile).splitlines():
             if instruction.startswith("RUN") and "pip install" in instruction:
                 assert "--mount=type=cache" in instruction and "/root/.cache/pip" in instruction

@@ -11,7 +11,7 @@ import pytest
 
 from kit.deploy.pipeline import prepare
 from kit.run import smoke
-from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, KV_PLAN, MANIFEST, RERANK, Check, run_checks
+from kit.run.smoke import CHAT, COMPLETION, EMBEDDINGS, KV_PLAN, MANIFEST, NO_JIT, RERANK, Check, run_checks
 
 pytestmark = pytest.mark.unit
 
@@ -126,6 +126,7 @@ GENERATING_ROWS = [
     ("/metrics exposes vllm:kv_cache_usage_perc", True, False),
     ("the front door refuses routes beyond the inference API", True, False),
     (KV_PLAN, True, False),
+    (NO_JIT, True, True),  # the cpu image runs no FlashInfer
 ]
 
 
@@ -195,3 +196,19 @@ def test_a_side_by_side_servers_rows_check_its_own_container_and_door(tmp_path, 
     assert "the front door refuses routes beyond the inference API" in [c.name for c in checks]
     no_door = run_checks(stack, prepared, {}, 18001, service="vllm-other")
     assert "the front door refuses routes beyond the inference API" not in [c.name for c in no_door]
+
+
+JIT_LINE = "INFO 12-04 10:01:02 [core.py:1] Building JIT module sampling\n"
+
+
+@pytest.mark.parametrize("log, ok", [("", True), (JIT_LINE, False)])
+def test_a_slim_image_start_that_compiles_a_flashinfer_module_fails_the_no_jit_row(tmp_path, stand_ins, log, ok):
+    """Issue 37: where the image compiled FlashInfer's modules ahead (rtx4090-awq: the sampler), a first start that
+    still builds one just in time fails the row, naming the module; a log without the line passes it."""
+    prepared = prepare("rtx4090-awq")
+    assert prepared.deployment.image.flashinfer_aot == ["sampling"]
+    stand_ins(Host(), None, prepared.deployment.serve.served_model_name)
+    checks = run_checks(Stack(tmp_path, Container(log, (0, b"ok\n"))), prepared, {}, 18000)
+    row = {c.name: c for c in checks}[NO_JIT]
+    assert (row.ok, row.skipped) == (ok, False)
+    assert ("compiled sampling" in row.detail) == (not ok) and "ahead of time" in row.detail
