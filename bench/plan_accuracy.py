@@ -203,6 +203,7 @@ def gpu_report() -> bool:
     ok &= verdict_report(cases)
     ok &= family_report(cases)
     allowance_report(cases)
+    preregistered_report("0.33.0")
     preregistered_report()
     cold = vllm_seconds("h200-qwen3-8b-bf16-graphs-cold")
     warm = vllm_seconds("h200-qwen3-8b-bf16-graphs-warm")
