@@ -30,10 +30,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docker import DockerClient
-from docker.errors import APIError
+from typing import TYPE_CHECKING
 
 from kit.core.errors import BuildError
+
+if TYPE_CHECKING:  # the docker package is imported where the Engine is reached (kit/core/docker_engine.py)
+    from docker import DockerClient
 
 CHUNK = 1 << 20
 
@@ -111,6 +113,8 @@ def wheelhouse_image(client: DockerClient, wheels_dir: Path, owner: str) -> tupl
     """The wheels as a local image (``WHEELHOUSE_REPOSITORY:key``, the files under /wheels), imported unless there;
     returns it and whether it was imported. Older wheelhouse images ``owner``'s builds made are removed (one a
     repository: each holds the whole wheelhouse); one in use stays."""
+    from docker.errors import APIError
+
     key = wheelhouse_key(wheels_dir)
     ref = f"{WHEELHOUSE_REPOSITORY}:{key}"
     if client.images.list(name=ref):

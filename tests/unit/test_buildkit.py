@@ -11,7 +11,10 @@ from __future__ import annotations
 import base64
 import io
 import os
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +169,19 @@ def test_the_build_script_names_the_wheelhouse_image(tmp_path):
     script = request.script()
     assert "--build-arg KIT_WHEELHOUSE=vllm-kit/wheelhouse:0123456789abcdef" in script
     assert "# KIT_WHEELHOUSE is the wheelhouse as a local image" in script
+
+
+def test_the_probe_and_the_gpu_harness_import_without_the_docker_package():
+    """The lent GPU machine has no docker package: `kit probe` and bench/gpu_calibration.py run there, and they
+    import kit/image/build.py (through kit.run) and so this module. The Engine's client is imported where it is used."""
+    blocker = ("import sys\n"
+               "class NoDocker:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'docker' or name.startswith('docker.'):\n"
+               "            raise ImportError('no docker package on this machine')\n"
+               "sys.meta_path.insert(0, NoDocker())\n"
+               "sys.path.insert(0, 'bench')\n"
+               "import kit.run.probe, kit.image.build, gpu_calibration\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", blocker], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
