@@ -13,7 +13,7 @@ import pytest
 
 from kit.core.errors import BuildError
 from kit.deploy.pipeline import prepare
-from kit.run.smoke import format_table, infra_host, run_checks, server_pids
+from kit.run.smoke import NO_JIT, format_table, infra_host, run_checks, server_pids
 from kit.run.workflow import render_into
 from tests.integration.conftest import BASE_IMAGE, free_port
 
@@ -21,10 +21,12 @@ from tests.integration.conftest import BASE_IMAGE, free_port
 def test_every_smoke_check_passes(cpu_stack):
     checks = run_checks(cpu_stack.stack, cpu_stack.prepared, cpu_stack.env, cpu_stack.port)
     assert all(c.ok for c in checks), format_table(checks)
-    # 11 before the model manifest (skipped: a generated model) and the front door's refusals
+    # 11 before the model manifest (skipped: a generated model), the front door's refusals, the plan, and the no-JIT
+    # row (skipped: the cpu image runs no FlashInfer)
     names = [c.name for c in checks]
-    assert len(names) == len(set(names)) == 13, names
+    assert len(names) == len(set(names)) == 14, names
     assert "the front door refuses routes beyond the inference API" in names
+    assert [c.skipped for c in checks if c.name == NO_JIT] == [True]
 
 
 def test_kv_cache_log_equals_the_plan(cpu_stack):
@@ -128,7 +130,7 @@ def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_cl
         capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout)["data"]
-    assert report["ok"] and len(report["checks"]) == 13
+    assert report["ok"] and len(report["checks"]) == 14
     # Nothing it started is left: containers, networks, volumes of its project.
     leftovers = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("kit-smoke-cpu-")]
     networks = [n.name for n in docker_client.networks.list() if n.name.startswith("kit-smoke-cpu-")]
