@@ -366,6 +366,22 @@ def base_mismatch(client, lock: Lock, image_id: str) -> list[str]:  # noqa: ANN0
     return problems
 
 
+# BuildKit reads `FROM sha256:<id>` as a repository named "sha256" and asks a registry for it; the classic builder
+# takes the image ID. A base locked by its image ID is named for BuildKit by a local tag that spells the ID out.
+LOCKED_BASE_REPOSITORY = "vllm-kit/locked-base"
+
+
+def build_base(client, lock: Lock, builder: str) -> str:  # noqa: ANN001 - a docker client
+    """The base as the build's BASE_IMAGE: the lock's pin, or for BuildKit and a base locked by image ID, the tag
+    LOCKED_BASE_REPOSITORY:sha256-<id> put on that image here (it costs no disk, and is kept: removing an image's
+    last tag would remove the image). base_mismatch still checks the built image's layers against the locked base."""
+    if builder != "buildkit" or lock.base.kind != "image-id":
+        return lock.base.pinned
+    tag = lock.base.digest.replace(":", "-")
+    client.api.tag(lock.base.digest, LOCKED_BASE_REPOSITORY, tag)
+    return f"{LOCKED_BASE_REPOSITORY}:{tag}"
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -412,7 +428,8 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
     # Every strategy checks hashes: the venv's pip reads PIP_REQUIRE_HASHES itself, the official image's uv is
     # given --require-hashes by the Dockerfile when the arg is set.
     extra = {"PIP_REQUIRE_HASHES": "1"} if wheels else {}
-    request = BuildRequest(context_dir=context, tags=[building], base_image=pinned, no_cache=no_cache,
+    request = BuildRequest(context_dir=context, tags=[building], base_image=build_base(client, lock, d.image.builder),
+                           no_cache=no_cache,
                            offline=bool(wheels), platform=d.image.platform if d.image.platform != "linux/amd64" else None,
                            extra_args=extra, builder=d.image.builder)
     result = build_image(request, work_folder(out_dir), progress=say)

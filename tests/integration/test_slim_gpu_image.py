@@ -10,13 +10,16 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from kit.core.datafiles import PRESETS_DIR
 from kit.deploy.pipeline import Prepared, prepare
-from kit.image.build import BuildResult
+from kit.core.errors import BuildError
+from kit.image.build import BuildRequest, BuildResult, build_image
+from kit.image.lock import LOCKED_BASE_REPOSITORY, build_base
 from kit.image.wheelhouse import build_wheelhouse, probe_base_image
 from kit.run.workflow import build, render_into
 from tests.integration.conftest import BASE_IMAGE, CACHE, build_cache_ids, remove_build_cache, session_progress
@@ -299,3 +302,29 @@ def test_a_renamed_preset_rebuilds_from_the_cache_without_sending_the_wheels(sli
     finally:
         for tag in result.tags:
             docker_client.images.remove(tag, force=True)
+
+
+def test_buildkit_builds_on_a_base_locked_by_its_image_id(docker_client, tmp_path):
+    """`kit build --locked` of a slim preset on a local base (`kit lock --offline` pins it by image ID): BuildKit
+    reads `FROM sha256:<id>` as a repository named "sha256" and asks a registry for it, so the build names the base
+    by a local tag that spells the ID out (kit/image/lock.py build_base); the classic builder keeps the ID."""
+    base_id = docker_client.images.get(BASE_IMAGE).id
+    lock = SimpleNamespace(base=SimpleNamespace(kind="image-id", digest=base_id, pinned=base_id))  # the fields read
+    (tmp_path / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo built > /built\n")
+    assert build_base(docker_client, lock, "classic") == base_id
+    tags = ["vllm-kit/test-locked-base:raw", "vllm-kit/test-locked-base:alias"]
+    try:
+        with pytest.raises(BuildError, match="sha256"):
+            build_image(BuildRequest(context_dir=tmp_path, tags=tags[:1], base_image=base_id, builder="buildkit"),
+                        tmp_path / "raw")
+        ref = build_base(docker_client, lock, "buildkit")
+        assert ref == f"{LOCKED_BASE_REPOSITORY}:{base_id.replace(':', '-')}"
+        assert docker_client.images.get(ref).id == base_id
+        result = build_image(BuildRequest(context_dir=tmp_path, tags=tags[1:], base_image=ref, builder="buildkit"),
+                             tmp_path / "alias")
+        base_layers = docker_client.images.get(base_id).attrs["RootFS"]["Layers"]
+        assert docker_client.images.get(result.image_id).attrs["RootFS"]["Layers"][: len(base_layers)] == base_layers
+    finally:
+        for tag in tags + [f"{LOCKED_BASE_REPOSITORY}:{base_id.replace(':', '-')}"]:
+            if docker_client.images.list(name=tag):
+                docker_client.images.remove(tag)  # a tag only: the base keeps its own

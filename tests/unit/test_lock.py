@@ -316,8 +316,15 @@ def test_build_locked_asks_every_strategy_for_hashes(preset, tmp_path, monkeypat
         def get(self, ref):
             return ref
 
+    class Api:
+        tagged: list[tuple[str, str, str]] = []
+
+        def tag(self, image, repository, tag):
+            self.tagged.append((image, repository, tag))
+
     class Client:
         images = Images()
+        api = Api()
 
     def build_image(request, log_dir, progress=None):
         requests.append(request)
@@ -329,6 +336,14 @@ def test_build_locked_asks_every_strategy_for_hashes(preset, tmp_path, monkeypat
         lockmod.build_locked(prepared, out, lock_path=out / "vllm-kit.lock.json", wheelhouse=wheels, offline=True)
     assert requests[0].extra_args == {"PIP_REQUIRE_HASHES": "1"} and requests[0].offline
     assert "ARG PIP_REQUIRE_HASHES" in prepared.files["Dockerfile"], preset
+    lock = lockmod.read_lock(out / "vllm-kit.lock.json")
+    if prepared.deployment.image.builder == "buildkit" and lock.base.kind == "image-id":
+        # BuildKit cannot take `FROM sha256:<id>`: the base goes by a local tag spelling the ID out
+        tag = lock.base.digest.replace(":", "-")
+        assert Client.api.tagged == [(lock.base.digest, "vllm-kit/locked-base", tag)]
+        assert requests[0].base_image == f"vllm-kit/locked-base:{tag}"
+    else:
+        assert requests[0].base_image == lock.base.pinned and not Client.api.tagged
 
 
 def test_uv_refuses_a_wheel_that_does_not_match_the_locked_hash(tmp_path):
