@@ -480,8 +480,8 @@ def _build_buildkit(request: BuildRequest, log_path: Path, script_path: Path,
         end = v.completed or v.started or 0.0
         return max(0.0, end - (wall_started if v.name == SEND_STEP else v.started or end))
 
-    steps = tuple(BuildStep(number, step.instruction, step.seconds, step.cached) for number, step in enumerate(
-        [*before, *(BuildStep(0, BUILDKIT_STEPS.get(v.name, v.name), seconds(v), v.cached) for v in ordered)]))
+    trace_steps = [BuildStep(0, BUILDKIT_STEPS.get(v.name, v.name), seconds(v), v.cached) for v in ordered]
+    steps = tuple(replace(step, number=number) for number, step in enumerate([*before, *trace_steps]))
     cached = sum(1 for v in dockerfile_steps if v.cached)
     return _result(request, image_id, began, log_path, script_path, cached, len(dockerfile_steps), steps)
 
