@@ -19,7 +19,7 @@ from kit.cli.common import PathOption, deployment_options, emit_json, preset_arg
 @click.option("--base-image", metavar="REF", help="Build on this base instead of the table's.")
 @click.option("--wheelhouse", type=PathOption(folder=True), help="Wheels are resolved, downloaded and hashed here.")
 @click.option("--offline", is_flag=True, help="Resolve the base's digest from the local image, not its registry.")
-@click.option("--python-version", metavar="X.Y", help="The image's Python (default: the table's for the base).")
+@click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's own where this engine has it, else the table's).")
 @click.option("--refresh", is_flag=True, help="Resolve the wheels again even when the wheelhouse fits.")
 @click.option("--force", is_flag=True, help="Overwrite render files you edited.")
 @deployment_options
@@ -62,9 +62,16 @@ def lock(args: tuple[str, ...], preset_option: str | None, out_dir: Path, base_i
 
     for _, _, message, hint in release_rows(prepared.preset):  # a release's own packages may not resolve
         status(f"warning: {message} (hint: {hint})")
+    glibc = None
+    if prepared.deployment.image.requirements:  # the wheels are resolved for the base's own Python and glibc
+        from kit.image.wheelhouse import base_target
+
+        python_version, glibc, said = base_target(prepared.deployment.image.base_image, python_version)
+        status(said)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=status)
     result = make_lock(prepared, overrides=resolved.overrides, base_image_option=resolved.base_image, offline=offline,
-                       wheelhouse=wheelhouse, python_version=python_version, refresh=refresh, progress=status)
+                       wheelhouse=wheelhouse, python_version=python_version, glibc=glibc, refresh=refresh,
+                       progress=status)
     path = out_dir / LOCK_FILE
     write_lock(result, path)
     if as_json:

@@ -11,8 +11,8 @@ from kit.cli.common import PathOption, emit_json, preset_arguments, resolve_depl
 
 @click.command()
 @preset_arguments
-@click.option("--base-image", metavar="REF", help="The base the image will build on; probed for its Python and glibc.")
-@click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's, from the table).")
+@click.option("--base-image", metavar="REF", help="Build on this base instead of the table's; its Python and glibc are read from it.")
+@click.option("--python-version", metavar="X.Y", help="The image's Python (default: the base's own where this engine has it, else the table's).")
 @click.option("--wheelhouse", "wheelhouse_dir", type=PathOption(folder=True), metavar="DIR",
               help="The wheelhouse directory (created if missing).")
 @click.option("--out", "out_dir", type=PathOption(folder=True), metavar="DIR",
@@ -22,7 +22,7 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
                python_version: str | None, wheelhouse_dir: Path | None, out_dir: Path | None, as_json: bool) -> None:
     """Fill a wheelhouse for an offline build: kit wheelhouse preset=NAME --wheelhouse DIR (wheels there are reused)."""
     from kit.deploy.pipeline import prepare_resolved
-    from kit.image.wheelhouse import build_wheelhouse, probe_base_image
+    from kit.image.wheelhouse import base_target, build_wheelhouse
 
     # --out is the deployment folder on every command; the wheelhouse has its own option. A positional DIR (this
     # command's first form) still names the wheelhouse.
@@ -39,13 +39,9 @@ def wheelhouse(args: tuple[str, ...], preset_option: str | None, base_image: str
 
     for _, _, message, hint in release_rows(prepared.preset):  # a release's own packages may not resolve
         status(f"warning: {message} (hint: {hint})")
-    base_image = resolved.base_image
-    glibc = None
-    if base_image:
-        probed = probe_base_image(base_image)
-        if probed:
-            python_version = python_version or probed[0]
-            glibc = probed[1]
+    # the Python and glibc the wheels are resolved for: the base's own where this engine has it
+    python_version, glibc, said = base_target(prepared.deployment.image.base_image, python_version)
+    status(said)
     result = build_wheelhouse(prepared.deployment, directory, python_version=python_version, glibc=glibc, progress=status)
     if as_json:
         emit_json({"dir": str(result.directory), "lock": str(result.lock_path), "packages": result.packages,

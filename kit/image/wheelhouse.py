@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kit.core.docker_engine import docker_client
-from kit.core.errors import KitError
+from kit.core.errors import DockerUnavailable, KitError
 from kit.core.secretrules import redact
 from kit.deploy.deployment import Deployment
 
@@ -75,17 +75,85 @@ def target_for(d: Deployment, python_version: str | None = None, glibc: str | No
     return Target(python_version or d.image.python_version, glibc or table_glibc, machine)
 
 
-def probe_base_image(ref: str) -> tuple[str, str] | None:
-    """(python version, glibc) of a local image, or None when it is not present locally."""
-    client = docker_client()
+# The python3 a distribution's own package gives, where a base has none: the image's runtime step installs the
+# distribution's python3 (images/python_venv.j2 `runtime_packages`), so that is the Python its venv runs. From each
+# release's python3 package (Ubuntu: focal 3.8, jammy 3.10, noble 3.12; Debian: bullseye 3.9, bookworm 3.11, trixie
+# 3.13). An (ID, VERSION_ID) of /etc/os-release not listed here is refused, not guessed.
+DISTRIBUTION_PYTHON = {
+    ("ubuntu", "20.04"): "3.8",
+    ("ubuntu", "22.04"): "3.10",
+    ("ubuntu", "24.04"): "3.12",
+    ("debian", "11"): "3.9",
+    ("debian", "12"): "3.11",
+    ("debian", "13"): "3.13",
+}
+# One shell line, run in the base with no network: its os-release, its glibc and, where it has one, its python3.
+_PROBE = ('. /etc/os-release 2>/dev/null; echo "os ${ID:-none} ${VERSION_ID:-none}"; '
+          'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d" " -f2)"; '
+          'if command -v python3 >/dev/null 2>&1; then '
+          'python3 -c "import sys; print(\'python %d.%d\' % sys.version_info[:2])"; fi')
+
+
+@dataclass(frozen=True)
+class BaseProbe:
+    """What a local base image says of itself: the Python its venv will run and its glibc."""
+
+    python_version: str
+    glibc: str
+    python_from: str  # "python3 in the image" | "the distribution's python3 (ubuntu 24.04)"
+
+
+def parse_base_probe(ref: str, output: str) -> BaseProbe:
+    """The probe's three lines -> BaseProbe; a base whose Python cannot be known is refused, naming it."""
+    fields = {line.split(" ", 1)[0]: line.split(" ", 1)[1].strip() for line in output.splitlines() if " " in line}
+    distro = tuple(fields.get("os", "none none").split()[:2])
+    glibc = fields.get("glibc", "")
+    if not re.fullmatch(r"\d+\.\d+", glibc):
+        raise KitError(f"base image {ref}: no glibc found (getconf GNU_LIBC_VERSION said {glibc or 'nothing'!r})",
+                       hint="the kit's images build on glibc distributions (Debian, Ubuntu); musl bases are not "
+                            "supported")
+    if "python" in fields and re.fullmatch(r"3\.\d+", fields["python"]):
+        return BaseProbe(fields["python"], glibc, "python3 in the image")
+    python = DISTRIBUTION_PYTHON.get((distro[0].lower(), distro[1])) if len(distro) == 2 else None
+    if python is None:
+        raise KitError(f"base image {ref}: it has no python3, and the kit does not know which python3 its "
+                       f"distribution ({' '.join(distro)}) installs",
+                       hint="give --python-version X.Y (the python3 `apt-get install python3` gives there)")
+    return BaseProbe(python, glibc, f"the distribution's python3 ({' '.join(distro)})")
+
+
+def probe_base_image(ref: str) -> BaseProbe | None:
+    """The Python and glibc of a base image on this engine, or None when the engine lacks it (or no engine
+    answers): the caller then keeps the table's values. The probe runs the base's own shell with no network."""
+    from docker.errors import ImageNotFound as SdkImageNotFound
+
     try:
+        client = docker_client()
         client.images.get(ref)
-    except Exception:  # noqa: BLE001 - not present locally: the table's values stand
+    except (DockerUnavailable, SdkImageNotFound):
         return None
-    script = "import platform,sys; print('%d.%d' % sys.version_info[:2], platform.libc_ver()[1])"
-    out = client.containers.run(ref, ["python3", "-c", script], remove=True, network_disabled=True, entrypoint=[])
-    python_version, glibc = out.decode().split()
-    return python_version, glibc
+    try:
+        out = client.containers.run(ref, ["sh", "-c", _PROBE], remove=True, network_disabled=True, entrypoint=[],
+                                    user="0")
+    except Exception as exc:  # noqa: BLE001 - ContainerError, APIError: the base cannot run a shell
+        raise KitError(f"base image {ref}: its shell could not be run to read its Python and glibc "
+                       f"({str(exc).splitlines()[0][:160]})",
+                       hint="give --python-version X.Y; the kit's images need a base with a POSIX shell") from None
+    return parse_base_probe(ref, out.decode(errors="replace"))
+
+
+def base_target(ref: str, python_version: str | None) -> tuple[str | None, str | None, str]:
+    """(python version, glibc, what the status line says) for a build on ``ref``: --python-version wins, else the
+    base's own (probed where this engine has it), else None and None (the table's)."""
+    probed = probe_base_image(ref)
+    if probed is None:
+        return python_version, None, (f"base {ref} is not on this Docker engine: its Python and glibc are the "
+                                      "table's" + (f" (Python {python_version}, as given)" if python_version else ""))
+    if python_version and python_version != probed.python_version:
+        return python_version, probed.glibc, (f"base {ref}: Python {python_version} as given (the base's is "
+                                              f"{probed.python_version}, {probed.python_from}), glibc {probed.glibc}")
+    return probed.python_version, probed.glibc, (f"base {ref}: Python {probed.python_version} "
+                                                 f"({probed.python_from}), glibc {probed.glibc}")
 
 
 def _normalise(name: str) -> str:

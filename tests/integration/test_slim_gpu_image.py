@@ -37,9 +37,10 @@ class SlimBuild:
 @pytest.fixture(scope="module")
 def slim_build(docker_client, tmp_path_factory):
     prepared = prepare("rtx4090-awq", base_image=BASE_IMAGE)
-    python_version, glibc = probe_base_image(BASE_IMAGE)
+    probed = probe_base_image(BASE_IMAGE)
+    assert probed is not None, BASE_IMAGE
     wheelhouse = CACHE / "wheelhouse-rtx4090-awq"
-    build_wheelhouse(prepared.deployment, wheelhouse, python_version=python_version, glibc=glibc,
+    build_wheelhouse(prepared.deployment, wheelhouse, python_version=probed.python_version, glibc=probed.glibc,
                      progress=session_progress)
     out = tmp_path_factory.mktemp("rtx4090-render")
     render_into(prepared, out)
