@@ -31,7 +31,9 @@ def plan_rows(upgrade) -> list[tuple[str, str, str]]:  # noqa: ANN001 - kit.depl
         return "-" if plan is None else text(plan)
 
     rows = [
-        ("gpu_memory_utilization", lambda p: f"{p.inputs.get('gpu_memory_utilization')}"),
+        # the CPU backend sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, not from a GPU fraction
+        ("gpu_memory_utilization",
+         lambda p: "-" if p.inputs.get("device") == "cpu" else f"{p.inputs.get('gpu_memory_utilization')}"),
         ("max_model_len", lambda p: f"{p.inputs['max_model_len']:,}"),
         ("max_num_seqs", lambda p: f"{p.inputs['max_num_seqs']:,}"),
         ("max_num_batched_tokens", lambda p: f"{p.inputs['max_num_batched_tokens']:,}"),

@@ -168,6 +168,16 @@ def test_a_failed_check_at_the_new_release_is_listed():
                for p in env["data"]["compatibility"]["problems"])
 
 
+def test_the_side_by_side_plan_shows_no_gpu_fraction_for_a_cpu_preset():
+    # the CPU backend sizes its KV cache from VLLM_CPU_KVCACHE_SPACE: a GPU fraction there would be a made-up figure
+    result = kit("upgrade", "--to", "0.33.0", "preset=cpu")
+    row = next(line for line in result.output.splitlines() if line.startswith("gpu_memory_utilization"))
+    assert row.split()[1:] == ["-", "-"], row
+    gpu = kit("upgrade", "--to", "0.34.0", "preset=rtx4090-awq")
+    row = next(line for line in gpu.output.splitlines() if line.startswith("gpu_memory_utilization"))
+    assert row.split()[1] == "0.9", row
+
+
 def validate_refuses(preset: str, *overrides: str) -> bool:
     return kit("validate", f"preset={preset}", *overrides).exit_code == 1
 
