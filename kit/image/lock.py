@@ -41,7 +41,15 @@ from kit.image.build import (
     wheels_for_lock,
 )
 from kit.image.registry import BaseDigest, resolve_base_digest
-from kit.image.wheelhouse import ARCH_MACHINE, LOCK_NAME, REPORT_NAME, build_wheelhouse, target_for
+from kit.image.wheelhouse import (
+    ARCH_MACHINE,
+    LOCK_NAME,
+    REPORT_NAME,
+    BaseProbe,
+    build_wheelhouse,
+    probe_base_image,
+    target_for,
+)
 
 LOCK_FILE = "vllm-kit.lock.json"
 LOCK_VERSION = 1
@@ -382,6 +390,17 @@ def build_base(client, lock: Lock, builder: str) -> str:  # noqa: ANN001 - a doc
     return f"{LOCKED_BASE_REPOSITORY}:{tag}"
 
 
+def target_mismatch(target: LockedTarget, probed: BaseProbe) -> str | None:
+    """Why the locked wheels cannot install on the base the probe read, or None: another Python (the cp tags), or a
+    glibc older than the one the wheels were resolved for (their manylinux tags)."""
+    if target.python != probed.python_version:
+        return (f"target.python: the wheels are for CPython {target.python}, the base runs Python "
+                f"{probed.python_version} ({probed.python_from})")
+    if tuple(int(x) for x in probed.glibc.split(".")) < tuple(int(x) for x in target.glibc.split(".")):
+        return f"target.glibc: the wheels are for glibc {target.glibc}, the base has {probed.glibc}"
+    return None
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -412,6 +431,16 @@ def build_locked(prepared: Prepared, out_dir: Path, *, lock_path: Path, wheelhou
                            hint="restore that base (or push it to a registry and lock its repo digest), "
                                 "or run `kit lock` again") from None
         say(f"{pinned} is not local; the build pulls it by digest")
+    if lock.packages and lock.target is not None:  # wheels for another Python would fail in pip, mid-build
+        try:
+            probed = probe_base_image(pinned)
+        except KitError as exc:  # a base that runs no shell here: pip in the build is the check that remains
+            say(f"the base's Python was not read ({exc}); the build's pip checks the wheels")
+            probed = None
+        mismatch = target_mismatch(lock.target, probed) if probed is not None else None
+        if mismatch:
+            raise KitError(f"{where}: {mismatch} (base {lock.base.ref}, {pinned})",
+                           hint="run `kit lock` again: it reads the base's own Python and glibc")
     wheels: list[Path] = []
     if lock.packages:
         if wheelhouse is None:

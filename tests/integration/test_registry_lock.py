@@ -201,6 +201,15 @@ def test_a_tampered_lock_fails_and_moves_no_release_tag(locked_builds, docker_cl
         build_locked(prepared, out, lock_path=tmp_path / "hash.json", wheelhouse=cpu_wheelhouse, offline=True)
     assert [line.split(": ", 2)[2].split(" is ")[0] for line in info.value.lines()] == [
         f"hash mismatch: {lock.packages[0].file}"]
+    # Wheels for another Python than the base's are refused before the build, naming the field (pip would fail in
+    # the build, after the base and every hash had been checked).
+    other_python = lock.model_copy(deep=True)
+    assert other_python.target is not None
+    other_python.target.python = "3.99"
+    write_lock(other_python, tmp_path / "python.json")
+    with pytest.raises(KitError, match=r"python\.json: target\.python: the wheels are for CPython 3\.99, the base "
+                                       r"runs Python 3\.11 \(python3 in the image\)"):
+        build_locked(prepared, out, lock_path=tmp_path / "python.json", wheelhouse=cpu_wheelhouse, offline=True)
     # The build runs (from the cache), but the image disagrees with the lock: no release tag moves.
     disagree = lock.model_copy(deep=True)
     disagree.excluded = [*lock.excluded, "numpy"]

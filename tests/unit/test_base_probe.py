@@ -9,7 +9,8 @@ import pytest
 
 from kit.core.datafiles import vllm_table
 from kit.core.errors import KitError
-from kit.image.wheelhouse import DISTRIBUTION_PYTHON, parse_base_probe
+from kit.image.lock import LockedTarget, target_mismatch
+from kit.image.wheelhouse import DISTRIBUTION_PYTHON, BaseProbe, parse_base_probe
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +50,14 @@ def test_the_distribution_table_agrees_with_the_cuda_base_table():
                 assert row["python"] == python, row
                 checked += 1
     assert checked >= 4
+
+
+def test_a_locked_build_refuses_wheels_for_another_python_or_a_newer_glibc():
+    # kit build --locked asks this of the probed base before anything is built
+    base = BaseProbe("3.11", "2.36", "python3 in the image")
+    assert target_mismatch(LockedTarget(python="3.11", glibc="2.36", machine="x86_64"), base) is None
+    assert target_mismatch(LockedTarget(python="3.11", glibc="2.35", machine="x86_64"), base) is None
+    assert target_mismatch(LockedTarget(python="3.12", glibc="2.36", machine="x86_64"), base) == (
+        "target.python: the wheels are for CPython 3.12, the base runs Python 3.11 (python3 in the image)")
+    assert target_mismatch(LockedTarget(python="3.11", glibc="2.39", machine="x86_64"), base) == (
+        "target.glibc: the wheels are for glibc 2.39, the base has 2.36")
