@@ -16,12 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kit.core.hubid import is_namespaced_repo_id
 from kit.config.modelfiles import LOCAL_MODEL_HINT, StoredTensors, load_json, safetensors_header_bytes
 from kit.core.errors import PlanError
 
-# huggingface_hub's repo id rule (utils/_validators.py validate_repo_id): letters, digits, "-", "_", "." in an
-# org and a name, neither starting or ending with "-" or ".", no "--" or "..". The kit plans org/name ids only.
-HUB_ID = re.compile(r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9_])?/[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 # constants.py ENV_VARS_TRUE_VALUES: how huggingface_hub reads HF_HUB_OFFLINE
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -33,10 +31,13 @@ class HubUnreachable(PlanError):
 
 # hub look-ups of this process, by (id, revision, endpoint, cache): one command plans a model more than once
 _LOOKED_UP: dict[tuple[str, str | None, str | None, str], tuple[Any, Any]] = {}
+# and those that met no connection at all (_connects): asked once per command
+_UNREACHED: dict[tuple[str, str | None, str | None, str], "HubUnreachable"] = {}
 
 
 def is_hub_id(ref: str) -> bool:
-    return HUB_ID.fullmatch(ref) is not None and "--" not in ref and ".." not in ref
+    """An org/name id huggingface_hub accepts (kit/core/hubid.py): the kit plans org/name ids only."""
+    return is_namespaced_repo_id(ref)
 
 
 def hub_offline(environ: dict[str, str]) -> bool:
@@ -97,9 +98,17 @@ def from_hub(model_id: str, revision: str | None, environ: dict[str, str]) -> tu
     key = (model_id, revision, endpoint, str(cache))
     if key in _LOOKED_UP:
         return _LOOKED_UP[key]
+    if key in _UNREACHED:  # one command asks once: a plan made twice does not wait on the network twice
+        raise _UNREACHED[key]
     api = HfApi(endpoint=endpoint, token=token)
     unreachable: tuple[type[Exception], ...] = (OSError, *_transport_errors())
     asked = f"the hub at {endpoint}" if endpoint else "the hub"
+    try:
+        _connects(model_id, revision, endpoint, token)
+    except HubUnreachable as exc:
+        _UNREACHED[key] = HubUnreachable(f"{where}: {asked} could not be reached ({exc})",
+                                         hint="check the network or HF_ENDPOINT; offline, " + LOCAL_MODEL_HINT)
+        raise _UNREACHED[key] from None
     try:
         config_path = Path(api.hf_hub_download(model_id, "config.json", revision=revision, cache_dir=str(cache)))
         config = load_json(config_path)
@@ -138,14 +147,42 @@ def from_hub(model_id: str, revision: str | None, environ: dict[str, str]) -> tu
     return _LOOKED_UP[key]
 
 
+def _connects(model_id: str, revision: str | None, endpoint: str | None, token: str | None) -> None:
+    """HubUnreachable (its text: why) when no connection to the hub can be made at all: a name that does not resolve,
+    a refused port. hf_hub_download falls back to its cache at once but, with nothing cached, retries such an error
+    five times with back-off (23 s, logging each retry); a name that does not resolve does not resolve a second later.
+    One metadata request without retries tells them apart; anything else it meets (an HTTP status, a timeout) is
+    left to hf_hub_download, which maps it to its own message and retries what may pass."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(model_id, "config.json", revision=revision, endpoint=endpoint)
+    try:
+        get_hf_file_metadata(url, token=token, endpoint=endpoint, timeout=10, retry_on_errors=False)
+    except _connect_errors() as exc:
+        raise HubUnreachable(f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else 'no connection'}"
+                             ) from None
+    except Exception:  # noqa: BLE001 - not a connection failure: the full request says what it is
+        return
+
+
+def _connect_errors() -> tuple[type[Exception], ...]:
+    """The HTTP client's "no connection could be made" errors (DNS, refused)."""
+    return _client_errors("ConnectError")
+
+
 def _transport_errors() -> tuple[type[Exception], ...]:
-    """The HTTP client's "no answer" errors: huggingface_hub 2.x talks through httpx2, 1.x through httpx."""
+    """The HTTP client's "no answer" errors."""
+    return _client_errors("TransportError")
+
+
+def _client_errors(name: str) -> tuple[type[Exception], ...]:
+    """The error class ``name`` of each HTTP client huggingface_hub may use: 2.x talks through httpx2, 1.x httpx."""
     import importlib
 
     found = []
-    for name in ("httpx2", "httpx"):
+    for module in ("httpx2", "httpx"):
         try:
-            found.append(importlib.import_module(name).TransportError)
+            found.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):
             continue
     return tuple(found)

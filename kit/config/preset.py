@@ -19,6 +19,7 @@ from kit.config.strategy import StrategyName, strategy_for
 from kit.config.vllmint import AUTO
 from kit.core.datafiles import load_yaml, prune_rules
 from kit.core.gpus import gpu_key, unknown_gpu_hint
+from kit.core.hubid import is_repo_id
 from kit.core.tables import vllm_model
 from kit.core.units import ram_in_bytes
 from kit.core.versions import VERSION_RE
@@ -39,15 +40,8 @@ SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|APIKEY|CREDENTIAL|PRIV
 _UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 GPU_ID = re.compile(rf"(?:0|[1-9][0-9]{{0,3}})|(?:GPU|MIG)-{_UUID}", re.ASCII)
 
-# A hub repository id as huggingface_hub 2.4 validates it (utils/_validators.py validate_repo_id): an optional
-# namespace and a name, each [A-Za-z0-9_.-]{1,96} starting and ending with a word character (its \b ... \b), ASCII
-# only, at most one '/', no '--' or '..', not ending in .git.
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
-_HUB_ID = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}", re.ASCII)
-
-
 def is_hub_id(text: str) -> bool:
-    return bool(_HUB_ID.fullmatch(text)) and "--" not in text and ".." not in text and not text.endswith(".git")
+    return is_repo_id(text)  # huggingface_hub's own rule (kit/core/hubid.py)
 
 
 def model_path_problem(path: str) -> str | None:

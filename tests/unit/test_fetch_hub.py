@@ -594,11 +594,7 @@ def test_an_unreachable_hub_falls_back_to_a_cached_config_and_says_so_without_on
     from kit.core.errors import PlanError
     from tests.unit.test_model_sources import hf_cache
 
-    # huggingface_hub retries a refused connection five times, 23 s of back-off: not this test's subject
-    from huggingface_hub.utils import _http
-
-    monkeypatch.setattr(_http.time, "sleep", lambda seconds: None)
-    with socket.socket() as probe:  # a port on 127.0.0.1 that nothing listens on
+    with socket.socket() as probe:  # a port on 127.0.0.1 that nothing listens on (refused at once, no retries)
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
     monkeypatch.setenv("HF_ENDPOINT", dead)
@@ -607,6 +603,49 @@ def test_an_unreachable_hub_falls_back_to_a_cached_config_and_says_so_without_on
     hf_cache(tmp_path / "hub-cache", "org/gemma2", {"config.json": REPOS["org/gemma2"]["config.json"]})
     spec = load_model_spec("org/gemma2", hub=True)  # config only in the cache: the hub was tried first
     assert spec.source == "hf-cache:org/gemma2" and spec.weights_bytes is None
+
+
+def test_no_connection_fails_at_once_and_is_asked_once_per_command(hub_env, monkeypatch):
+    """A hub with no connection at all (here a refused port; offline, a name that does not resolve) is refused on
+    the first request: huggingface_hub's five retries with back-off (23 s, a log line each) wait for nothing, and a
+    command that plans twice asks once."""
+    import socket
+
+    from huggingface_hub.utils import _http
+
+    from kit.config import modelsource
+    from kit.config.modelinfo import load_model_spec
+    from kit.core.errors import PlanError
+
+    slept: list[float] = []
+    monkeypatch.setattr(_http.time, "sleep", slept.append)
+    asked: list[str] = []
+    connects = modelsource._connects
+    monkeypatch.setattr(modelsource, "_connects", lambda *a: (asked.append(a[0]), connects(*a))[1])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+    for _ in range(2):
+        with pytest.raises(PlanError, match=rf"model org/llama: the hub at {dead} could not be reached \(ConnectError"):
+            load_model_spec("org/llama", hub=True)
+    assert slept == [] and asked == ["org/llama"]
+
+
+@pytest.mark.parametrize("ref", ["org/m.git", "org/m\u00f6del", "org//m", "org/-m"])
+def test_an_id_huggingface_hub_refuses_is_refused_as_not_an_id(ref):
+    """The planner's hub ids and the preset's model.id hold to huggingface_hub's own rule (kit/core/hubid.py): an id
+    it refuses never reaches it (it raised HFValidationError, an internal error, before)."""
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
+    from kit.config import modelsource, preset
+
+    assert not modelsource.is_hub_id(ref) and not preset.is_hub_id(ref)
+    result = CliRunner().invoke(cli, ["plan", "--model", ref, "--gpu", "h100"])
+    assert result.exit_code == 1, result.output
+    assert f"model {ref!r}: no such file or folder, and not a Hugging Face id" in result.output
+    assert "internal error" not in result.output
 
 
 def sentinels(tmp_path):
