@@ -144,8 +144,15 @@ def probe_base_image(ref: str) -> BaseProbe | None:
 
 def base_target(ref: str, python_version: str | None) -> tuple[str | None, str | None, str]:
     """(python version, glibc, what the status line says) for a build on ``ref``: --python-version wins, else the
-    base's own (probed where this engine has it), else None and None (the table's)."""
-    probed = probe_base_image(ref)
+    base's own (probed where this engine has it), else None and None (the table's). A base that cannot be read is
+    refused unless --python-version gives its Python."""
+    try:
+        probed = probe_base_image(ref)
+    except KitError as exc:
+        if not python_version:
+            raise
+        return python_version, None, (f"base {ref}: Python {python_version} as given; its glibc is the table's "
+                                      f"({exc})")
     if probed is None:
         return python_version, None, (f"base {ref} is not on this Docker engine: its Python and glibc are the "
                                       "table's" + (f" (Python {python_version}, as given)" if python_version else ""))

@@ -79,3 +79,20 @@ def test_a_given_python_version_wins_and_the_difference_is_said(base_without_pyt
     assert (python, glibc) == ("3.12", "2.36")
     assert said == (f"base {base_without_python}: Python 3.12 as given (the base's is 3.11, the distribution's "
                     "python3 (debian 12)), glibc 2.36")
+
+
+def test_a_base_the_kit_cannot_read_needs_python_version(docker_client):
+    """A base with no shell (here the empty image `scratch` stands in for a distroless one) is refused, naming it,
+    unless --python-version says its Python."""
+    from kit.core.errors import KitError
+
+    ref = "vllm-kit/test-base-no-shell:probe"
+    docker_client.images.build(fileobj=io.BytesIO(b"FROM scratch\nLABEL kit.test=no-shell\n"), tag=ref, rm=True)
+    try:
+        with pytest.raises(KitError, match=rf"base image {ref}: its shell could not be run"):
+            base_target(ref, None)
+        python, glibc, said = base_target(ref, "3.12")
+        assert (python, glibc) == ("3.12", None)
+        assert said.startswith(f"base {ref}: Python 3.12 as given; its glibc is the table's")
+    finally:
+        docker_client.images.remove(ref, force=True)
