@@ -87,6 +87,7 @@ DISTRIBUTION_PYTHON = {
     ("debian", "12"): "3.11",
     ("debian", "13"): "3.13",
 }
+PROBE_TIMEOUT_S = 60  # a shell line that prints three values: far more than it takes
 # One shell line, run in the base with no network: its os-release, its glibc and, where it has one, its python3.
 _PROBE = ('. /etc/os-release 2>/dev/null; echo "os ${ID:-none} ${VERSION_ID:-none}"; '
           'echo "glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d" " -f2)"; '
@@ -132,13 +133,21 @@ def probe_base_image(ref: str) -> BaseProbe | None:
         client.images.get(ref)
     except (DockerUnavailable, SdkImageNotFound):
         return None
+    # created, started and removed here rather than by containers.run, which leaves the container behind when the
+    # start itself fails (a base with no shell)
+    container = client.containers.create(ref, ["sh", "-c", _PROBE], network_disabled=True, entrypoint=[], user="0")
     try:
-        out = client.containers.run(ref, ["sh", "-c", _PROBE], remove=True, network_disabled=True, entrypoint=[],
-                                    user="0")
-    except Exception as exc:  # noqa: BLE001 - ContainerError, APIError: the base cannot run a shell
+        container.start()
+        status = container.wait(timeout=PROBE_TIMEOUT_S).get("StatusCode")
+        out = container.logs(stdout=True, stderr=False)
+        if status != 0:
+            raise RuntimeError(f"the probe exited {status}")
+    except Exception as exc:  # noqa: BLE001 - APIError, a timeout: the base cannot run a shell
         raise KitError(f"base image {ref}: its shell could not be run to read its Python and glibc "
                        f"({str(exc).splitlines()[0][:160]})",
                        hint="give --python-version X.Y; the kit's images need a base with a POSIX shell") from None
+    finally:
+        container.remove(force=True)
     return parse_base_probe(ref, out.decode(errors="replace"))
 
 

@@ -94,5 +94,7 @@ def test_a_base_the_kit_cannot_read_needs_python_version(docker_client):
         python, glibc, said = base_target(ref, "3.12")
         assert (python, glibc) == ("3.12", None)
         assert said.startswith(f"base {ref}: Python 3.12 as given; its glibc is the table's")
+        # the failed probes left no container behind
+        assert not docker_client.containers.list(all=True, filters={"ancestor": ref})
     finally:
         docker_client.images.remove(ref, force=True)
