@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kit.core.hubid import is_namespaced_repo_id
 from kit.config.modelfiles import LOCAL_MODEL_HINT, StoredTensors, load_json, safetensors_header_bytes
 from kit.core.errors import PlanError
+from kit.core.hubid import is_namespaced_repo_id
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 # constants.py ENV_VARS_TRUE_VALUES: how huggingface_hub reads HF_HUB_OFFLINE
@@ -32,7 +32,7 @@ class HubUnreachable(PlanError):
 # hub look-ups of this process, by (id, revision, endpoint, cache): one command plans a model more than once
 _LOOKED_UP: dict[tuple[str, str | None, str | None, str], tuple[Any, Any]] = {}
 # and those that met no connection at all (_connects): asked once per command
-_UNREACHED: dict[tuple[str, str | None, str | None, str], "HubUnreachable"] = {}
+_UNREACHED: dict[tuple[str, str | None, str | None, str], HubUnreachable] = {}
 
 
 def is_hub_id(ref: str) -> bool:

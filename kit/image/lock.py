@@ -32,6 +32,7 @@ from kit.config.strategy import strategy_for
 from kit.core.docker_engine import docker_client
 from kit.core.errors import BuildError, KitError, Problem
 from kit.core.safepaths import open_nofollow, work_folder
+from kit.core.versions import version
 from kit.deploy.pipeline import Prepared
 from kit.image.build import (
     BuildRequest,
@@ -396,7 +397,7 @@ def target_mismatch(target: LockedTarget, probed: BaseProbe) -> str | None:
     if target.python != probed.python_version:
         return (f"target.python: the wheels are for CPython {target.python}, the base runs Python "
                 f"{probed.python_version} ({probed.python_from})")
-    if tuple(int(x) for x in probed.glibc.split(".")) < tuple(int(x) for x in target.glibc.split(".")):
+    if version(probed.glibc) < version(target.glibc):
         return f"target.glibc: the wheels are for glibc {target.glibc}, the base has {probed.glibc}"
     return None
 

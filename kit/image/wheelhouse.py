@@ -135,8 +135,10 @@ def probe_base_image(ref: str) -> BaseProbe | None:
         return None
     # created, started and removed here rather than by containers.run, which leaves the container behind when the
     # start itself fails (a base with no shell)
-    container = client.containers.create(ref, ["sh", "-c", _PROBE], network_disabled=True, entrypoint=[], user="0")
+    container = None
     try:
+        container = client.containers.create(ref, ["sh", "-c", _PROBE], network_disabled=True, entrypoint=[],
+                                             user="0")
         container.start()
         status = container.wait(timeout=PROBE_TIMEOUT_S).get("StatusCode")
         out = container.logs(stdout=True, stderr=False)
@@ -147,7 +149,8 @@ def probe_base_image(ref: str) -> BaseProbe | None:
                        f"({str(exc).splitlines()[0][:160]})",
                        hint="give --python-version X.Y; the kit's images need a base with a POSIX shell") from None
     finally:
-        container.remove(force=True)
+        if container is not None:
+            container.remove(force=True)
     return parse_base_probe(ref, out.decode(errors="replace"))
 
 
