@@ -32,22 +32,30 @@ RETRIES = re.compile(r'^vllm_router_retries_total(?:\{[^}]*\})?\s+([0-9.e+]+)$',
 SUCCESS = re.compile(r'^vllm:request_success_total\{[^}]*\}\s+([0-9.e+]+)$', re.M)
 
 
+def metric_lines(container, python: str, url: str, prefix: str) -> str:
+    """The lines of a Prometheus page served inside ``container`` that start with ``prefix``, filtered there: the
+    whole page (about 25 KB from vLLM) once came back through the Docker SDK's exec stream with a byte that is not
+    UTF-8 in it (CI, 2026-12-05), so only the few lines asked for cross the stream, stdout alone."""
+    probe = (f"import urllib.request; page = urllib.request.urlopen({url!r}, timeout=10).read().decode(); "
+             f"print(''.join(line + chr(10) for line in page.splitlines() if line.startswith({prefix!r})), end='')")
+    code, (out, err) = container.exec_run([python, "-c", probe], demux=True)
+    assert code == 0, (err or b"").decode(errors="replace")[-500:]
+    return (out or b"").decode()
+
+
 def finished_requests(stack, service: str, python: str) -> int:
     """Requests the replica finished, from its own /metrics (inside its container: it publishes no port)."""
-    probe = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=10).read().decode())"
-    code, output = stack.container(service).exec_run([python, "-c", probe])
-    assert code == 0, output.decode(errors="replace")[-500:]
-    return int(sum(float(v) for v in SUCCESS.findall(output.decode())))
+    lines = metric_lines(stack.container(service), python, "http://127.0.0.1:8000/metrics", "vllm:request_success_total")
+    return int(sum(float(v) for v in SUCCESS.findall(lines)))
 
 
 def router_retries(router) -> int:
     """Retries the router made (a request first sent to a dead replica is retried): its Prometheus counter,
     served inside its container only (127.0.0.1, kit/data/router.yaml metrics_port)."""
     port = load_yaml("router.yaml")["metrics_port"]
-    probe = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=10).read().decode())"
-    code, output = router.exec_run([f"{ROUTER_VENV}/bin/python", "-c", probe])
-    assert code == 0, output.decode(errors="replace")[-500:]
-    return int(sum(float(v) for v in RETRIES.findall(output.decode())))
+    lines = metric_lines(router, f"{ROUTER_VENV}/bin/python", f"http://127.0.0.1:{port}/metrics",
+                         "vllm_router_retries_total")
+    return int(sum(float(v) for v in RETRIES.findall(lines)))
 
 
 def router_workers(router, port: int) -> dict[str, bool]:
