@@ -37,6 +37,7 @@ FITTED: tuple[tuple[tuple[str, ...], float], ...] = (
     (("memory_accounting", "compile_cold_floor_gib"), 0.0),
     (("memory_accounting", "non_torch_gib_single"), 0.0),
     (("memory_accounting", "non_torch_marlin_gib"), 0.0),
+    (("memory_accounting", "non_torch_gptq_gib"), 0.0),
     (("memory_accounting", "cuda_graph_estimate", "per_graph_gib"), 0.0),
     (("memory_accounting", "cuda_graph_estimate", "per_full_graph_gib"), 0.0),
     (("memory_accounting", "cuda_graph_estimate", "moe_scale"), 1.0),
@@ -74,6 +75,12 @@ def committed(version: str) -> np.ndarray:
     return np.array([_get(folded, path, prior) for path, prior in FITTED])
 
 
+def _refold() -> None:
+    """Drop the rules folded from the data table, so the next plan reads it as it stands now."""
+    rules._entries.cache_clear()
+    rules._rules_at.cache_clear()
+
+
 @contextlib.contextmanager
 def constants(version: str, values: np.ndarray) -> Iterator[None]:
     """Plan with ``values`` for the FITTED constants of ``version`` (the data table is restored afterwards)."""
@@ -85,8 +92,7 @@ def constants(version: str, values: np.ndarray) -> Iterator[None]:
             node = node.setdefault(key, {})
         saved.append((node, path[-1], node.get(path[-1]), path[-1] in node))
         node[path[-1]] = float(value)
-    rules._entries.cache_clear()
-    rules._rules_at.cache_clear()
+    _refold()
     try:
         yield
     finally:
@@ -95,8 +101,23 @@ def constants(version: str, values: np.ndarray) -> Iterator[None]:
                 node[key] = old
             else:
                 node.pop(key, None)
-        rules._entries.cache_clear()
-        rules._rules_at.cache_clear()
+        _refold()
+
+
+@contextlib.contextmanager
+def without_facts_of(version: str, family: str) -> Iterator[None]:
+    """Plan as if ``family`` had never been measured: its own recorded CUDA-graph factor (full_rate_by_model_type)
+    is set aside while its runs are planned."""
+    estimate = _defaults(version).get("memory_accounting", {}).get("cuda_graph_estimate", {})
+    table = estimate.get("full_rate_by_model_type") or {}
+    saved = table.pop(family, None)
+    _refold()
+    try:
+        yield
+    finally:
+        if saved is not None:
+            table[family] = saved
+        _refold()
 
 
 def predicted(run: Run) -> dict[str, float]:
@@ -169,7 +190,7 @@ def leave_one_family_out(version: str, runs: list[Run]) -> tuple[dict[str, np.nd
         train = [r for r in runs if r.family != family]
         values = refit(version, train, start)
         fits[family] = values
-        with constants(version, values):
+        with constants(version, values), without_facts_of(version, family):
             rows += errors([r for r in runs if r.family == family])
     return fits, rows
 

@@ -360,9 +360,20 @@ CASES_033_SPLIT: dict[str, dict] = {
     "q7gptq-12g-graphs-marlin-128seqs": {**_Q7_MARLIN, "flags": {**_Q7_MARLIN["flags"], "max_num_seqs": 128}},
     "q14gptq-16g-marlin-repeat": {**CASES_033_MARLIN["q14gptq-16g-marlin"]},
 }
+# Issue 33 (2026-12-05): the graph rule refit after matrix 0.33.0-split (per_full_graph_gib past the two sampled full
+# graphs, scaled by layers and the MLP's intermediate width), checked where no graph run had been: a 64-layer model
+# 25,600 wide (the form extrapolates to 3.7 x its reference there; Qwen3-32B-AWQ on Marlin, as a 32 GiB card runs it,
+# the eager twin of h200-033m-qwen3-32b-awq-32g-marlin), Mistral (no compiled run of the family) and Llama-3.2-3B at
+# a 12 GiB budget. Planned before any of them ran (h200-vllm-0.33.0-check/preregistered-plans.json).
+CASES_033_CHECK: dict[str, dict] = {
+    "q3-32awq-32g-graphs-marlin": {**CASES_033_MARLIN["q3-32awq-32g-marlin"], "graphs": True, "timeout": 360},
+    "mistral7b-24g-graphs": {**CASES_034_FAMILIES["mistral7b-24g"], "graphs": True},
+    "llama32-3b-12g-graphs": {**CASES_034_FAMILIES["llama32-3b-12g"], "graphs": True},
+}
 MATRICES = {"0.26.0": CASES, "0.33.0": CASES_033, "0.33.0-families": CASES_033_FAMILIES, "0.34.0": CASES_034,
             "0.34.0-families": CASES_034_FAMILIES, "0.34.0-alloc": CASES_034_ALLOC, "0.33.0-marlin": CASES_033_MARLIN,
-            "0.33.0-humming-alloc": CASES_033_HUMMING_ALLOC, "0.33.0-split": CASES_033_SPLIT}
+            "0.33.0-humming-alloc": CASES_033_HUMMING_ALLOC, "0.33.0-split": CASES_033_SPLIT,
+            "0.33.0-check": CASES_033_CHECK}
 
 
 def sh(argv: list[str], timeout: float = 120) -> str:

@@ -36,6 +36,11 @@ CASES: tuple[tuple[str, str, int, int, int, bool], ...] = (
     ("h200-vllm-0.33.0-families/phi35-24g-graphs", "phi3", 32, 3072, 8192, False),
     ("h200-vllm-0.33.0-families/q14-48g-graphs", "qwen2", 48, 5120, 13824, False),
     ("h200-vllm-0.33.0-marlin/q7gptq-12g-graphs-marlin", "qwen2", 28, 3584, 18944, False),
+    ("h200-vllm-0.33.0-split/q7gptq-12g-graphs-marlin-repeat", "qwen2", 28, 3584, 18944, False),
+    ("h200-vllm-0.33.0-split/q7gptq-12g-graphs-machete", "qwen2", 28, 3584, 18944, False),
+    ("h200-vllm-0.33.0-split/q7gptq-12g-graphs-marlin-128seqs", "qwen2", 28, 3584, 18944, False),
+    ("h200-vllm-0.33.0-split/q7-24g-graphs", "qwen2", 28, 3584, 18944, False),
+    ("h200-vllm-0.33.0-check/q3-32awq-32g-graphs-marlin", "qwen3", 64, 5120, 25600, False),
     ("h200-vllm-0.33.0/moe-q30a3b-80g-graphs", "qwen3_moe", 48, 2048, 6144, True),
     ("h200-vllm-0.33.0/dsv2lite-80g-graphs", "deepseek_v2", 27, 2048, 10944, True),
 )
@@ -45,7 +50,12 @@ SEQS = re.compile(r"'max_num_seqs': (\d+)")
 TOKENS = re.compile(r"'max_num_batched_tokens': (\d+)")
 Row = dict[str, float | int | str | bool]
 FORMS: dict[str, Callable[[Row], list[float]]] = {
-    "both rates x layers / 36 (committed)": lambda r: [r["pw"] * r["layers"] / 36, r["full"] * r["layers"] / 36],
+    "piecewise x layers, full past two x layers (committed)": lambda r: [
+        r["pw"] * r["layers"] / 36, max(r["full"] - 2, 0) * r["layers"] / 36],
+    "piecewise x layers, full past two unscaled": lambda r: [r["pw"] * r["layers"] / 36, max(r["full"] - 2, 0)],
+    "piecewise x layers, full past two x layers x intermediate (planned the check, dropped)": lambda r: [
+        r["pw"] * r["layers"] / 36, max(r["full"] - 2, 0) * r["layers"] * r["intermediate"] / (36 * 12288)],
+    "both rates x layers / 36 (until 2026-12-05)": lambda r: [r["pw"] * r["layers"] / 36, r["full"] * r["layers"] / 36],
     "both rates unscaled": lambda r: [r["pw"], r["full"]],
     "piecewise x layers, full unscaled": lambda r: [r["pw"] * r["layers"] / 36, r["full"]],
     "piecewise x layers, full x layers x intermediate": lambda r: [
@@ -53,6 +63,8 @@ FORMS: dict[str, Callable[[Row], list[float]]] = {
     "piecewise x layers, full x layers x hidden": lambda r: [
         r["pw"] * r["layers"] / 36, r["full"] * r["layers"] * r["hidden"] / (36 * 4096)],
 }
+# The runs kit/data/calibration.yaml marks `set: fit` (all Qwen3-8B): the committed rates are fitted on these alone
+FIT_SET = ("q8-48g-graphs", "q8fp8-80g-graphs", "q8-8k-graphs-16seqs", "rtx4090-awq-preset")
 
 
 def read(log: str) -> tuple[float, float, int, int]:
@@ -106,6 +118,30 @@ def main() -> None:
         errors = held_out(dense, form)
         print(f"  {name:50} " + "  ".join(f"{case}={err:+.3f}" for case, err in errors.items()
                                             if not case.endswith(("16seqs", "preset"))))
+    committed = next(iter(FORMS))
+    fit = [r for r in dense if r["case"] in FIT_SET]
+    coef, *_ = np.linalg.lstsq(np.array([FORMS[committed](r) for r in fit]),
+                               np.array([float(r["estimate"]) for r in fit]), rcond=None)
+    print(f"\n{committed}, fitted on the fit set ({', '.join(FIT_SET)}):")
+    print(f"  per_graph_gib={coef[0]:.5f}  per_full_graph_gib={coef[1]:.5f}  (kit/data/vllm.yaml 0.33.0)")
+    print("  every other run planned with them, graph GiB, plan - vLLM:")
+    print("  " + "  ".join(f"{r['case']}={float(np.array(FORMS[committed](r)) @ coef) - float(r['estimate']):+.3f}"
+                           for r in dense if r["case"] not in FIT_SET))
+    print("  each architecture's full rate, least squares on its own runs with the piecewise part as planned "
+          "(full_rate_by_model_type: recorded where two model sizes or more were measured):")
+    for family in sorted({str(r["family"]) for r in dense}):
+        own = [r for r in dense if r["family"] == family]
+        parts = [np.array(FORMS[committed](r)) * coef for r in own]
+        full = np.array([p[1] for p in parts])
+        rest = np.array([float(r["estimate"]) - p[0] for r, p in zip(own, parts, strict=True)])
+        factor = float(full @ rest / (full @ full)) if full.any() else float("nan")
+        sizes = len({int(r["layers"]) for r in own})
+        print(f"    {family:8} {factor:.2f} ({len(own)} runs, {sizes} model size{'s' * (sizes > 1)})")
+    moe = [r for r in table if r["moe"]]
+    for r in moe:
+        reference = float(np.array(FORMS[committed]({**r, "layers": 36})) @ coef)
+        print(f"  {r['case']}: {r['estimate']:.2f} GiB charged, {r['estimate'] / reference:.3f} x the reference "
+              f"figure ({reference:.3f} GiB at 36 layers): moe_scale")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,10 @@ class CudaGraphEstimate(Table):
     per_full_graph_gib: float | None = None
     moe_scale: float | None = None
     reference_layers: int | None = None
+    full_samples: int | None = None
+    full_rate_by_model_type: dict[str, float] | None = None
+    measured_model_types: list[str] | None = None
+    unmeasured_full_rate_up_to: float | None = None
 
 
 class MLAProfileWorkspace(Table):
@@ -177,6 +181,7 @@ class MemoryAccounting(Table):
     non_torch_gib_tp: float | None = None
     non_torch_gib_pp_only: float | None = None
     non_torch_marlin_gib: float | None = None
+    non_torch_gptq_gib: float | None = None
     cuda_graph_estimate: CudaGraphEstimate | None = None
 
 

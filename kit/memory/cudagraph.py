@@ -48,10 +48,14 @@ def cuda_graph_count(max_num_seqs: int, vllm_version: str) -> int:
 def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range | None = None) -> list[Term]:
     """The CUDA-graph estimate charged to the KV budget on one rank (none where nothing is charged).
 
-    A release with `per_full_graph_gib` charges piecewise and full graphs at their own rates: 0.33's estimate is
-    every piecewise graph measured, plus the first full graph and (count - 1) x the second's cost (cudagraph_utils.py
-    `_extrapolate_full_graph_memory`), and both full samples grow with the largest full size, which rises with
-    max_num_seqs as the count does. A stage with fused-MoE layers takes `moe_scale` times the dense figure."""
+    A release with `per_full_graph_gib` charges piecewise and full graphs at their own rates. 0.33's estimate
+    (cudagraph_utils.py `profile_cudagraph_memory`) is the free-memory drop of one profiling capture (every piecewise
+    graph and the `full_samples` largest full graphs) plus (count - full_samples) x the last sample's drop
+    (`_extrapolate_full_graph_memory`): with `full_samples` set, the piecewise rate carries the capture and the full
+    rate only the extrapolated graphs. A dense stage scales both with its layers, and the full rate by its
+    architecture's measured factor where one is recorded (`full_rate_by_model_type`; approximate elsewhere: the rate
+    per layer varies by architecture, docs/gpu-planning.md). A stage with fused-MoE layers takes `moe_scale` times the
+    reference figure."""
     if not r.cuda_graph_charged:
         return []
     estimate = rules_for(r.vllm_version).memory_accounting.cuda_graph_estimate
@@ -68,16 +72,25 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
     terms = [Term(figure="cuda_graph", name="graph pool, fixed part (fitted)", bytes=estimate.base_gib * GIB,
                   fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate.base_gib else []
     if estimate.per_full_graph_gib is not None:
+        samples = int(estimate.full_samples or 0)
+        measured = estimate.full_rate_by_model_type or {}
+        kind = model.model_type if model is not None and not moe else None
+        architecture = float(measured.get(kind, 1.0)) if kind else 1.0
+        per_arch = (f" x {architecture:g} for {kind} (full_rate_by_model_type: measured on that architecture)"
+                    if architecture != 1.0 else "")
+        counted = max(full - samples, 0)
+        which = (f"{counted} of {full} full graphs, extrapolated past the {samples} sampled" if samples
+                 else f"{full} full graphs")
         return [
             *terms,
             Term(figure="cuda_graph", name=f"graph pool, {piecewise} piecewise graphs (fitted)",
                  bytes=estimate.per_graph_gib * scale * piecewise * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_graph_gib x the piecewise graphs captured by "
                         f"default (every capture size up to min(512, 2 x max_num_seqs)){scaled}"),
-            Term(figure="cuda_graph", name=f"graph pool, {full} full graphs (fitted)",
-                 bytes=estimate.per_full_graph_gib * scale * full * GIB, fitted=True,
+            Term(figure="cuda_graph", name=f"graph pool, {which} (fitted)",
+                 bytes=estimate.per_full_graph_gib * scale * architecture * counted * GIB, fitted=True,
                  source="memory_accounting.cuda_graph_estimate.per_full_graph_gib x the full graphs captured by "
-                        f"default (the capture sizes up to max_num_seqs){scaled}"),
+                        f"default (the capture sizes up to max_num_seqs){scaled}{per_arch}"),
         ]
     return [
         *terms,
@@ -86,3 +99,22 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
              source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "
                     f"(piecewise up to 512 tokens, full up to max_num_seqs){scaled}"),
     ]
+
+
+def unmeasured_architecture_note(r: Resolved, model: ModelSpec, full_graph_bytes: float, kv_bytes: float) -> str | None:
+    """Why a plan is approximate where vLLM's CUDA-graph charge for this architecture was never measured and the
+    spread measured across architectures (`unmeasured_full_rate_up_to` x the planned full graphs, ``full_graph_bytes``)
+    is more than 3 % of the KV cache; None where it was measured, nothing is charged, or the spread is small beside
+    the cache."""
+    estimate = rules_for(r.vllm_version).memory_accounting.cuda_graph_estimate
+    measured = (estimate.measured_model_types or []) if estimate is not None else []
+    up_to = float(estimate.unmeasured_full_rate_up_to or 1.0) if estimate is not None else 1.0
+    if not measured or up_to <= 1.0 or model.model_type in measured or kv_bytes <= 0 \
+            or estimate.per_full_graph_gib is None:
+        return None
+    more = (up_to - 1.0) * full_graph_bytes
+    if more <= 0.03 * kv_bytes:
+        return None
+    return (f"CUDA graphs: vLLM's charge per layer differs by architecture, and {model.model_type or 'this model'}'s "
+            f"was not measured ({', '.join(measured)} were); its full graphs may take up to {more / GIB:.2f} GiB "
+            f"more than planned, {more / kv_bytes * 100:.0f} % of this KV cache (--enforce-eager charges none)")

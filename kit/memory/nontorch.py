@@ -41,6 +41,12 @@ def non_torch_terms(r: Resolved, model: ModelSpec) -> list[Term]:
         terms.append(Term(figure="non_torch", name="Marlin/Humming kernels (fitted)", bytes=marlin * GIB, fitted=True,
                           source="memory_accounting.non_torch_marlin_gib: AWQ/GPTQ where Machete does not run leaves "
                                  "this much more after the profile run (measured on Humming, fitted; approximate)"))
+    gptq = float(rule.non_torch_gptq_gib or 0.0)
+    if gptq and r.device == "cuda" and QUANT_FAMILY.get(r.quantization or "", r.quantization) == "gptq":
+        terms.append(Term(figure="non_torch", name="GPTQ checkpoint (fitted)", bytes=gptq * GIB, fitted=True,
+                          source="memory_accounting.non_torch_gptq_gib: GPTQ leaves this much more than AWQ after "
+                                 "the profile run on every kernel measured (Machete, Marlin; fitted on Qwen2.5, "
+                                 "approximate)"))
     per_entry = rule.sampler_state_bytes_per_vocab_entry
     if per_entry and r.runner != "pooling" and r.device == "cuda":
         terms.append(Term(

@@ -37,7 +37,7 @@ CASES = [
     ("meta-llama/Llama-3.1-70B-Instruct", "h100-80gb", {"tensor_parallel_size": 2}, "kv_cache"),
     ("meta-llama/Llama-3.1-70B-Instruct", "h100-80gb", {"pipeline_parallel_size": 2, "max_model_len": 4096},
      "kv_cache"),
-    ("Qwen/Qwen2.5-14B-Instruct", "rtx3090", {"tensor_parallel_size": 2, "max_model_len": 4096}, "model"),
+    ("Qwen/Qwen2.5-14B-Instruct", "rtx3090", {"tensor_parallel_size": 2, "max_model_len": 4096}, "kv_cache"),
     ("Qwen/Qwen3-30B-A3B", "a100-80gb", {"max_num_seqs": 32}, "model"),
     ("deepseek-ai/DeepSeek-V2-Lite-Chat", "a100-40gb", {"gpu_memory_utilization": 0.85}, "kv_cache"),
     ("Qwen/Qwen3-8B-AWQ", "rtx4090", {"dtype": "float16", "quantization": "awq_marlin", "max_model_len": 8192,

@@ -224,11 +224,9 @@ def test_033_planner_meets_the_kv_targets_on_fitted_and_held_out_runs(which: str
         token_errors[entry["id"]] = (result.kv_cache_tokens - log.kv_cache_tokens) / log.kv_cache_tokens
         assert abs(result.weights_gib - log.weights_gib) / log.weights_gib <= 0.01, entry["id"]
     assert statistics.median(abs(e) for e in token_errors.values()) <= 0.01
-    over = {name: error for name, error in token_errors.items() if abs(error) > 0.03}
-    # The one open miss (docs/gpu-planning.md, Marlin on the H200): Qwen2.5-7B-GPTQ with CUDA graphs at 256 seqs,
-    # where vLLM's CUDA-graph estimate (0.65 GiB) is above the layer-scaled rate's 0.52.
-    assert set(over) <= {"h200-033m-qwen2.5-7b-gptq-12g-graphs-cold-marlin"}
-    assert all(error < 0.05 for error in over.values())
+    # Every case within 3 % (the Qwen2.5-7B runs with CUDA graphs, 4.5-7.2 % over before Qwen2's full-graph factor,
+    # are fitted cases since; bench/plan_accuracy.py's family-held-out table shows them planned without it)
+    assert {name: error for name, error in token_errors.items() if abs(error) > 0.03} == {}
 
 
 def test_a_0_34_log_reads_the_kv_cache_sized_after_warm_up() -> None:
