@@ -107,22 +107,29 @@ def constants(version: str, values: np.ndarray) -> Iterator[None]:
 @contextlib.contextmanager
 def without_facts_of(version: str, family: str) -> Iterator[None]:
     """Plan as if ``family`` had never been measured: its own recorded CUDA-graph factor (full_rate_by_model_type)
-    is set aside while its runs are planned."""
+    is set aside, and it leaves the architectures measured with graphs (measured_model_types), while its runs are
+    planned; so a plan says "approximate" where it would for an architecture no start has measured."""
     estimate = _defaults(version).get("memory_accounting", {}).get("cuda_graph_estimate", {})
     table = estimate.get("full_rate_by_model_type") or {}
     saved = table.pop(family, None)
+    measured = estimate.get("measured_model_types")
+    if measured is not None:
+        estimate["measured_model_types"] = [m for m in measured if m != family]
     _refold()
     try:
         yield
     finally:
         if saved is not None:
             table[family] = saved
+        if measured is not None:
+            estimate["measured_model_types"] = measured
         _refold()
 
 
 def predicted(run: Run) -> dict[str, float]:
     plan = planner.plan(run.inputs)
-    return {m: float(getattr(plan, m)) for m in METRICS} | {"kv_cache_tokens": float(plan.kv_cache_tokens)}
+    return {m: float(getattr(plan, m)) for m in METRICS} | {"kv_cache_tokens": float(plan.kv_cache_tokens),
+                                                            "approximate": float(bool(plan.approximate["value"]))}
 
 
 def residuals(runs: list[Run]) -> np.ndarray:
@@ -170,7 +177,7 @@ def errors(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         got = predicted(run)
-        row: dict[str, Any] = {"case": run.case_id, "family": run.family}
+        row: dict[str, Any] = {"case": run.case_id, "family": run.family, "approximate": bool(got["approximate"])}
         tokens = run.actual.get("kv_cache_tokens")
         if tokens:
             row["kv_tokens_pct"] = (got["kv_cache_tokens"] - tokens) / tokens * 100
@@ -200,4 +207,6 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     weights = [abs(r["weights_pct"]) for r in rows if "weights_pct" in r]
     return {"n": len(kv), "kv_median_abs": statistics.median(abs(x) for x in kv) if kv else 0.0,
             "kv_max_abs": max((abs(x) for x in kv), default=0.0), "kv_max_over": max(kv, default=0.0),
-            "weights_max_abs": max(weights, default=0.0)}
+            "weights_max_abs": max(weights, default=0.0),
+            "kv_max_over_confident": max((r["kv_tokens_pct"] for r in rows
+                                          if "kv_tokens_pct" in r and not r.get("approximate")), default=0.0)}
