@@ -60,7 +60,14 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str |
                         style=(styles or {}).get(name))
     for row in rows:
         grid.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-    out.print(grid)
+    if out.is_terminal:
+        out.print(grid)
+        return
+    # Off a terminal rich pads every line to the widest row (up to PIPE_WIDTH): a long note would leave each line
+    # 240 columns of trailing blanks in a file, a pipe or a narrower pager; the lines are written without them.
+    with out.capture() as captured:
+        out.print(grid)
+    out.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def key_values(pairs: Sequence[tuple[str, Any]], *, title: str | None = None) -> None:

@@ -60,6 +60,17 @@ def test_tables_off_a_terminal_keep_whole_rows():
     assert row.split() == ["rtx4090-awq", "shipped", "1x", "rtx4090", "0.33.0", "Qwen/Qwen3-8B-AWQ"]
 
 
+def test_tables_off_a_terminal_end_their_lines_without_padding():
+    """A plan with a long note (an unmeasured architecture's CUDA graphs) made rich pad every row to 240 columns
+    in a pipe; the rows end where their text does."""
+    result = CliRunner().invoke(cli, ["plan", "--model", "google/gemma-2-9b-it", "--gpu", "rtx4090",
+                                      "--max-model-len", "4096"])
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 0 and any(line.startswith("approximate") for line in lines)
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert len(next(line for line in lines if line.startswith("weights"))) < 40
+
+
 def test_plan_table_keeps_its_rows():
     result = CliRunner().invoke(cli, ["plan", "preset=cpu"])
     rows = {line.split("  ")[0]: line for line in result.stdout.splitlines()}
