@@ -240,12 +240,12 @@ def family_report(cases: list[dict], version: str = "0.33.0") -> bool:
     fitted = {r["case"]: r for r in family_holdout.errors(runs)}
     fits, held = family_holdout.leave_one_family_out(version, runs)
     print(f"\nvLLM {version}: leave-one-family-out (constants refit without the family, then the family planned)")
-    header = (f"{'family':<14}{'case':<42}{'KV tok fitted':>14}{'KV tok held out':>16}{'weights':>9}  plan")
+    header = (f"{'family':<14}{'case':<52}{'KV tok fitted':>14}{'KV tok held out':>16}{'weights':>9}  plan")
     print(header)
     print("-" * len(header))
     for row in held:
         base = fitted[row["case"]]
-        print(f"{row['family']:<14}{row['case']:<42}{base.get('kv_tokens_pct', 0):>+13.2f}%"
+        print(f"{row['family']:<14}{row['case']:<52}{base.get('kv_tokens_pct', 0):>+13.2f}%"
               f"{row.get('kv_tokens_pct', 0):>+15.2f}%{row.get('weights_pct', 0):>+8.2f}%  "
               f"{'approximate' if row['approximate'] else 'confident'}")
     print()
@@ -327,13 +327,13 @@ def preregistered_report(version: str = "0.34.0") -> None:
     if not rows:
         return
     print(f"\nvLLM {version}: plans registered before the engines ran, against vLLM (KV tokens; verdict)")
-    header = f"{'registered in':<48}{'case':<40}{'planned':>11}{'vLLM':>11}{'error':>9}  verdict"
+    header = f"{'registered in':<48} {'case':<48}{'planned':>11}{'vLLM':>11}{'error':>9}  verdict"
     print(header)
     print("-" * len(header))
     for file, folder, case, planned in rows:
         label = f"{folder}/{file}"
         if case.get("start_failed"):
-            print(f"{label:<48}{case['id']:<40}{planned['kv_cache_tokens']:>11,}{'-':>11}{'':>9}  did not start "
+            print(f"{label:<48} {case['id']:<48}{planned['kv_cache_tokens']:>11,}{'-':>11}{'':>9}  did not start "
                   "(not a memory verdict)")
             continue
         log = read_log(case)
@@ -344,7 +344,7 @@ def preregistered_report(version: str = "0.34.0") -> None:
             actual = f"{log.kv_cache_tokens:,}"
         else:
             error, actual = "", "refused"
-        print(f"{label:<48}{case['id']:<40}{planned['kv_cache_tokens']:>11,}{actual:>11}{error:>9}  {verdict}")
+        print(f"{label:<48} {case['id']:<48}{planned['kv_cache_tokens']:>11,}{actual:>11}{error:>9}  {verdict}")
 
 
 def verdict_report(cases: list[dict]) -> bool:
