@@ -63,7 +63,8 @@ FORMS: dict[str, Callable[[Row], list[float]]] = {
     "piecewise x layers, full x layers x hidden": lambda r: [
         r["pw"] * r["layers"] / 36, r["full"] * r["layers"] * r["hidden"] / (36 * 4096)],
 }
-# The runs kit/data/calibration.yaml marks `set: fit` (all Qwen3-8B): the committed rates are fitted on these alone
+# The Qwen3-8B runs kit/data/calibration.yaml marks `set: fit`: the committed rates are fitted on these alone (its
+# Qwen2.5 graph runs, also `set: fit`, set Qwen2's full_rate_by_model_type only: printed below)
 FIT_SET = ("q8-48g-graphs", "q8fp8-80g-graphs", "q8-8k-graphs-16seqs", "rtx4090-awq-preset")
 
 

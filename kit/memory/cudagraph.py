@@ -107,10 +107,11 @@ def unmeasured_architecture_note(r: Resolved, model: ModelSpec, full_graph_bytes
     is more than 3 % of the KV cache; None where it was measured, nothing is charged, or the spread is small beside
     the cache."""
     estimate = rules_for(r.vllm_version).memory_accounting.cuda_graph_estimate
-    measured = (estimate.measured_model_types or []) if estimate is not None else []
-    up_to = float(estimate.unmeasured_full_rate_up_to or 1.0) if estimate is not None else 1.0
-    if not measured or up_to <= 1.0 or model.model_type in measured or kv_bytes <= 0 \
-            or estimate.per_full_graph_gib is None:
+    if estimate is None or estimate.per_full_graph_gib is None:
+        return None
+    measured = estimate.measured_model_types or []
+    up_to = float(estimate.unmeasured_full_rate_up_to or 1.0)
+    if not measured or up_to <= 1.0 or model.model_type in measured or kv_bytes <= 0:
         return None
     more = (up_to - 1.0) * full_graph_bytes
     if more <= 0.03 * kv_bytes:
