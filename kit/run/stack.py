@@ -36,9 +36,53 @@ def port_is_free(address: str, port: int) -> bool:
     return True
 
 
-def require_free_port(address: str, port: int) -> None:
-    if not port_is_free(address, port):
-        raise KitError(f"port {port} on {address} is in use", hint="pick another with --port N")
+@dataclass(frozen=True)
+class PortHolder:
+    """A running container that publishes a host port: its name, and the compose project and folder it came from."""
+    name: str
+    project: str | None
+    folder: Path | None
+
+
+def port_holder(port: int) -> PortHolder | None:
+    """The running container publishing host ``port`` (any address), or None: none does, or the engine cannot be
+    asked (the port is then held by something outside Docker, or the engine is down; either way nothing to name)."""
+    import docker
+
+    try:
+        containers = docker_client().containers.list()
+    except (docker.errors.DockerException, OSError):
+        return None
+    for container in containers:
+        published = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+        if any(str(binding.get("HostPort")) == str(port) for bindings in published.values() for binding in bindings or ()):
+            labels = container.labels or {}
+            folder = labels.get("com.docker.compose.project.working_dir")
+            return PortHolder(container.name, labels.get("com.docker.compose.project"), Path(folder) if folder else None)
+    return None
+
+
+def _stop_hint(holder: PortHolder, out_dir: Path | None) -> str:
+    if holder.folder is not None and (holder.folder / KIT_DIR).is_dir():
+        stop = f"`kit down --out {shlex.quote(str(holder.folder))}`"
+        if out_dir is not None and holder.folder.resolve() == Path(out_dir).resolve():
+            # not --port: that would re-render the folder's port under the stack that runs from it
+            return f"this folder's own stack holds it (container {holder.name}, compose project {holder.project}): stop it with {stop} first"
+        return (f"the kit stack of {holder.folder} holds it (container {holder.name}, compose project "
+                f"{holder.project}): stop it with {stop}, or pick another port with --port N")
+    if holder.project:
+        return (f"container {holder.name} of compose project {holder.project} holds it: stop it with "
+                f"`docker compose -p {shlex.quote(holder.project)} down`, or pick another port with --port N")
+    return f"container {holder.name} holds it: stop it with `docker stop {holder.name}`, or pick another port with --port N"
+
+
+def require_free_port(address: str, port: int, out_dir: Path | None = None) -> None:
+    """Refuse a port something holds, naming the container that publishes it (and how to stop it) where one does."""
+    if port_is_free(address, port):
+        return
+    holder = port_holder(port)
+    hint = _stop_hint(holder, out_dir) if holder else "pick another with --port N"
+    raise KitError(f"port {port} on {address} is in use", hint=hint)
 
 
 @dataclass

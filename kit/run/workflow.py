@@ -168,7 +168,7 @@ def start(prepared: Prepared, out_dir: Path, project: str, *, wheelhouse: Path |
           timeout: float | None = None) -> tuple[Stack, float]:
     """Build if needed, make the model, compose up, wait for health. On failure, tear down and raise."""
     rt = prepared.preset.runtime
-    require_free_port(rt.bind_address, rt.port)
+    require_free_port(rt.bind_address, rt.port, out_dir)
     ensure_image(prepared, out_dir, wheelhouse=wheelhouse, progress=progress)
     front = _front_service(prepared)
     if rt.replicas > 1:
@@ -223,6 +223,8 @@ def wait_for_door(bind_address: str, port: int) -> None:
 def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, keep: bool = False,
           timeout: float | None = None, force: bool = False, progress: Progress | None = None) -> SmokeResult:
     started = time.monotonic()
+    refuse_running_folder(out_dir)  # before the render: the folder's files stay those its stack runs
+    require_free_port(prepared.preset.runtime.bind_address, prepared.preset.runtime.port, out_dir)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
     env_values = write_smoke_env(out_dir)
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
@@ -236,6 +238,21 @@ def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
         if not keep:
             stack.down(volumes=True)
     return SmokeResult(checks, ready, time.monotonic() - started, tail, out_dir, project)
+
+
+def refuse_running_folder(out_dir: Path) -> None:
+    """`kit smoke --out DIR` renders into DIR, starts a stack of its own from it and removes that stack afterwards:
+    with the folder's own stack (`kit up`, or the compose line render prints) running, it would rewrite the files
+    that stack runs from and compete for its port. Refused, naming how to stop it."""
+    project = project_for(out_dir)
+    running = docker_client().containers.list(filters={"label": f"{LABEL_PROJECT}={project}"})
+    if running:
+        folder = shlex.quote(str(out_dir))
+        raise KitError(f"{out_dir}: the folder's own stack runs (compose project {project}, "
+                       f"{len(running)} container{'s' if len(running) != 1 else ''}); kit smoke renders into the "
+                       "folder and starts and removes a stack of its own",
+                       hint=f"stop it first with `kit down --out {folder}`, then run kit smoke again; "
+                            f"`kit status --out {folder}` reports on the running one")
 
 
 @dataclass

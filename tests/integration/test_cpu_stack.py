@@ -221,3 +221,35 @@ def test_model_make_ran_as_the_server_user_into_a_volume_the_server_cannot_write
         assert result.exit_code != 0 and b"Read-only file system" in result.output, (probe, result.output)
     assert server.exec_run(["test", "-f", f"{d.serve.model_arg}/config.json"]).exit_code == 0
     assert not (cpu_stack.out_dir / "models").exists()  # nothing written into the deployment folder
+
+
+def test_a_held_port_names_the_container_that_holds_it_and_how_to_stop_it(cpu_stack, docker_client, tmp_path):
+    """The port check before a start (kit up, kit smoke) names what publishes the port: the folder's own stack (stop
+    it; another port would re-render the folder under it), another kit folder's stack (its `kit down` line, or
+    --port), and a container that is no kit stack (`docker stop`)."""
+    import shlex
+
+    from kit.core.errors import KitError
+    from kit.run.stack import require_free_port
+
+    with pytest.raises(KitError) as own:
+        require_free_port("127.0.0.1", cpu_stack.port, cpu_stack.out_dir)
+    assert own.value.message == f"port {cpu_stack.port} on 127.0.0.1 is in use"
+    assert own.value.hint.startswith("this folder's own stack holds it (container ")
+    assert f"compose project {cpu_stack.stack.project}" in own.value.hint
+    assert own.value.hint.endswith(f"stop it with `kit down --out {shlex.quote(str(cpu_stack.out_dir))}` first")
+    with pytest.raises(KitError) as other:
+        require_free_port("127.0.0.1", cpu_stack.port, tmp_path)
+    assert other.value.hint.startswith(f"the kit stack of {cpu_stack.out_dir} holds it")
+    assert other.value.hint.endswith("or pick another port with --port N")
+
+    port = free_port()
+    plain = docker_client.containers.run(BASE_IMAGE, ["sleep", "120"], detach=True, remove=True, entrypoint=[],
+                                         ports={"9/tcp": ("127.0.0.1", port)})
+    try:
+        with pytest.raises(KitError) as foreign:
+            require_free_port("127.0.0.1", port, tmp_path)
+        assert foreign.value.hint == (f"container {plain.name} holds it: stop it with `docker stop {plain.name}`, "
+                                      "or pick another port with --port N")
+    finally:
+        plain.remove(force=True)

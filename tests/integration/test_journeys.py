@@ -218,6 +218,15 @@ def test_render_then_the_printed_next_step_serves_and_a_tweak_survives_a_restart
         assert any(line.split()[:2] == ["model", "journey"] for line in status.stdout.splitlines()), status.stdout
         assert any(line.split()[:2] == ["health", "ok"] for line in status.stdout.splitlines()), status.stdout
         stop = printed(started.stdout, "stop it with: ")
+        # `kit smoke` on the folder while its stack runs: refused before it renders or starts anything, with the
+        # same stop line `kit up` printed (a smoke renders into the folder and starts a stack of its own from it).
+        files = {path: path.read_bytes() for path in out.rglob("*") if path.is_file() and ".kit" not in path.parts}
+        smoked = kit("smoke", "--out", str(out), ok=False)
+        assert smoked.returncode != 0 and "the folder's own stack runs" in smoked.stderr, smoked.stderr
+        assert f"stop it first with `{stop}`" in smoked.stderr, smoked.stderr
+        assert {path: path.read_bytes() for path in out.rglob("*")
+                if path.is_file() and ".kit" not in path.parts} == files
+        assert container_ids(docker_client, out) == ids
         stopped = shell(stop, timeout=300)
         assert stopped.returncode == 0, stopped.stderr
         label = f"com.docker.compose.project={compose_project(out)}"
