@@ -122,7 +122,8 @@ def pct(predicted: float, actual: float) -> float:
 def main() -> int:
     cases = yaml.safe_load(CALIBRATION.read_text())["cases"]
     errors: dict[str, list[float]] = {"weights_gib": [], "kv_cache_gib": [], "kv_cache_tokens": []}
-    header = f"{'case':<40}{'metric':<17}{'predicted':>14}{'actual':>14}{'error':>9}"
+    cw = max(40, *(len(case["id"]) + 1 for case in cases))
+    header = f"{'case':<{cw}}{'metric':<17}{'predicted':>14}{'actual':>14}{'error':>9}"
     print(header)
     print("-" * len(header))
     for case in cases:
@@ -133,7 +134,7 @@ def main() -> int:
             errors[metric].append(abs(err))
             shown = f"{value:,.0f}" if metric == "kv_cache_tokens" else f"{value:.2f}"
             real = f"{actual:,.0f}" if metric == "kv_cache_tokens" else f"{actual:.2f}"
-            print(f"{case['id']:<40}{metric:<17}{shown:>14}{real:>14}{err:>+8.2f}%")
+            print(f"{case['id']:<{cw}}{metric:<17}{shown:>14}{real:>14}{err:>+8.2f}%")
     print()
     targets = {"weights_gib": 3.0, "kv_cache_gib": 5.0, "kv_cache_tokens": 5.0}
     ok = True
@@ -169,7 +170,8 @@ def gpu_report() -> bool:
                 continue
             print()
             print(f"vLLM {version} on an H200, {label} runs (kit/data/calibration/h200-vllm-{version}, parsed from the raw logs)")
-            header = f"{'case':<40}{'metric':<17}{'predicted':>14}{'actual':>14}{'error':>9}{'GiB off':>9}"
+            cw = max(40, *(len(r[0]) + 1 for r in rows))  # a space after the longest case id
+            header = f"{'case':<{cw}}{'metric':<17}{'predicted':>14}{'actual':>14}{'error':>9}{'GiB off':>9}"
             print(header)
             print("-" * len(header))
             errors: dict[str, list[float]] = {m: [] for m in GPU_ROW_METRICS}
@@ -181,7 +183,7 @@ def gpu_report() -> bool:
                     errors[metric].append(abs(err))
                 if metric != "kv_cache_tokens":
                     gib_off[metric].append(abs(value - actual))
-                print(f"{case_id:<40}{metric:<17}{_shown(metric, value):>14}{_shown(metric, actual):>14}"
+                print(f"{case_id:<{cw}}{metric:<17}{_shown(metric, value):>14}{_shown(metric, actual):>14}"
                       f"{err:>+8.2f}%{off:>9}")
             print()
             for metric in GPU_ROW_METRICS:
@@ -240,12 +242,13 @@ def family_report(cases: list[dict], version: str = "0.33.0") -> bool:
     fitted = {r["case"]: r for r in family_holdout.errors(runs)}
     fits, held = family_holdout.leave_one_family_out(version, runs)
     print(f"\nvLLM {version}: leave-one-family-out (constants refit without the family, then the family planned)")
-    header = (f"{'family':<14}{'case':<52}{'KV tok fitted':>14}{'KV tok held out':>16}{'weights':>9}  plan")
+    cw = max(52, *(len(r["case"]) + 1 for r in held))
+    header = (f"{'family':<14}{'case':<{cw}}{'KV tok fitted':>14}{'KV tok held out':>16}{'weights':>9}  plan")
     print(header)
     print("-" * len(header))
     for row in held:
         base = fitted[row["case"]]
-        print(f"{row['family']:<14}{row['case']:<52}{base.get('kv_tokens_pct', 0):>+13.2f}%"
+        print(f"{row['family']:<14}{row['case']:<{cw}}{base.get('kv_tokens_pct', 0):>+13.2f}%"
               f"{row.get('kv_tokens_pct', 0):>+15.2f}%{row.get('weights_pct', 0):>+8.2f}%  "
               f"{'approximate' if row['approximate'] else 'confident'}")
     print()
@@ -287,7 +290,9 @@ def allowance_report(cases: list[dict], version: str = "0.34.0") -> None:
     if not runs:
         return
     print(f"\nvLLM {version}: the post-warm-up allowance held out by family (committed {allowance:.2f} GiB, in-sample)")
-    header = f"{'family':<10}{'case':<36}{'shortfall':>10}{'from others':>12}{'planned':>9}{'vLLM':>8}{'error':>9}"
+    fw = max(10, *(len(r[0]) + 1 for r in runs))
+    cw = max(36, *(len(r[1]) + 1 for r in runs))
+    header = f"{'family':<{fw}}{'case':<{cw}}{'shortfall':>10}{'from others':>12}{'planned':>9}{'vLLM':>8}{'error':>9}"
     print(header)
     print("-" * len(header))
     errors = []
@@ -296,7 +301,7 @@ def allowance_report(cases: list[dict], version: str = "0.34.0") -> None:
         held = max(max(others, default=0.0), 0.0)
         planned = before - held
         errors.append((pct(planned, actual), family))
-        print(f"{family:<10}{case_id:<36}{before - actual:>+9.2f} {held:>11.2f}{planned:>9.2f}{actual:>8.2f}"
+        print(f"{family:<{fw}}{case_id:<{cw}}{before - actual:>+9.2f} {held:>11.2f}{planned:>9.2f}{actual:>8.2f}"
               f"{pct(planned, actual):>+8.2f}%")
     over = sorted({family for error, family in errors if error > 0})
     print(f"{version} allowance, family held out: KV GiB error {min(errors)[0]:+.2f}% to {max(errors)[0]:+.2f}% "
@@ -327,13 +332,15 @@ def preregistered_report(version: str = "0.34.0") -> None:
     if not rows:
         return
     print(f"\nvLLM {version}: plans registered before the engines ran, against vLLM (KV tokens; verdict)")
-    header = f"{'registered in':<48} {'case':<48}{'planned':>11}{'vLLM':>11}{'error':>9}  verdict"
+    lw = max(48, *(len(f"{folder}/{file}") for file, folder, _, _ in rows))
+    cw = max(48, *(len(case["id"]) + 1 for _, _, case, _ in rows))
+    header = f"{'registered in':<{lw}} {'case':<{cw}}{'planned':>11}{'vLLM':>11}{'error':>9}  verdict"
     print(header)
     print("-" * len(header))
     for file, folder, case, planned in rows:
         label = f"{folder}/{file}"
         if case.get("start_failed"):
-            print(f"{label:<48} {case['id']:<48}{planned['kv_cache_tokens']:>11,}{'-':>11}{'':>9}  did not start "
+            print(f"{label:<{lw}} {case['id']:<{cw}}{planned['kv_cache_tokens']:>11,}{'-':>11}{'':>9}  did not start "
                   "(not a memory verdict)")
             continue
         log = read_log(case)
@@ -344,7 +351,7 @@ def preregistered_report(version: str = "0.34.0") -> None:
             actual = f"{log.kv_cache_tokens:,}"
         else:
             error, actual = "", "refused"
-        print(f"{label:<48} {case['id']:<48}{planned['kv_cache_tokens']:>11,}{actual:>11}{error:>9}  {verdict}")
+        print(f"{label:<{lw}} {case['id']:<{cw}}{planned['kv_cache_tokens']:>11,}{actual:>11}{error:>9}  {verdict}")
 
 
 def verdict_report(cases: list[dict]) -> bool:
