@@ -178,8 +178,9 @@ CASES_033: dict[str, dict] = {
 # Issue 33: model families the rules were never fitted on (Gemma-2, Phi-3.5, Llama-3.2, Mistral-Nemo, Mixtral) and
 # quantised models at 14B, 32B and 70B, planned with the rules as committed before any of them ran. Consumer and
 # workstation cards are emulated at their budgets; the AWQ/GPTQ cases disable Machete (VLLM_DISABLED_KERNELS, read by
-# vllm/model_executor/kernels/linear/mixed_precision choose_mp_linear_kernel) so the H200 takes the Marlin path a
-# compute capability 8.x card takes (calibration.yaml plans them as that card: `gpu_name`). Every case is held out:
+# vllm/model_executor/kernels/linear/mixed_precision choose_mp_linear_kernel), meant to take the Marlin path a compute
+# capability 8.x card takes; the H200 took Humming instead (its 9.0 preference), and calibration.yaml plans them as
+# they ran (`disabled_kernels`). The 0.33.0-marlin matrix disables Humming too for Marlin itself. Every case is held out:
 # bench/plan_accuracy.py reports these families with the fitted constants refit without them (leave-one-family-out).
 C12, C32 = 11.64, 31.36
 C40 = 39.39  # A100 40GB (kit/data/gpus.yaml a100-40gb)

@@ -354,3 +354,60 @@ def test_034_held_out_families_were_planned_before_they_ran_and_every_verdict_he
         errors[name] = (plan["kv_cache_tokens"] - log.kv_cache_tokens) / log.kv_cache_tokens * 100
     assert len(errors) == 9
     assert min(errors.values()) > -8.3 and max(errors.values()) < 0.1
+
+
+# The serve arguments a record states that the planner reads, each compared with what vLLM logged at start-up.
+RECORDED_ARGS = ("dtype", "max_model_len", "quantization", "kv_cache_dtype", "gpu_memory_utilization", "max_num_seqs",
+                 "max_num_batched_tokens", "enforce_eager", "tensor_parallel_size")
+
+
+def engine_args(entry: dict) -> dict:
+    """The arguments vLLM logged as it started ("non-default args: {...}", a Python literal: read, never run)."""
+    import ast
+    import re
+
+    match = re.search(r"non-default args: (\{.*\})", text_of(entry))
+    assert match, f"{entry['log']}: no non-default args line"
+    return ast.literal_eval(match.group(1))
+
+
+def resolved(entry: dict, drop: str = "") -> plan_inputs.Resolved:
+    raw = {k: v for k, v in entry["inputs"].items() if k != drop}
+    raw.setdefault("gpu_name", "h200")
+    model = load_model_spec(raw.pop("model"))
+    return plan_inputs.resolve(planner.PlanInputs(model=model, gpu_memory_gib=141.0, **raw))[0]
+
+
+@pytest.mark.parametrize("entry", ALL_CASES, ids=[c["id"] for c in ALL_CASES])
+def test_every_record_is_planned_with_the_arguments_its_engine_logged(entry: dict) -> None:
+    """A record is planned as its engine ran. Each serve argument the planner reads is the one vLLM logged; one the log
+    does not show is vLLM's default, which the record leaves out or states as the planner resolves it. The
+    VLLM_DISABLED_KERNELS of the committed command line (the .sh beside the log) is the record's `disabled_kernels`."""
+    import re
+
+    logged, stated = engine_args(entry), entry["inputs"]
+    for name in RECORDED_ARGS:
+        if name in logged:
+            assert stated.get(name, False if name == "enforce_eager" else None) == logged[name], name
+        elif name in stated:
+            assert getattr(resolved(entry, drop=name), name) == stated[name], f"{name}: not vLLM's default"
+    command = (DATA / "calibration" / entry["log"]).with_name(Path(entry["log"]).name.removesuffix(".log.xz") + ".sh")
+    if command.is_file():  # the real-weights starts of 0.33.0 were run by hand, their commands in the logs
+        named = re.search(r"VLLM_DISABLED_KERNELS=(\S+)", command.read_text())
+        assert tuple(entry["inputs"].get("disabled_kernels", ())) == (tuple(named.group(1).split(",")) if named else ())
+
+
+QUANTISED_STARTED = [c for c in ALL_CASES if not c.get("start_failed") and "LinearKernel for mixed-precision" in text_of(c)]
+
+
+@pytest.mark.parametrize("entry", QUANTISED_STARTED, ids=[c["id"] for c in QUANTISED_STARTED])
+def test_every_quantised_record_is_planned_on_the_kernel_its_engine_used(entry: dict) -> None:
+    """The AWQ/GPTQ kernel the planner picks for a record (Machete, Humming or Marlin, kit.memory.weights) is the one
+    vLLM logged ("Using <Kernel>LinearKernel for mixed-precision linear"). Until 2026-12-05 the Machete-disabled runs
+    were planned as consumer cards on Marlin while the H200 had run Humming."""
+    import re
+
+    from kit.memory import weights
+
+    used = re.search(r"Using (\w+)LinearKernel for mixed-precision linear", text_of(entry)).group(1)
+    assert weights.mixed_precision_kernel(resolved(entry)) == used.lower()
