@@ -223,6 +223,8 @@ class RuleChange(Table):
     cuda_graph_memory_profiled: bool | None = None
     batch_tiers: list[BatchTier] | None = None
     cpu_batch: CPUBatch | None = None
+    batch_default_caps: bool | None = None
+    throughput_doubles_batch_defaults: bool | None = None
     lora_defaults: LoraDefaults | None = None
     cpu_kvcache_space_default_gib: float | None = None
     cpu_fp8_kv_falls_back: bool | None = None
@@ -287,6 +289,8 @@ class Rules(RuleChange):
     cpu_block_size: int
     cuda_graph_memory_profiled: bool
     batch_tiers: list[BatchTier]
+    batch_default_caps: bool
+    throughput_doubles_batch_defaults: bool
     lora_defaults: FoldedLoraDefaults
     cpu_fp8_kv_falls_back: bool
     cpu_process_overhead_gib: float

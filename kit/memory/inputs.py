@@ -18,7 +18,8 @@ from kit.core.datafiles import gpu_catalog as raw_catalog  # the one (cached) re
 from kit.core.errors import PlanError
 from kit.core.gpus import gpu_key, unknown_gpu_hint
 from kit.core.releaserules import quantization_method_gone, quantization_min_cc
-from kit.core.versions import cc_tuple
+from kit.core.tables import Rules
+from kit.core.versions import Version, cc_tuple
 from kit.memory.rules import DEFAULT_VLLM_VERSION, batch_defaults, cuda_graphs_charged_by, parse_version, rules_for, version_gate
 
 GIB = 1 << 30
@@ -102,6 +103,8 @@ class PlanInputs(BaseModel):
     max_model_len: int | None = Field(default=None, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    # --enable-chunked-prefill / --no-enable-chunked-prefill; None: vLLM's default (on, for the models the kit plans)
+    enable_chunked_prefill: bool | None = None
     enforce_eager: bool = False
     # a restart with the first start's compile cache kept (the kit's cache volume): no cold-compile buffers
     compile_cache_warm: bool = False
@@ -253,6 +256,45 @@ def _resolve_quant(inputs: PlanInputs) -> tuple[str | None, float | None, int | 
 
 
 
+def batch_sizes(inputs: PlanInputs, rules: Rules, version: Version, memory: float | None, gpu: GpuInfo | None,
+                max_len: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM settles them (vllm/engine/arg_utils.py
+    `_set_default_max_num_seqs_and_batched_tokens_args`, read at 0.32.0 and 0.33.0): the release's defaults for what
+    was not given, doubled by --performance-mode throughput; a defaulted token budget raised to max_model_len with
+    chunked prefill off and capped at max_num_seqs x max_model_len; a defaulted max_num_seqs capped at the budget.
+    Then what SchedulerConfig.verify_max_model_len refuses, refused here with the field to change."""
+    tokens_default, seqs_default = batch_defaults(version, inputs.device, memory,
+                                                  gpu.name if gpu else inputs.gpu_name or "", inputs.entrypoint,
+                                                  inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
+    double = 2 if inputs.performance_mode == "throughput" and rules.throughput_doubles_batch_defaults else 1
+    chunked = inputs.enable_chunked_prefill is not False
+    seqs = inputs.max_num_seqs or seqs_default * double
+    tokens = inputs.max_num_batched_tokens
+    if tokens is None:
+        tokens = tokens_default * double
+        if not chunked:
+            tokens = max(max_len, tokens)
+        if rules.batch_default_caps:
+            tokens = min(seqs * max_len, tokens)
+    if inputs.max_num_seqs is None and rules.batch_default_caps:
+        seqs = min(seqs, tokens)
+    if not chunked and tokens < max_len:
+        raise PlanError(
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_len}). This effectively limits "
+            "the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please "
+            "increase max_num_batched_tokens or decrease max_model_len.",
+            hint=f"with chunked prefill off one batch holds a whole prompt: engine.max_num_batched_tokens={max_len}, "
+                 "or engine.enable_chunked_prefill=true", field="engine.max_num_batched_tokens")
+    if tokens < seqs and (inputs.max_num_seqs is not None or rules.batch_default_caps):
+        given = "engine.max_num_batched_tokens" if inputs.max_num_batched_tokens else "engine.max_num_seqs"
+        raise PlanError(
+            f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs}).",
+            hint=f"vLLM refuses this at start-up: engine.max_num_batched_tokens={seqs}, or engine.max_num_seqs={tokens}"
+                 + ("" if inputs.max_num_batched_tokens else f" ({tokens} is this release's default token budget here)"),
+            field=given)
+    return tokens, seqs
+
+
 def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
     notes: list[str] = []
     version = parse_version(inputs.vllm_version)
@@ -304,9 +346,7 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
             hint=f"use --max-model-len {derived} or less (the model's own length: the kit plans no longer context)",
             field="engine.max_model_len",
         )
-    mnbt_default, seqs_default = batch_defaults(version, inputs.device, memory,
-                                                 gpu.name if gpu else inputs.gpu_name or "", inputs.entrypoint,
-                                                 inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
+    tokens, seqs = batch_sizes(inputs, rules, version, memory, gpu, max_len)
     if inputs.device == "cpu":
         block = inputs.block_size or int(rules.cpu_block_size)
     else:
@@ -331,8 +371,8 @@ def resolve(inputs: PlanInputs) -> tuple[Resolved, GpuInfo | None, list[str]]:
         kv_cache_bytes=kv_bytes,
         gpu_memory_utilization=util,
         max_model_len=max_len,
-        max_num_seqs=inputs.max_num_seqs or seqs_default,
-        max_num_batched_tokens=inputs.max_num_batched_tokens or mnbt_default,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
         enforce_eager=inputs.enforce_eager or inputs.device == "cpu",
         compile_cache_warm=inputs.compile_cache_warm,
         vllm_version=".".join(str(p) for p in (version.release + (0, 0))[:3]),  # "0.19" reads "0.19.0"

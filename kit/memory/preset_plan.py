@@ -93,6 +93,7 @@ def plan_inputs_for(preset: Preset, base_dir: Path | None = None) -> PlanInputs 
         max_model_len=None if eng.auto_max_model_len else eng.max_model_len,
         max_num_seqs=eng.max_num_seqs,
         max_num_batched_tokens=eng.max_num_batched_tokens,
+        enable_chunked_prefill=eng.enable_chunked_prefill,
         enforce_eager=bool(eng.enforce_eager),
         vllm_version=preset.image.vllm_version,
         block_size=eng.block_size,

@@ -471,3 +471,18 @@ def test_a_host_path_in_model_id_is_offered_only_a_spelling_that_is_taken(path):
     for spelling in offered:
         assert kit("validate", "preset=cpu", f"model={spelling}").exit_code == 0, (spelling, result.stderr)
     assert bool(offered) == (path != "/etc"), result.stderr  # /etc is refused whatever the spelling
+
+
+@pytest.mark.parametrize("tweak", [["engine.max_num_seqs=32", "engine.max_num_batched_tokens=8"],
+                                   ["engine.max_num_seqs=4096"],
+                                   ["engine.enable_chunked_prefill=false", "engine.max_num_batched_tokens=4096"]])
+def test_a_batch_vllm_refuses_is_refused_and_each_printed_fix_is_accepted(tweak):
+    """Token budgets vLLM refuses at start-up (SchedulerConfig.verify_max_model_len): `kit validate` refuses them,
+    naming the field, and each override its hint prints, applied on its own, validates."""
+    result = validate_with("rtx4090-awq", tweak)
+    assert result.exit_code == 1
+    [hint] = [line for line in result.stderr.splitlines() if line.startswith("hint: ")]
+    runs = override_runs(hint)
+    assert len(runs) == 2, hint
+    for run in runs:
+        assert validate_with("rtx4090-awq", [*tweak, *run]).exit_code == 0, (tweak, run)

@@ -588,3 +588,40 @@ def test_cli_refuses_0_6_4_and_plans_it_only_as_approximate():
     assert data["approximate"]["value"] and "0.6.4" in data["approximate"]["reason"]
     with_preset = CliRunner().invoke(cli, ["plan", "preset=rtx4090-awq", "--approximate-version"])
     assert with_preset.exit_code == 2 and "--approximate-version" in with_preset.stderr
+
+
+# --------------------------------------------------------------------------- batch sizes as vLLM settles them
+def test_batch_sizes_are_settled_as_vllm_settles_them():
+    """vllm/engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args` (0.32.0, 0.33.0) on an RTX 4090
+    (defaults 2048 tokens, 256 sequences): throughput mode doubles what was not given; a defaulted budget is raised
+    to max_model_len with chunked prefill off and capped at max_num_seqs x max_model_len; a defaulted max_num_seqs is
+    capped at the budget. Before 0.32 the kit takes none of it (not read there)."""
+    def settled(version="0.33.0", **kw):
+        r = resolve(inputs(QWEN7B, gpu="rtx4090", vllm_version=version, **kw))[0]
+        return r.max_num_batched_tokens, r.max_num_seqs
+
+    assert settled(max_model_len=8192) == (2048, 256)
+    assert settled(max_model_len=8192, performance_mode="throughput") == (4096, 512)
+    assert settled(max_model_len=8192, performance_mode="throughput", max_num_seqs=64) == (4096, 64)
+    assert settled(max_model_len=8192, performance_mode="throughput", max_num_batched_tokens=1024) == (1024, 512)
+    assert settled(max_model_len=256, max_num_seqs=4) == (1024, 4)  # 4 x 256 < 2048
+    assert settled(max_model_len=8192, max_num_batched_tokens=128) == (128, 128)
+    assert settled(max_model_len=8192, enable_chunked_prefill=False) == (8192, 256)
+    assert settled(max_model_len=8192, performance_mode="throughput", version="0.26.0") == (2048, 256)
+    assert settled(max_model_len=256, max_num_seqs=4, version="0.26.0") == (2048, 4)
+
+
+@pytest.mark.parametrize("kw, message, field", [
+    (dict(max_num_seqs=32, max_num_batched_tokens=8),
+     "max_num_batched_tokens (8) must be greater than or equal to max_num_seqs (32).", "engine.max_num_batched_tokens"),
+    (dict(max_num_seqs=4096), "max_num_batched_tokens (2048) must be greater than or equal to max_num_seqs (4096).",
+     "engine.max_num_seqs"),
+    (dict(enable_chunked_prefill=False, max_num_batched_tokens=4096),
+     "max_num_batched_tokens (4096) is smaller than max_model_len (8192).", "engine.max_num_batched_tokens"),
+])
+def test_batch_sizes_vllm_refuses_are_refused_with_the_field(kw, message, field):
+    """SchedulerConfig.verify_max_model_len's refusals (read at 0.33.0), in vLLM's words, with the field to change."""
+    with pytest.raises(PlanError) as error:
+        resolve(inputs(QWEN7B, gpu="rtx4090", max_model_len=8192, **kw))
+    assert error.value.message.startswith(message)
+    assert error.value.field == field
