@@ -440,21 +440,47 @@ def _fits(inputs: PlanInputs) -> bool:
         return False
 
 
-def _suggest(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
+def _largest_fitting_budget(inputs: PlanInputs, r: Resolved) -> int | None:
+    """The largest max_num_batched_tokens below the resolved one that fits, at least max_num_seqs (vLLM refuses
+    less), or None. Fitting only gets harder as the budget grows, so a bisection finds it."""
+    low, high = r.max_num_seqs, r.max_num_batched_tokens - 1
+    if high < low or not _fits(inputs.model_copy(update={"max_num_batched_tokens": low})):
+        return None
+    while low < high:  # low fits; the answer is in [low, high]
+        middle = (low + high + 1) // 2
+        if _fits(inputs.model_copy(update={"max_num_batched_tokens": middle})):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _smaller_request_suggestions(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
+    """1. a shorter context; 1b. a smaller token budget (the profile run's activation and the sampler's rows grow
+    with it)."""
     out: list[dict[str, Any]] = []
-    model = inputs.model
-    # 1. shorter context
     longest = min(largest_max_model_len(inputs), r.max_model_len)
     if longest >= r.block_size:
         change: dict[str, object] = {"max_model_len": longest}
         if _fits(inputs.model_copy(update=change)):
             out.append({"kind": "max_model_len", "change": change,
                         "message": f"--max-model-len {longest} (the largest context that fits)"})
+    budget = _largest_fitting_budget(inputs, r)
+    if budget is not None:
+        out.append({"kind": "max_num_batched_tokens", "change": {"max_num_batched_tokens": budget},
+                    "message": f"--max-num-batched-tokens {budget} (the largest token budget that fits; the profile "
+                               f"run's activation grows with it: {r.max_num_batched_tokens:,} now)"})
+    return out
+
+
+def _suggest(inputs: PlanInputs, r: Resolved) -> list[dict[str, Any]]:
+    out = _smaller_request_suggestions(inputs, r)
+    model = inputs.model
     # 2. a larger memory fraction
     if r.device == "cuda":
         util = round(r.gpu_memory_utilization + 0.01, 2)
         while util <= 0.98:
-            change = {"gpu_memory_utilization": util}
+            change: dict[str, object] = {"gpu_memory_utilization": util}
             if _fits(inputs.model_copy(update=change)):
                 out.append({"kind": "gpu_memory_utilization", "change": change,
                             "message": f"--gpu-memory-utilization {util} (needs an otherwise idle GPU)"})

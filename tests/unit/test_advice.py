@@ -191,6 +191,7 @@ NOT_FITTING = [
     ("rtx4090-awq", ["engine.max_model_len=40960", "engine.max_num_seqs=256", "engine.gpu_memory_utilization=0.5"]),
     ("rtx3090x2-fp16", ["engine.tensor_parallel_size=1", "hardware.count=1"]),
     ("a100x8", ["engine.tensor_parallel_size=1", "hardware.count=1", "engine.gpu_memory_utilization=0.3"]),
+    ("rtx3090x2-fp16", ["engine.max_num_batched_tokens=65536"]),  # a token budget copied from a datacenter card
 ]
 
 
@@ -339,6 +340,9 @@ SETTING_PROOFS: dict[str, tuple[str, list[str], str]] = {
     "cluster.network": ("a100x8", TWO_NODES, "bridge"),
     "engine.attention_backend": ("rtx4090-awq", [], "TRITON_ATTN"),
     "engine.dtype": ("rtx3090x2-fp16", [], "bfloat16"),
+    "engine.enable_chunked_prefill": ("rtx4090-awq", [], "false"),
+    "engine.max_num_batched_tokens": ("rtx4090-awq", [], "4096"),
+    "engine.max_num_seqs": ("rtx4090-awq", [], "8"),
     "engine.max_model_len": ("rtx4090-awq", [], "4096"),
     "engine.quantization": ("rtx4090-awq", [], "awq"),
     "engine.tensor_parallel_size": ("rtx3090x2-fp16", [], "1"),

@@ -625,3 +625,17 @@ def test_batch_sizes_vllm_refuses_are_refused_with_the_field(kw, message, field)
         resolve(inputs(QWEN7B, gpu="rtx4090", max_model_len=8192, **kw))
     assert error.value.message.startswith(message)
     assert error.value.field == field
+
+
+def test_a_token_budget_too_big_for_the_card_gets_the_largest_that_fits():
+    """A budget copied from a datacenter card (65,536 on two RTX 3090s at TP 2): the fix names the largest budget
+    that fits, proven by planning it and one more."""
+    base = inputs("Qwen/Qwen2.5-14B-Instruct", gpu="rtx3090", tensor_parallel_size=2, dtype="float16",
+                  max_model_len=4096, max_num_seqs=32, gpu_memory_utilization=0.9, max_num_batched_tokens=65536)
+    result = plan(base)
+    assert not result.fits
+    [fix] = [s for s in result.suggestions if s["kind"] == "max_num_batched_tokens"]
+    budget = fix["change"]["max_num_batched_tokens"]
+    assert 32 <= budget < 65536
+    assert plan(base.model_copy(update={"max_num_batched_tokens": budget})).fits
+    assert not plan(base.model_copy(update={"max_num_batched_tokens": budget + 1})).fits
