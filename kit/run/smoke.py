@@ -250,7 +250,9 @@ def _models(server: _Server) -> tuple[bool, str]:
 
 def _auth(server: _Server) -> tuple[bool, str]:
     if not server.key:
-        return True, "no API key configured"
+        if server.prepared.preset.runtime.require_api_key:
+            return False, "the stack requires a key (runtime.require_api_key) and the folder's .env has no VLLM_API_KEY"
+        return True, "no API key configured (runtime.require_api_key=false)"
     status, _ = http("GET", f"{server.base}/v1/models")
     return status == 401, f"HTTP {status} without the key"
 

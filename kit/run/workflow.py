@@ -226,9 +226,11 @@ def smoke(prepared: Prepared, out_dir: Path, *, wheelhouse: Path | None = None, 
     refuse_running_folder(out_dir)  # before the render: the folder's files stay those its stack runs
     require_free_port(prepared.preset.runtime.bind_address, prepared.preset.runtime.port, out_dir)
     render_into(prepared, out_dir, force=force, remove_stale=True, progress=progress)
-    env_values = write_smoke_env(out_dir)
+    write_smoke_env(out_dir)  # sentinel secrets where the folder has no .env yet: the checks prove they stay out of the image
     project = f"kit-smoke-{prepared.name}-{secrets.token_hex(3)}"
     stack, ready = start(prepared, out_dir, project, wheelhouse=wheelhouse, progress=progress, timeout=timeout)
+    # read again: start() filled what the stack requires into a .env the user had already (the API key)
+    env_values = write_smoke_env(out_dir)
     try:
         # With replicas the HTTP checks go through the router (the port); the container checks look at replica 1.
         service = replica_service(SERVICE, 1) if prepared.preset.runtime.replicas > 1 else None

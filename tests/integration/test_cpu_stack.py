@@ -123,7 +123,10 @@ def test_port_in_use_is_a_clear_error_and_nothing_runs(cpu_image, tmp_path, dock
 
 
 def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_client):
+    """Into a folder whose .env the user started (a line of their own, no key yet, as the render note's
+    VLLM_KIT_DOOR_IMAGE line starts one): the stack gets its key there, and the checks use it."""
     port = free_port()
+    (tmp_path / ".env").write_text("# the user's own\nKIT_TEST_USER_NOTE=kept\n")
     result = subprocess.run(
         [sys.executable, "-m", "kit.cli.main", "smoke", "preset=cpu", "--port", str(port), "--out", str(tmp_path),
          "--base-image", BASE_IMAGE, "--wheelhouse", str(cpu_wheelhouse), "--json"],
@@ -131,6 +134,10 @@ def test_kit_smoke_cli_end_to_end(cpu_image, cpu_wheelhouse, tmp_path, docker_cl
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout)["data"]
     assert report["ok"] and len(report["checks"]) == 14
+    [auth] = [c for c in report["checks"] if c["name"] == "requests without the API key are refused"]
+    assert auth["detail"] == "HTTP 401 without the key"
+    env = (tmp_path / ".env").read_text()
+    assert "KIT_TEST_USER_NOTE=kept" in env and "VLLM_API_KEY=" in env
     # Nothing it started is left: containers, networks, volumes of its project.
     leftovers = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("kit-smoke-cpu-")]
     networks = [n.name for n in docker_client.networks.list() if n.name.startswith("kit-smoke-cpu-")]
