@@ -411,6 +411,11 @@ def _secret_flag_problem(snapshot: FlagSnapshot, key: str, where: str) -> Proble
     env = secret_flag_env(canonical, spec.type if spec else None)
     if env is None:
         return None
+    if spec is None and not env and _closest(key, [n for n in set(snapshot.flags) | set(snapshot.aliases)
+                                                 if secret_flag_env(n, None) is None]):
+        # Not a flag, and its name only looks like a secret's (max_num_batched_token, a typo of a flag that is
+        # none): refused as an unknown flag, with the flag it is close to; its value is not quoted there either.
+        return None
     place = (f"put it in .env as {env} (see .env.example); on Kubernetes, in the <name>-secrets Secret made "
              "from .env (`kubectl create secret generic ... --from-env-file=.env`, see k8s/)" if env else
              "pass it through .env or a Kubernetes Secret, never the preset")

@@ -68,6 +68,19 @@ def test_a_future_token_flag_is_a_secret_by_its_name():
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("key, close", [("max_num_batched_token", "max_num_batched_tokens")])
+def test_a_typo_of_a_flag_whose_name_looks_like_a_secrets_is_an_unknown_flag(key, close):
+    """`max_num_batched_token` ends like a token flag, but it is a typo of a flag that carries none: refused as not a
+    flag, naming the one meant (it was "carries a secret", which sent the user looking for a secret). The value is
+    quoted by neither message; a name close to no ordinary flag stays a secret."""
+    [problem] = check_engine({key: "4096-not-echoed"}, "0.33.0")
+    assert problem.field == f"engine.{key}" and "is not a `vllm serve` flag" in problem.message
+    assert close in problem.hint and "4096-not-echoed" not in f"{problem.message} {problem.hint}"
+    [secret] = check_engine({"registry_password": "x"}, "0.33.0")
+    assert "carries a secret" in secret.message
+
+
+@pytest.mark.unit
 def test_cli_refuses_secret_flags_without_echoing_them():
     result = validate("engine.api_key=mykey-abc-123", "engine.hf_token=anothervalue-456")
     assert result.exit_code == 1
