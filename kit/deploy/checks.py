@@ -18,6 +18,7 @@ from kit.config.preset_files import display_path
 from kit.config.strategy import strategy_of
 from kit.core.datafiles import gpu_catalog, load_yaml, prune_rules
 from kit.core.errors import Problem
+from kit.core.units import ram_in_bytes
 from kit.deploy import deployment as dep
 from kit.deploy.compat import check_compat, model_spec_or_none
 from kit.deploy.router import replica_problems
@@ -244,6 +245,26 @@ def check_exposure(where: str, preset: Preset, target: str = "compose") -> list[
     )]
 
 
+def check_shm(where: str, preset: Preset) -> list[Problem]:
+    """A /dev/shm the preset sets smaller than the kit would size it (kit/deploy/deployment.py `shm_size_for`): NCCL's
+    shared-memory transport, vLLM's broadcast queues and Ray's object store live there and fail when it fills
+    (Docker's 64 MiB default with tensor parallel is the classic case). A warning on every validate and render: the
+    user may know their workload needs less."""
+    rt = preset.runtime
+    if rt.shm_size is None or rt.ipc == "host":
+        return []
+    sized = dep.shm_size_for(preset.model_copy(update={"runtime": rt.model_copy(update={"shm_size": None})}))
+    if sized.shm_size is None or ram_in_bytes(rt.shm_size) >= ram_in_bytes(sized.shm_size):
+        return []
+    return [Problem(
+        f"{where}: runtime.shm_size",
+        f"{rt.shm_size} is smaller than the kit sizes it for this deployment ({sized.shm_size}: {sized.reason}); "
+        "NCCL, vLLM's shared-memory queues and Ray's object store fail when /dev/shm fills (vLLM issues #1710, #6574: "
+        "tensor parallel on Docker's 64 MiB default)",
+        f"drop runtime.shm_size to let the kit size it, or runtime.shm_size={sized.shm_size}",
+    )]
+
+
 COMMIT_RE = r"[0-9a-f]{40}"
 
 
@@ -445,6 +466,7 @@ def check_preset(name: str, path: Path, preset: Preset, *, allow_no_fit: bool = 
     report.warnings += switch_warnings
     report.errors += check_parallelism(where, preset)
     report.warnings += check_exposure(where, preset, target)
+    report.warnings += check_shm(where, preset)
     if target != "compose":
         report.warnings += check_k8s_image(where, name, preset)
     report.errors += replica_problems(where, preset, target)

@@ -363,7 +363,8 @@ SETTING_PROOFS: dict[str, tuple[str, list[str], str]] = {
     "model.revision": ("rtx4090-awq", [], "0123456789abcdef0123456789abcdef01234567"),
     "model.served_model_name": ("rtx4090-awq", [], "chat"),
     "runtime.port": ("cpu", [], "8123"),
-    "runtime.require_api_key": ("cpu", [], "false"),  # required by default: keyless only by name, warned about
+    "runtime.require_api_key": ("cpu", [], "false"),
+    "runtime.shm_size": ("rtx4090-awq", [], "4g"),  # required by default: keyless only by name, warned about
     "runtime.unsafe_engine_flags": ("rtx4090-awq", ["engine.logging_config=/etc/vllm/logging.json"],
                                     "[logging_config]"),
 }

@@ -187,3 +187,19 @@ def test_bad_shm_size_names_the_override_and_field(size):
         load_preset("rtx4090-awq", [f"runtime.shm_size={size}"])
     lines = problems(caught.value)
     assert any(line.startswith("override runtime.shm_size: ") for line in lines), lines
+
+
+@pytest.mark.parametrize("preset, small, sized", [("rtx3090x2-fp16", "64m", "3072m"), ("cpu", "1g", "4096m")])
+def test_a_shm_size_below_what_the_kit_sizes_is_warned_of_on_every_render(preset, small, sized):
+    """Docker's 64 MiB /dev/shm under tensor parallel (vLLM #1710, #6574): a preset that sets less than the kit's own
+    size renders, with a warning naming the field, the kit's size and why; as much or more, or ipc host, is quiet."""
+    from kit.deploy.pipeline import prepare
+
+    def shm_warnings(overrides):
+        return [w for w in prepare(preset, overrides).report.warnings if "runtime.shm_size" in w.where]
+
+    [warning] = shm_warnings([f"runtime.shm_size={small}"])
+    assert warning.where.endswith("runtime.shm_size") and f"({sized}: " in warning.message
+    assert f"runtime.shm_size={sized}" in warning.hint
+    assert shm_warnings([f"runtime.shm_size={sized}"]) == shm_warnings([]) == []
+    assert shm_warnings([f"runtime.shm_size={small}", "runtime.ipc=host"]) == []
