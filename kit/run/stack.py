@@ -21,6 +21,7 @@ from kit.core.docker_engine import compose_argv, docker_client
 from kit.core.envfile import read_env_file
 from kit.core.errors import KitError, SmokeError, WriteError
 from kit.core.safepaths import open_nofollow, refuse_link, work_folder
+from kit.deploy.record import RECORD_FILE
 from kit.image.build import KIT_DIR
 
 SERVICE = "vllm"
@@ -63,7 +64,7 @@ def port_holder(port: int) -> PortHolder | None:
 
 
 def _stop_hint(holder: PortHolder, out_dir: Path | None) -> str:
-    if holder.folder is not None and (holder.folder / KIT_DIR).is_dir():
+    if holder.folder is not None and (holder.folder / RECORD_FILE).is_file():  # a folder `kit render` wrote
         stop = f"`kit down --out {shlex.quote(str(holder.folder))}`"
         if out_dir is not None and holder.folder.resolve() == Path(out_dir).resolve():
             # not --port: that would re-render the folder's port under the stack that runs from it
