@@ -89,7 +89,7 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
                         f"default (every capture size up to min(512, 2 x max_num_seqs)){scaled}"),
             Term(figure="cuda_graph", name=f"graph pool, {which} (fitted)",
                  bytes=estimate.per_full_graph_gib * scale * architecture * counted * GIB, fitted=True,
-                 source="memory_accounting.cuda_graph_estimate.per_full_graph_gib x the full graphs captured by "
+                 source=f"{FULL_GRAPH_SOURCE} x the full graphs captured by "
                         f"default (the capture sizes up to max_num_seqs){scaled}{per_arch}"),
         ]
     return [
@@ -99,6 +99,16 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
              source="memory_accounting.cuda_graph_estimate.per_graph_gib x the graphs captured by default "
                     f"(piecewise up to 512 tokens, full up to max_num_seqs){scaled}"),
     ]
+
+
+FULL_GRAPH_SOURCE = "memory_accounting.cuda_graph_estimate.per_full_graph_gib"
+
+
+def full_graph_bytes(terms: list[Term]) -> float | None:
+    """The full graphs' part of a stage's CUDA-graph terms (the term the per-full-graph rate made), or None where the
+    release charges graphs with one rate (no full-graph term)."""
+    found = [t.bytes for t in terms if t.figure == "cuda_graph" and t.source.startswith(FULL_GRAPH_SOURCE)]
+    return found[0] if found else None
 
 
 def unmeasured_architecture_note(r: Resolved, model: ModelSpec, full_graph_bytes: float, kv_bytes: float) -> str | None:

@@ -29,7 +29,7 @@ from kit.core.tables import FoldedKVSizing
 from kit.core.versions import cc_tuple
 from kit.memory.activation import activation_terms
 from kit.memory.adapters import draft_terms, lora_buffer_bytes, lora_notes, resolved_lora
-from kit.memory.cudagraph import cuda_graph_terms, unmeasured_architecture_note
+from kit.memory.cudagraph import cuda_graph_terms, full_graph_bytes, unmeasured_architecture_note
 from kit.memory.inputs import (
     GIB,
     QUANT_FAMILY,
@@ -416,11 +416,11 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
 
 def _graph_notes(model: ModelSpec, r: Resolved, binding: _Stage) -> list[str]:
     """The binding stage's CUDA-graph caveat, where its architecture's graph charge was never measured: read from
-    the stage's own graph terms, the full graphs' being the last (kit/memory/cudagraph.py cuda_graph_terms)."""
-    graphs = [t for t in binding.terms if t.figure == "cuda_graph"]
-    if r.device != "cuda" or not graphs:
+    the stage's own full-graph term (kit/memory/cudagraph.py `full_graph_bytes`, found by the rule that made it)."""
+    full = full_graph_bytes(binding.terms)
+    if r.device != "cuda" or full is None:
         return []
-    note = unmeasured_architecture_note(r, model, graphs[-1].bytes, binding.kv_bytes)
+    note = unmeasured_architecture_note(r, model, full, binding.kv_bytes)
     return [note] if note else []
 
 

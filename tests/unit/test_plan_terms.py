@@ -429,3 +429,20 @@ def test_mla_profile_workspace_follows_vllms_rows_rule(max_model_len, max_num_se
     dense = plan(gpu_inputs("Qwen/Qwen3-8B", vllm_version="0.33.0", dtype="bfloat16", max_model_len=8192,
                                     enforce_eager=True, gpu_memory_gib=139.8))
     assert not [t for t in dense.terms if dict(t)["name"].startswith("MLA")]
+
+
+def test_the_full_graph_term_is_found_by_its_rule_not_its_place():
+    """The approximate-plan caveat reads the full graphs' term (kit/memory/cudagraph.py full_graph_bytes): found by
+    the rule that made it whatever the order of the terms, and absent where a release charges one rate for all."""
+    from kit.memory.cudagraph import FULL_GRAPH_SOURCE, full_graph_bytes
+
+    def graph_terms(version, model="Qwen/Qwen3-8B"):
+        _, stages, _ = _compute(gpu_inputs(model, gpu_memory_gib=139.8, max_model_len=8192,
+                                           max_num_seqs=64, vllm_version=version))
+        return [t for t in stages[0].terms if t.figure == "cuda_graph"]
+
+    terms = graph_terms("0.33.0")
+    [full] = [t for t in terms if t.source.startswith(FULL_GRAPH_SOURCE)]
+    assert full.bytes > 0 and full_graph_bytes(terms) == full_graph_bytes(list(reversed(terms))) == full.bytes
+    one_rate = graph_terms("0.26.0", "Qwen/Qwen3-30B-A3B")  # 0.26 charges the MoE runner's graphs at one rate
+    assert one_rate and full_graph_bytes(one_rate) is None
