@@ -231,32 +231,49 @@ def test_model_make_ran_as_the_server_user_into_a_volume_the_server_cannot_write
 
 
 def test_a_held_port_names_the_container_that_holds_it_and_how_to_stop_it(cpu_stack, docker_client, tmp_path):
-    """The port check before a start (kit up, kit smoke) names what publishes the port: the folder's own stack (stop
-    it; another port would re-render the folder under it), another kit folder's stack (its `kit down` line, or
-    --port), and a container that is no kit stack (`docker stop`)."""
+    """The port check before a start (kit up, kit smoke) names what publishes the port: a kit folder's stack (a folder
+    with the record `kit render` writes: `kit down` works there) as this folder's own (stop it; another port would
+    re-render the folder under it) or another's (its `kit down` line, or --port); any other compose project
+    (`docker compose -p P down`: the shared stack's folder is written by the library, without the record); and a
+    container that is no compose project (`docker stop`). The kit folder's container carries the two labels compose
+    sets (project, working_dir), the only things the check reads of it."""
     import shlex
 
+    from click.testing import CliRunner
+
+    from kit.cli.main import cli
     from kit.core.errors import KitError
     from kit.run.stack import require_free_port
 
-    with pytest.raises(KitError) as own:
-        require_free_port("127.0.0.1", cpu_stack.port, cpu_stack.out_dir)
-    assert own.value.message == f"port {cpu_stack.port} on 127.0.0.1 is in use"
-    assert own.value.hint.startswith("this folder's own stack holds it (container ")
-    assert f"compose project {cpu_stack.stack.project}" in own.value.hint
-    assert own.value.hint.endswith(f"stop it with `kit down --out {shlex.quote(str(cpu_stack.out_dir))}` first")
-    with pytest.raises(KitError) as other:
-        require_free_port("127.0.0.1", cpu_stack.port, tmp_path)
-    assert other.value.hint.startswith(f"the kit stack of {cpu_stack.out_dir} holds it")
-    assert other.value.hint.endswith("or pick another port with --port N")
+    def hint(port, out_dir):
+        with pytest.raises(KitError) as caught:
+            require_free_port("127.0.0.1", port, out_dir)
+        assert caught.value.message == f"port {port} on 127.0.0.1 is in use"
+        return caught.value.hint
 
+    compose = hint(cpu_stack.port, tmp_path)
+    assert compose.startswith("container ") and f"of compose project {cpu_stack.stack.project} holds it" in compose
+    assert f"`docker compose -p {cpu_stack.stack.project} down`" in compose
+
+    folder = tmp_path / "kit folder"
+    rendered = CliRunner().invoke(cli, ["render", "preset=cpu", "--out", str(folder), "--base-image", BASE_IMAGE])
+    assert rendered.exit_code == 0, rendered.output
     port = free_port()
-    plain = docker_client.containers.run(BASE_IMAGE, ["sleep", "120"], detach=True, remove=True, entrypoint=[],
-                                         ports={"9/tcp": ("127.0.0.1", port)})
+    labels = {"com.docker.compose.project": "held-port-test", "com.docker.compose.project.working_dir": str(folder)}
+    holders = [docker_client.containers.run(BASE_IMAGE, ["sleep", "120"], detach=True, remove=True, entrypoint=[],
+                                            labels=labels, ports={"9/tcp": ("127.0.0.1", port)})]
     try:
-        with pytest.raises(KitError) as foreign:
-            require_free_port("127.0.0.1", port, tmp_path)
-        assert foreign.value.hint == (f"container {plain.name} holds it: stop it with `docker stop {plain.name}`, "
-                                      "or pick another port with --port N")
+        stop = f"`kit down --out {shlex.quote(str(folder))}`"
+        assert hint(port, folder) == (f"this folder's own stack holds it (container {holders[0].name}, compose project "
+                                      f"held-port-test): stop it with {stop} first")
+        other = hint(port, tmp_path)
+        assert other.startswith(f"the kit stack of {folder} holds it") and stop in other
+        assert other.endswith("or pick another port with --port N")
+        plain_port = free_port()
+        holders.append(docker_client.containers.run(BASE_IMAGE, ["sleep", "120"], detach=True, remove=True,
+                                                    entrypoint=[], ports={"9/tcp": ("127.0.0.1", plain_port)}))
+        assert hint(plain_port, tmp_path) == (f"container {holders[1].name} holds it: stop it with `docker stop "
+                                              f"{holders[1].name}`, or pick another port with --port N")
     finally:
-        plain.remove(force=True)
+        for holder in holders:
+            holder.remove(force=True)
