@@ -88,6 +88,16 @@ def deployment_compose_files(out_dir: Path) -> tuple[Path, ...]:
     return kit_made
 
 
+def is_deployment(out_dir: Path) -> bool:
+    """Whether ``out_dir`` is a deployment the kit rendered, as `kit down` and `kit logs` take it
+    (``deployment_compose_files``): where the kit may name `kit down --out DIR` as the way to stop its stack."""
+    try:
+        deployment_compose_files(out_dir)
+    except (KitError, OSError):
+        return False
+    return True
+
+
 def declared_volumes(files: Iterable[Path]) -> set[str]:
     """The named volumes the rendered compose files declare (not external ones): all `down --volumes` removes."""
     import yaml
@@ -120,18 +130,18 @@ def projects_from_labels(out_dir: Path, labels: Iterable[Mapping[str, str]]) -> 
             continue
         files = [Path(f) for f in label.get(LABEL_CONFIG_FILES, "").split(",") if f]
         working_dir = label.get(LABEL_WORKING_DIR)
-        here = (working_dir and _same_dir(Path(working_dir), home)) or any(_same_dir(f.parent, home) for f in files)
+        here = (working_dir and same_dir(Path(working_dir), home)) or any(same_dir(f.parent, home) for f in files)
         if not here:
             continue
         known = found.setdefault(name, [])
         for f in files:
-            if _same_dir(f.parent, home) and f.name in COMPOSE_FILES and (home / f.name) not in known:
+            if same_dir(f.parent, home) and f.name in COMPOSE_FILES and (home / f.name) not in known:
                 known.append(home / f.name)
     order = {name: i for i, name in enumerate(COMPOSE_FILES)}
     return [Project(name, tuple(sorted(files, key=lambda f: order[f.name]))) for name, files in sorted(found.items())]
 
 
-def _same_dir(a: Path, b: Path) -> bool:
+def same_dir(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b
     except OSError:
@@ -148,7 +158,7 @@ def foreign_folders(project: str, out_dir: Path, labels: Iterable[Mapping[str, s
     home = out_dir.resolve()
     return sorted({label.get(LABEL_WORKING_DIR) or "an unknown folder" for label in labels
                    if label.get(LABEL_PROJECT) == project
-                   and not (label.get(LABEL_WORKING_DIR) and _same_dir(Path(label[LABEL_WORKING_DIR]), home))})
+                   and not (label.get(LABEL_WORKING_DIR) and same_dir(Path(label[LABEL_WORKING_DIR]), home))})
 
 
 def refuse_foreign_project(project: str, out_dir: Path, labels: Iterable[Mapping[str, str]] | None = None) -> None:

@@ -21,8 +21,8 @@ from kit.core.docker_engine import compose_argv, docker_client
 from kit.core.envfile import read_env_file
 from kit.core.errors import KitError, SmokeError, WriteError
 from kit.core.safepaths import open_nofollow, refuse_link, work_folder
-from kit.deploy.record import RECORD_FILE
 from kit.image.build import KIT_DIR
+from kit.run.ops import LABEL_PROJECT, LABEL_WORKING_DIR, is_deployment, same_dir
 
 SERVICE = "vllm"
 
@@ -58,15 +58,15 @@ def port_holder(port: int) -> PortHolder | None:
         published = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
         if any(str(binding.get("HostPort")) == str(port) for bindings in published.values() for binding in bindings or ()):
             labels = container.labels or {}
-            folder = labels.get("com.docker.compose.project.working_dir")
-            return PortHolder(container.name, labels.get("com.docker.compose.project"), Path(folder) if folder else None)
+            folder = labels.get(LABEL_WORKING_DIR)
+            return PortHolder(container.name, labels.get(LABEL_PROJECT), Path(folder) if folder else None)
     return None
 
 
 def _stop_hint(holder: PortHolder, out_dir: Path | None) -> str:
-    if holder.folder is not None and (holder.folder / RECORD_FILE).is_file():  # a folder `kit render` wrote
+    if holder.folder is not None and is_deployment(holder.folder):  # where `kit down` stops it
         stop = f"`kit down --out {shlex.quote(str(holder.folder))}`"
-        if out_dir is not None and holder.folder.resolve() == Path(out_dir).resolve():
+        if out_dir is not None and same_dir(holder.folder, Path(out_dir).resolve()):
             # not --port: that would re-render the folder's port under the stack that runs from it
             return f"this folder's own stack holds it (container {holder.name}, compose project {holder.project}): stop it with {stop} first"
         return (f"the kit stack of {holder.folder} holds it (container {holder.name}, compose project "
