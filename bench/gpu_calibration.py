@@ -33,10 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kit.run import probe
 
 H200_TOTAL_GIB = 139.80  # torch's total for the lent H200 (../shared/GPU.md); only used to scale budgets
+# The lent card the budgets are scaled to. CALIB_GPU=h100-80gb runs a matrix's cases on a lent H100 (compute
+# capability 9.0 like the H200: the same kernels) at the same budgets in GiB; a case that needs more memory than the
+# card has does not start there. Torch's totals: the H200's as above, the H100's from kit/data/gpus.yaml; nvidia-smi's
+# memory.total (MiB) tells the two apart, and main() refuses to run a matrix scaled to the other card.
+CARD_TOTAL_GIB = {"h200": H200_TOTAL_GIB, "h100-80gb": 79.19}
+CARD_SMI_MIB = {"h200": 143771, "h100-80gb": 81559}
+HOST_GPU = os.environ.get("CALIB_GPU", "h200")
+if HOST_GPU not in CARD_TOTAL_GIB:
+    raise SystemExit(f"CALIB_GPU={HOST_GPU}: one of {sorted(CARD_TOTAL_GIB)}")
+HOST_TOTAL_GIB = CARD_TOTAL_GIB[HOST_GPU]
 
 # A budget that emulates a smaller card: the same bytes vLLM would request there at that utilization.
 def card_util(card_gib: float, util: float = 0.90) -> float:
-    return round(util * card_gib / H200_TOTAL_GIB, 4)
+    return round(util * card_gib / HOST_TOTAL_GIB, 4)
 
 
 GPTQ_MODULES = [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"], ["self_attn.o_proj"],
@@ -521,6 +531,15 @@ def main() -> int:
     cli.add_argument("--matrix", default="0.26.0", choices=sorted(MATRICES), help="which case list")
     args = cli.parse_args()
     started = time.monotonic()
+    total = sh(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], timeout=20)
+    try:
+        total_mib = int(total.strip().splitlines()[-1].split(",")[0])
+    except (ValueError, IndexError):
+        total_mib = None
+    if total_mib is not None and abs(total_mib - CARD_SMI_MIB[HOST_GPU]) > 2048:
+        print(f"this GPU has {total_mib} MiB; the budgets are scaled to {HOST_GPU} ({CARD_SMI_MIB[HOST_GPU]} MiB): "
+              f"set CALIB_GPU to the card this is", flush=True)
+        return 2
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")

@@ -4,7 +4,7 @@ Plans every case of bench/gpu_calibration.py's matrix with the rules as they sta
 (with the commit they were made at) as JSON. Committing that file before the GPU runs is the proof that the figures
 the accuracy report later compares were not fitted to the runs.
 Planner inputs: the case's flags; GPU total 139.80 GiB (torch's total for the lent H200); the GPU planned is the
-H200, except where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card
+H200 (with CALIB_GPU=h100-80gb: the H100, 79.19 GiB, as bench/gpu_calibration.py scales the budgets to it), except where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card
 (`MARLIN_CARDS`, by the budget the case emulates).
 Run: python bench/preregister.py --matrix 0.34.0 [--cases NAME,NAME] OUT.json
 """
@@ -41,7 +41,7 @@ def card_of(case: dict) -> str:
     H200, with the kernels disabled (PlanInputs.disabled_kernels)."""
     disabled = disabled_kernels(case)
     if "MacheteLinearKernel" not in disabled or "HummingLinearKernel" in disabled:
-        return "h200"
+        return calib.HOST_GPU
     util = case["flags"].get("gpu_memory_utilization")
     for gib, name in MARLIN_CARDS.items():
         if util in (calib.card_util(gib, 0.92), calib.card_util(gib, 0.90)):
@@ -58,7 +58,7 @@ def preset_inputs(case: dict) -> planner.PlanInputs:
     inputs = plan_inputs_for(preset)
     if inputs is None:
         raise SystemExit(f"{case['preset']}: no plan inputs")
-    return inputs.model_copy(update={"gpu_name": card_of(case), "gpu_memory_gib": calib.H200_TOTAL_GIB,
+    return inputs.model_copy(update={"gpu_name": card_of(case), "gpu_memory_gib": calib.HOST_TOTAL_GIB,
                                      "disabled_kernels": disabled_kernels(case)})
 
 
@@ -71,7 +71,7 @@ def plan_case(case: dict, version: str) -> dict:
         if "enable_extensible_kv_cache" in flags:
             raw["extensible_kv_cache"] = bool(flags["enable_extensible_kv_cache"])
         inputs = planner.PlanInputs(model=load_model_spec(case["model"]), vllm_version=version,
-                                    gpu_name=card_of(case), gpu_memory_gib=calib.H200_TOTAL_GIB,
+                                    gpu_name=card_of(case), gpu_memory_gib=calib.HOST_TOTAL_GIB,
                                     enforce_eager=not case.get("graphs"), disabled_kernels=disabled_kernels(case),
                                     **raw)
     plan = planner.plan(inputs, suggest=False).to_json()
