@@ -102,6 +102,9 @@ class ModelSpec(BaseModel):
     # Sliding window / hybrid layouts
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
+    # Layers that are not attention (state-space, linear attention, short convolutions), as the config declares them:
+    # what declared them, for the plan's "approximate" reason; None where the config declares none
+    non_attention_layers: str | None = None
     # A vision encoder beside the language model (config.json has vision_config / a vision tower)
     has_vision: bool = False
     # The checkpoint's stored tensor bytes when known (safetensors headers, or an index's total_size), and the same
@@ -149,6 +152,25 @@ class ModelSpec(BaseModel):
         if self.layer_types and len(set(self.layer_types)) > 1:
             return True
         return self.sliding_window is not None
+
+
+# Config keys by which hybrid and state-space checkpoints declare layers that keep no KV cache (transformers'
+# configuration files: Jamba's attn_layer_period and mamba_*, Bamba's and Falcon-H1's attn_layer_indices and mamba_*,
+# Nemotron-H's hybrid_override_pattern, Zamba2's layers_block_type, MiniMax's attn_type_list, Mamba's state_size,
+# LFM2's conv_L_cache). An allow-list of what the planner lays out is kept by layer_types instead (kv.py _layer_kinds).
+NON_ATTENTION_KEYS = ("attn_layer_period", "attn_layer_indices", "mamba_d_state", "mamba_expand", "mamba_n_heads",
+                      "mamba_d_ssm", "ssm_state_size", "state_size", "hybrid_override_pattern", "layers_block_type",
+                      "attn_type_list", "linear_attn_config", "conv_L_cache")
+ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+
+
+def _non_attention_layers(base: dict[str, Any]) -> str | None:
+    """What in the config declares layers other than attention: layer_types' other kinds, else the keys above."""
+    kinds = sorted({str(t) for t in base.get("layer_types") or () if t not in ATTENTION_LAYER_TYPES})
+    if kinds:
+        return "layer_types " + ", ".join(k[:30] for k in kinds[:4])
+    keys = [k for k in NON_ATTENTION_KEYS if base.get(k) is not None]
+    return "config keys " + ", ".join(keys[:4]) if keys else None
 
 
 def _first(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -370,6 +392,7 @@ def _spec_from_config(cfg: dict[str, Any], *, name: str, source: str, weights_by
         has_vision=any(isinstance(cfg.get(key), dict) for key in VISION_KEYS),
         sliding_window=int(sliding) if sliding else None,
         layer_types=tuple(layer_types) if layer_types else None,
+        non_attention_layers=_non_attention_layers(base),
         weights_bytes=weights_bytes if weights_bytes is not None else cfg.get("_weights_bytes"),
         source=source,
     )

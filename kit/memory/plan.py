@@ -328,7 +328,13 @@ def _unknown_inputs(model: ModelSpec, r: Resolved) -> list[str]:
 
 def _approximate(model: ModelSpec, r: Resolved, gpu_unified: bool, notes: list[str]) -> dict[str, Any]:
     reasons = list(notes) + _unknown_inputs(model, r)
-    if model.is_hybrid and (r.device != "cuda" or kv_layout(model, r, 1, model.num_layers) is None):
+    if model.non_attention_layers:
+        reasons.append(
+            f"layers that are not attention ({model.non_attention_layers}: state-space, linear attention or "
+            "convolution): vLLM keeps a fixed state per request for them and a KV cache only for the attention "
+            "layers; this plan sizes every layer as attention, so its KV tokens are not vLLM's"
+        )
+    elif model.is_hybrid and (r.device != "cuda" or kv_layout(model, r, 1, model.num_layers) is None):
         reasons.append(
             "sliding-window / hybrid attention: vLLM gives sliding-window layers their own KV groups; "
             "this plan sizes every layer as full attention (tokens are a lower bound)"

@@ -531,7 +531,32 @@ def test_sliding_window_layers_are_laid_out_as_vllm_0_33_does_and_others_are_app
     layers = TINY_LLAMA["num_hidden_layers"]
     odd = tiny_spec(sliding_window=1024, layer_types=["linear_attention"] + ["full_attention"] * (layers - 1))
     result = plan(PlanInputs(model=odd, gpu_memory_gib=16, max_model_len=2048))
-    assert result.approximate["value"] and "sliding-window" in result.approximate["reason"]
+    assert result.approximate["value"]
+    assert "layers that are not attention (layer_types linear_attention" in result.approximate["reason"]
+
+
+@pytest.mark.parametrize(("keys", "named"), [
+    (dict(attn_layer_period=8, attn_layer_offset=4, mamba_d_state=16, mamba_expand=2),  # Jamba
+     "config keys attn_layer_period, mamba_d_state, mamba_expand"),
+    (dict(hybrid_override_pattern="M-M-M*-M-"), "config keys hybrid_override_pattern"),  # Nemotron-H
+    (dict(layers_block_type=["mamba", "hybrid"] * 8), "config keys layers_block_type"),  # Zamba2
+    (dict(layer_types=["conv", "full_attention"] * 8), "layer_types conv"),  # LFM2
+])
+def test_a_config_that_declares_layers_other_than_attention_is_planned_approximate_and_says_which(keys, named):
+    """Issue 33: an architecture with state-space, linear-attention or convolution layers keeps no KV cache in them
+    (vLLM sizes a per-request state instead), which the planner does not lay out: never a confident number, and the
+    reason names what in the config declared them."""
+    model = tiny_spec(**keys)
+    result = plan(PlanInputs(model=model, gpu_memory_gib=16, max_model_len=2048))
+    reason = result.approximate["reason"]
+    assert result.approximate["value"] and f"layers that are not attention ({named}:" in reason
+    assert "KV tokens are not vLLM's" in reason
+
+
+def test_attention_only_configs_declare_no_other_layers():
+    assert tiny_spec().non_attention_layers is None
+    assert load_model_spec("google/gemma-2-9b-it").non_attention_layers is None  # sliding and full attention only
+    assert "not attention" not in str(plan(inputs(QWEN7B, gpu="rtx4090")).approximate.get("reason"))
 
 
 def test_gemma2_groups_its_full_and_sliding_layers():
