@@ -64,7 +64,8 @@ FORMS: dict[str, Callable[[Row], list[float]]] = {
         r["pw"] * r["layers"] / 36, r["full"] * r["layers"] * r["hidden"] / (36 * 4096)],
 }
 # The Qwen3-8B runs kit/data/calibration.yaml marks `set: fit`: the committed rates are fitted on these alone (its
-# Qwen2.5 graph runs, also `set: fit`, set Qwen2's full_rate_by_model_type only: printed below)
+# Qwen2.5, Llama and Phi-3.5 graph runs, also `set: fit`, set their architectures' full_rate_by_model_type only:
+# printed below)
 FIT_SET = ("q8-48g-graphs", "q8fp8-80g-graphs", "q8-8k-graphs-16seqs", "rtx4090-awq-preset")
 
 
@@ -129,7 +130,7 @@ def main() -> None:
     print("  " + "  ".join(f"{r['case']}={float(np.array(FORMS[committed](r)) @ coef) - float(r['estimate']):+.3f}"
                            for r in dense if r["case"] not in FIT_SET))
     print("  each architecture's full rate, least squares on its own runs with the piecewise part as planned "
-          "(full_rate_by_model_type: recorded where two model sizes or more were measured):")
+          "(full_rate_by_model_type: recorded for each dense architecture; one with none is planned at the largest):")
     for family in sorted({str(r["family"]) for r in dense}):
         own = [r for r in dense if r["family"] == family]
         parts = [np.array(FORMS[committed](r)) * coef for r in own]

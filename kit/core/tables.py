@@ -156,6 +156,9 @@ class CudaGraphEstimate(Table):
     full_rate_by_model_type: dict[str, float] | None = None
     measured_model_types: list[str] | None = None
     unmeasured_full_rate_up_to: float | None = None
+    # the full-graph factor of a dense architecture with none recorded: "largest" recorded (the side that promises
+    # less KV), else 1.0 (the reference architecture's rate)
+    unmeasured_full_rate: Literal["largest"] | None = None
 
 
 class MLAProfileWorkspace(Table):

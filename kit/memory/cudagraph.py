@@ -9,6 +9,7 @@ release charges it, and the estimate's fixed and per-graph parts, are kit/data/v
 from __future__ import annotations
 
 from kit.config.modelinfo import ModelSpec
+from kit.core.tables import CudaGraphEstimate
 from kit.memory.inputs import GIB, Resolved
 from kit.memory.rules import rules_for
 from kit.memory.shape import moe_layers_in
@@ -73,11 +74,12 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
                   fitted=True, source="memory_accounting.cuda_graph_estimate.base_gib")] if estimate.base_gib else []
     if estimate.per_full_graph_gib is not None:
         samples = int(estimate.full_samples or 0)
-        measured = estimate.full_rate_by_model_type or {}
         kind = model.model_type if model is not None and not moe else None
-        architecture = float(measured.get(kind, 1.0)) if kind else 1.0
-        per_arch = (f" x {architecture:g} for {kind} (full_rate_by_model_type: measured on that architecture)"
-                    if architecture != 1.0 else "")
+        architecture = architecture_factor(estimate, kind)
+        own = kind in (estimate.full_rate_by_model_type or {})
+        per_arch = "" if architecture == 1.0 else (
+            f" x {architecture:g} for {kind} (full_rate_by_model_type: measured on that architecture)" if own
+            else f" x {architecture:g}, the largest full_rate_by_model_type ({kind or 'this architecture'} has none)")
         counted = max(full - samples, 0)
         which = (f"{counted} of {full} full graphs, extrapolated past the {samples} sampled" if samples
                  else f"{full} full graphs")
@@ -101,6 +103,21 @@ def cuda_graph_terms(r: Resolved, model: ModelSpec | None = None, layers: range 
     ]
 
 
+def architecture_factor(estimate: CudaGraphEstimate, kind: str | None) -> float:
+    """The full-graph rate's factor for a dense architecture (``kind``: its model_type): its own where one is recorded
+    (`full_rate_by_model_type`); for one with none, the largest recorded where `unmeasured_full_rate` is "largest"
+    (the side that promises less KV: vLLM's charge per layer differs by architecture and this one's is unknown), else
+    1.0, the rate of the architecture the rates were fitted on."""
+    recorded = estimate.full_rate_by_model_type or {}
+    if not kind:
+        return 1.0
+    if kind in recorded:
+        return float(recorded[kind])
+    if estimate.unmeasured_full_rate == "largest" and recorded:
+        return max(1.0, *(float(v) for v in recorded.values()))
+    return 1.0
+
+
 FULL_GRAPH_SOURCE = "memory_accounting.cuda_graph_estimate.per_full_graph_gib"
 
 
@@ -113,17 +130,18 @@ def full_graph_bytes(terms: list[Term]) -> float | None:
 
 def unmeasured_architecture_note(r: Resolved, model: ModelSpec, full_graph_bytes: float, kv_bytes: float) -> str | None:
     """Why a plan is approximate where vLLM's CUDA-graph charge for this architecture was never measured and the
-    spread measured across architectures (`unmeasured_full_rate_up_to` x the planned full graphs, ``full_graph_bytes``)
-    is more than 3 % of the KV cache; None where it was measured, nothing is charged, or the spread is small beside
-    the cache."""
+    spread measured across architectures (full graphs at up to `unmeasured_full_rate_up_to` x the reference rate,
+    beyond the planned ``full_graph_bytes``) is more than 3 % of the KV cache; None where it was measured, nothing is
+    charged, or the spread is small beside the cache."""
     estimate = rules_for(r.vllm_version).memory_accounting.cuda_graph_estimate
     if estimate is None or estimate.per_full_graph_gib is None:
         return None
     measured = estimate.measured_model_types or []
     up_to = float(estimate.unmeasured_full_rate_up_to or 1.0)
-    if not measured or up_to <= 1.0 or model.model_type in measured or kv_bytes <= 0:
+    if not measured or model.model_type in measured or kv_bytes <= 0:
         return None
-    more = (up_to - 1.0) * full_graph_bytes
+    factor = architecture_factor(estimate, model.model_type)
+    more = (up_to / factor - 1.0) * full_graph_bytes  # full_graph_bytes is planned at factor x the reference rate
     if more <= 0.03 * kv_bytes:
         return None
     return (f"CUDA graphs: vLLM's charge per layer differs by architecture, and {model.model_type or 'this model'}'s "

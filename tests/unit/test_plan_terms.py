@@ -404,6 +404,31 @@ def test_033_a_graph_charge_never_measured_for_the_architecture_is_approximate_w
         assert "CUDA graphs" not in reason(measured, "rtx4090")
 
 
+def test_033_an_architecture_with_no_graph_factor_is_planned_at_the_largest_recorded():
+    """Each dense architecture measured with graphs keeps its own full-graph factor (Qwen3 1.0, Llama 1.19, Qwen2
+    1.27, Phi-3 0.91); one with none is planned at the largest recorded (`unmeasured_full_rate: largest`), the side
+    that promises less KV than vLLM may give, not at the reference Qwen3's. The approximate note counts the spread
+    beyond what is planned."""
+    def full_gib(model: str) -> float:
+        _, stages, _ = _compute(gpu_inputs(model, gpu_memory_gib=139.8, vllm_version="0.33.0", max_num_seqs=256,
+                                           max_num_batched_tokens=2048, max_model_len=8192))
+        return [t.bytes for t in stages[0].terms if t.figure == "cuda_graph"][1] / GIB
+    per_layer = {m: full_gib(m) / load_model_spec(m).num_layers for m in (
+        "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
+        "microsoft/Phi-3.5-mini-instruct", "google/gemma-2-9b-it", "mistralai/Mistral-7B-Instruct-v0.3")}
+    qwen3 = per_layer["Qwen/Qwen3-8B"]
+    assert per_layer["meta-llama/Llama-3.1-8B-Instruct"] == pytest.approx(qwen3 * 1.19)
+    assert per_layer["microsoft/Phi-3.5-mini-instruct"] == pytest.approx(qwen3 * 0.91)
+    for unmeasured in ("google/gemma-2-9b-it", "mistralai/Mistral-7B-Instruct-v0.3"):
+        assert per_layer[unmeasured] == pytest.approx(qwen3 * 1.27) == pytest.approx(per_layer["Qwen/Qwen2.5-7B-Instruct"])
+    # an RTX 4090 at 4,096 tokens captures what the 256-sequence, 2,048-token engines above do
+    result = plan(gpu_inputs("google/gemma-2-9b-it", gpu_name="rtx4090", vllm_version="0.33.0", max_model_len=4096))
+    more = float(result.approximate["reason"].split("may take up to ")[1].split(" GiB")[0])
+    gemma_full = per_layer["google/gemma-2-9b-it"] * load_model_spec("google/gemma-2-9b-it").num_layers
+    # up to 2 x the reference rate where 1.27 x is planned: 0.73 / 1.27 of the planned full graphs more
+    assert more == pytest.approx(gemma_full * (2.0 / 1.27 - 1.0), abs=0.006)
+
+
 # --------------------------------------------------------------------------- MLA's profile-run workspace
 @pytest.mark.parametrize(("max_model_len", "max_num_seqs", "tp", "rows"), [
     (8192, 256, 1, 65536),   # 8 x 8192 = 64 Ki rows, at the cap
