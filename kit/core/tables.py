@@ -233,6 +233,7 @@ class RuleChange(Table):
     cpu_fp8_kv_falls_back: bool | None = None
     cpu_process_overhead_gib: float | None = None
     kv_error_wording: str | None = None
+    kv_check_reserves_null_block: bool | None = None
     kv_in_flight_batches: int | None = None
     kv_sizing: KVSizing | None = None
     machete_capability: str | None = None
@@ -298,6 +299,7 @@ class Rules(RuleChange):
     cpu_fp8_kv_falls_back: bool
     cpu_process_overhead_gib: float
     kv_error_wording: str
+    kv_check_reserves_null_block: bool
     kv_sizing: FoldedKVSizing | None = None  # its fields: all of them, from the first release that has it
     machete_awq_residual_mib_per_linear: float
     memory_accounting: FoldedMemoryAccounting

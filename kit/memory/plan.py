@@ -367,7 +367,6 @@ def _echo_inputs(r: Resolved, inputs: PlanInputs) -> dict[str, Any]:
 
 def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
     r, stages, notes = _compute(inputs)
-    block = r.block_size
     max_len = r.max_model_len
     layouts = [_layout(inputs.model, r, s, inputs.draft is None) for s in stages]
     blocks = [int(s.kv_bytes // lay.bytes_per_block) if s.kv_bytes > 0 and lay.bytes_per_block else 0
@@ -388,13 +387,13 @@ def _evaluate(inputs: PlanInputs) -> tuple[Plan, Resolved, list[_Stage]]:
     elif binding.kv_bytes <= 0 or num_blocks == 0:
         error = NO_MEMORY_ERROR
     else:
+        uniform = inputs.draft is None
         for stage, lay in zip(stages, layouts, strict=True):
-            page = block * stage.per_token
             needed = lay.blocks_per_request * lay.bytes_per_block
-            if needed > stage.kv_bytes:
-                estimate = int(stage.kv_bytes // page) * block
-                estimate = min(estimate, max_len)
-                error = kv_error_text(r.vllm_version, max_len, needed, stage.kv_bytes, estimate,
+            available = _checked_budget(r, stage, lay)
+            if needed > available:
+                estimate = _longest_request(inputs.model, r, stage, uniform, available, cap=max_len)
+                error = kv_error_text(r.vllm_version, max_len, needed, available, estimate,
                                       r.gpu_memory_utilization if r.extensible_kv_cache else None)
                 break
     gpu = resolve_gpu(inputs)
@@ -430,12 +429,50 @@ def _graph_notes(model: ModelSpec, r: Resolved, binding: _Stage) -> list[str]:
     return [note] if note else []
 
 
+def _checked_budget(r: Resolved, stage: _Stage, layout: KvLayout) -> float:
+    """What vLLM checks one request of max_model_len against: the stage's KV budget, less the null block BlockPool
+    holds back where the release reserves it (kit/data/vllm.yaml `kv_check_reserves_null_block`)."""
+    reserve = layout.bytes_per_block if rules_for(r.vllm_version).kv_check_reserves_null_block else 0
+    return stage.kv_bytes - reserve
+
+
+def _longest_request(model: ModelSpec, r: Resolved, stage: _Stage, uniform: bool, available: float,
+                     cap: int | None = None) -> int:
+    """vLLM's estimate_max_model_len (vllm/v1/core/kv_cache_planning.py at 0.33.0): the largest length one request
+    of which fits ``available`` bytes, by a binary search over lengths with the stage's layout at each (a
+    sliding-window layer needs min(window - 1 + in-flight tokens, length) tokens, so the answer is not the budget over
+    the bytes per token); 0 where one token does not fit. vLLM searches up to the asked max_model_len (``cap``);
+    without one the search first doubles past the answer (bounded: 64 doublings pass any length)."""
+    def need(length: int) -> int:
+        lay = _layout(model, r.model_copy(update={"max_model_len": length}), stage, uniform)
+        return lay.blocks_per_request * lay.bytes_per_block
+
+    if available <= 0 or need(1) > available:
+        return 0
+    low, high = 1, cap
+    if high is None:
+        high = max(r.max_model_len, r.block_size)
+        for _ in range(64):
+            if need(high) > available:
+                break
+            low, high = high, high * 2
+        else:
+            return low
+    while low < high:  # low fits; the answer is in [low, high]
+        middle = (low + high + 1) // 2
+        if need(middle) <= available:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def largest_max_model_len(inputs: PlanInputs) -> int:
-    """The largest max_model_len whose one request fits the KV cache (vLLM's estimate_max_model_len)."""
+    """The largest max_model_len whose one request fits the KV cache (vLLM's estimate_max_model_len and check)."""
     r, stages, _ = _compute(inputs)
-    block = r.block_size
-    lengths = [int(s.kv_bytes // (block * s.per_token)) * block if s.kv_bytes > 0 and s.per_token else 0
-               for s in stages]
+    uniform = inputs.draft is None
+    lengths = [_longest_request(inputs.model, r, s, uniform, _checked_budget(r, s, _layout(inputs.model, r, s, uniform)))
+               if s.per_token else 0 for s in stages]
     return max(min(lengths), 0)
 
 

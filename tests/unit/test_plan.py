@@ -573,6 +573,39 @@ def test_gemma2_groups_its_full_and_sliding_layers():
     assert layout.bytes_per_block == 16 * per_layer * 21 and layout.blocks_per_request == 512 + 513
 
 
+def test_a_sliding_window_model_too_long_for_its_cache_is_told_vllms_estimate_and_offered_a_length_that_fits():
+    """vLLM's estimate_max_model_len searches the lengths with every layer's own need (a sliding-window layer holds
+    min(window - 1 + in-flight tokens, length) tokens and one block more), so for Gemma-2 it is not the budget over
+    the bytes per token of all 42 layers. The kit printed that (6,576 on an RTX 4090 at 8,192 tokens), and since a
+    length of 6,576 does not fit, offered no shorter context at all."""
+    asked = PlanInputs(model=load_model_spec("google/gemma-2-9b-it"), gpu_name="rtx4090", dtype="bfloat16",
+                       max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.9)
+    result = plan(asked)
+    longest = planner.largest_max_model_len(asked)
+    assert not result.fits and f"the estimated maximum model length is {longest}." in result.error
+    assert plan(asked.model_copy(update={"max_model_len": longest})).fits
+    assert not plan(asked.model_copy(update={"max_model_len": longest + 1})).fits
+    assert {"max_model_len": longest} in [s["change"] for s in result.suggestions]
+    # the whole-layer formula it replaced: one block of every layer per 16 tokens
+    per_token = 2 * 8 * 256 * 2 * 42
+    assert longest < int(result.kv_cache_gib * 2**30 // (16 * per_token)) * 16
+
+
+@pytest.mark.parametrize(("version", "reserved"), [("0.33.0", True), ("0.26.0", False)])
+def test_one_request_must_fit_the_budget_less_the_null_block_from_0_32(version, reserved):
+    """vLLM 0.32+ checks one request of max_model_len against the KV budget less the block BlockPool holds back
+    (kv_cache_planning.py `check_enough_kv_cache_memory`, "Reserve the null block"): a length whose blocks fill the
+    budget exactly is refused there, not before (kit/data/vllm.yaml kv_check_reserves_null_block)."""
+    asked = inputs(QWEN7B, gpu="rtx4090", vllm_version=version, max_model_len=4096, gpu_memory_utilization=0.72)
+    whole = plan(asked, suggest=False)
+    block = whole.inputs["block_size"]
+    per_block = block * kv_bytes_per_token_per_layer(asked.model, 1, 2) * asked.model.num_layers
+    blocks = int(whole.kv_cache_gib * 2**30 // per_block)
+    filling = asked.model_copy(update={"max_model_len": blocks * block})
+    assert plan(filling, suggest=False).fits is not reserved
+    assert planner.largest_max_model_len(asked) == (blocks - reserved) * block
+
+
 # --------------------------------------------------------------------------- releases outside the tables
 @pytest.mark.parametrize(("version", "where"), [("0.6.4", "older than the oldest"), ("0.20.0", "between two"),
                                                 ("0.40.0", "newer than the newest")])
