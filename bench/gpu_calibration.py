@@ -460,12 +460,17 @@ def command_for(name: str, case: dict, model_dir: Path, serve_cli: bool = False)
     return probe.ProbeCommand("native", argv, dict(probe.NATIVE_ENV), port, name, model_dir, tokenizer)
 
 
-def gpu_used_mib() -> int | None:
-    out = sh(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], timeout=20)
+def gpu_mib(field: str = "memory.used") -> int | None:
+    """nvidia-smi's ``field`` (memory.used, memory.total) in MiB, or None where it does not answer."""
+    out = sh(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"], timeout=20)
     try:
         return int(out.strip().splitlines()[-1].split(",")[0])
     except (ValueError, IndexError):
         return None
+
+
+def gpu_used_mib() -> int | None:
+    return gpu_mib("memory.used")
 
 
 def wait_gpu_idle(limit_s: float = 30) -> int | None:
@@ -531,11 +536,7 @@ def main() -> int:
     cli.add_argument("--matrix", default="0.26.0", choices=sorted(MATRICES), help="which case list")
     args = cli.parse_args()
     started = time.monotonic()
-    total = sh(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"], timeout=20)
-    try:
-        total_mib = int(total.strip().splitlines()[-1].split(",")[0])
-    except (ValueError, IndexError):
-        total_mib = None
+    total_mib = gpu_mib("memory.total")
     if total_mib is not None and abs(total_mib - CARD_SMI_MIB[HOST_GPU]) > 2048:
         print(f"this GPU has {total_mib} MiB; the budgets are scaled to {HOST_GPU} ({CARD_SMI_MIB[HOST_GPU]} MiB): "
               f"set CALIB_GPU to the card this is", flush=True)

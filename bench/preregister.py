@@ -4,8 +4,9 @@ Plans every case of bench/gpu_calibration.py's matrix with the rules as they sta
 (with the commit they were made at) as JSON. Committing that file before the GPU runs is the proof that the figures
 the accuracy report later compares were not fitted to the runs.
 Planner inputs: the case's flags; GPU total 139.80 GiB (torch's total for the lent H200); the GPU planned is the
-H200 (with CALIB_GPU=h100-80gb: the H100, 79.19 GiB, as bench/gpu_calibration.py scales the budgets to it), except where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card
-(`MARLIN_CARDS`, by the budget the case emulates).
+H200 (with CALIB_GPU=h100-80gb: the H100, 79.19 GiB, as bench/gpu_calibration.py scales the budgets to it), except
+where a case disables Machete so the H200 takes a smaller card's Marlin path: then that card (`MARLIN_CARDS`, by the
+budget the case emulates).
 Run: python bench/preregister.py --matrix 0.34.0 [--cases NAME,NAME] OUT.json
 """
 
