@@ -252,12 +252,14 @@ def family_report(cases: list[dict], version: str = "0.33.0") -> bool:
               f"{row.get('kv_tokens_pct', 0):>+15.2f}%{row.get('weights_pct', 0):>+8.2f}%  "
               f"{'approximate' if row['approximate'] else 'confident'}")
     print()
-    names = [".".join(path[1:] if path[0] == "memory_accounting" else path) for path, _ in family_holdout.FITTED]
-    print("constants refit without each family (committed first):")
+    names = [".".join(path[1:] if path[0] == "memory_accounting" else path) for path, _, _ in family_holdout.FITTED]
+    print("constants refit without each family (committed first; then (all): the same refit with no family left out)")
     print(f"  {'committed':<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}"
                                                for n, v in zip(names, family_holdout.committed(version), strict=True)))
+    everyone = family_holdout.refit(version, runs, family_holdout.committed(version))
+    fits = {"(all)": everyone, **fits}
     for family, values in fits.items():
-        print(f"  {'-' + family:<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}" for n, v in zip(names, values, strict=True)))
+        print(f"  {family if family == '(all)' else '-' + family:<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}" for n, v in zip(names, values, strict=True)))
     inside = family_holdout.summary(list(fitted.values()))
     outside = family_holdout.summary(held)
     for label, s in (("fitted on all", inside), ("family held out", outside)):
