@@ -154,7 +154,7 @@ def refit(version: str, runs: list[Run], start: np.ndarray, steps: int = 6) -> n
     constants of the figures before fixed: weights first, then the peak activation, the CUDA-graph charge, and last the
     non-torch figures against the KV cache (the only figure that holds them). A constant fitted to another figure's
     residuals would soak up the errors of terms it does not model: Machete's AWQ residual, fitted jointly, took the KV
-    cache's misses and came out at 0.26-0.29 MiB per linear, where the weights vLLM logged give about 0.15."""
+    cache's misses and came out at 0.26-0.29 MiB per linear, where the weights vLLM logged give about 0.16."""
     values = start.copy()
     for metric in METRICS:
         columns = [j for j, (_, _, feeds) in enumerate(FITTED) if feeds == metric]
