@@ -256,10 +256,10 @@ def family_report(cases: list[dict], version: str = "0.33.0") -> bool:
     print("constants refit without each family (committed first; then (all): the same refit with no family left out)")
     print(f"  {'committed':<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}"
                                                for n, v in zip(names, family_holdout.committed(version), strict=True)))
-    everyone = family_holdout.refit(version, runs, family_holdout.committed(version))
-    fits = {"(all)": everyone, **fits}
-    for family, values in fits.items():
-        print(f"  {family if family == '(all)' else '-' + family:<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}" for n, v in zip(names, values, strict=True)))
+    rows = {"(all)": family_holdout.refit(version, runs, family_holdout.committed(version))}
+    rows |= {f"-{family}": values for family, values in fits.items()}
+    for label, values in rows.items():
+        print(f"  {label:<14}" + "  ".join(f"{n.split('.')[-1]}={v:.4g}" for n, v in zip(names, values, strict=True)))
     inside = family_holdout.summary(list(fitted.values()))
     outside = family_holdout.summary(held)
     for label, s in (("fitted on all", inside), ("family held out", outside)):
